@@ -1,0 +1,1 @@
+"""infertui: serve and use a local LLM from a terminal."""
