@@ -1,0 +1,1 @@
+"""infertui core: the host library. Never imports textual, rich or the tui."""

@@ -1,0 +1,47 @@
+"""Request building blocks shared by every face: chat messages and sampling parameters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant"]
+
+
+class ChatMessage(BaseModel):
+    """One turn of a conversation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: str
+
+
+class SamplingParams(BaseModel):
+    """How the next token is chosen; every field maps onto llama.cpp's native sampler chain.
+
+    Defaults are llama.cpp's own. Ranges follow spec 004 where it sets them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(0.8, ge=0.0, le=2.0, description="0 is greedy")
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    top_k: int = Field(40, ge=0, description="0 disables top-k")
+    min_p: float = Field(0.05, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, le=2**32 - 2, description="None draws a random seed")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repeat_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0 disables")
+    repeat_last_n: int = Field(64, ge=0, le=4096)
+    stop: tuple[str, ...] = Field((), max_length=16, description="never emitted, not even in part")
+    max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")
+
+    @property
+    def uses_penalties(self) -> bool:
+        return (
+            self.repeat_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )

@@ -1,0 +1,41 @@
+"""What a job reports while it runs: admitted to a slot, text, finished.
+
+Plain frozen dataclasses: built on the engine thread once per token, so they stay cheap.
+Every face (P2P, HTTP, TUI) reads these through a Job; none reaches into the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import InferError
+from .snapshots import FinishReason, TimingStats
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The job left the queue and owns a slot."""
+
+    slot: int
+    queue_wait_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenText:
+    """New text for the job. `index` counts emitted chunks; `n_tokens` the tokens so far."""
+
+    text: str
+    index: int
+    n_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The job is over. From the engine, it also means its slot and KV cells are free."""
+
+    finish_reason: FinishReason
+    timings: TimingStats
+    error: InferError | None = None
+
+
+JobEvent = Admitted | TokenText | Finished

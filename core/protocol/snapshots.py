@@ -1,0 +1,143 @@
+"""Immutable snapshots of host state: what transports serialize and dashboards draw.
+
+Nobody reaches into the scheduler or the registry; they read these.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class EngineState(StrEnum):
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADED = "unloaded"
+    FAILED = "failed"
+
+
+class PoolState(StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    FAILED = "failed"
+
+
+class EngineParameters(_Frozen):
+    n_ctx: int
+    n_gpu_layers: int
+    main_gpu_id: int = 0
+    n_threads: int | None = None
+    n_parallel: int = 1
+
+
+class MemoryUsage(_Frozen):
+    model_size_mb: float
+    context_size_mb: float
+
+
+class Performance(_Frozen):
+    last_inference_tps: float
+    total_requests: int
+
+
+class EngineStatus(_Frozen):
+    """An engine as spec 004 reports it, plus what the TUI needs to explain it."""
+
+    engine_id: str
+    status: EngineState
+    model_path: str
+    parameters: EngineParameters
+    memory_usage: MemoryUsage | None = None
+    performance: Performance = Performance(last_inference_tps=0.0, total_requests=0)
+    pool_state: PoolState = PoolState.LOADING
+    chat_format: str | None = Field(None, description="which prompt format applies and why")
+    model_description: str | None = None
+    gpu_offload: bool = False
+    error: str | None = None
+
+
+class TimingStats(_Frozen):
+    """Where one job's time went."""
+
+    queue_wait_ms: float = 0.0
+    prefill_ms: float = 0.0
+    ttft_ms: float | None = None
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    @property
+    def decode_tps(self) -> float:
+        """Tokens per second after the first one (the steady decode rate)."""
+        if self.tokens_out < 2 or self.decode_ms <= 0:
+            return 0.0
+        return (self.tokens_out - 1) / (self.decode_ms / 1000.0)
+
+
+class SlotSnapshot(_Frozen):
+    slot: int
+    job_id: str | None = None
+    client_id: str | None = None
+    phase: Literal["idle", "prefill", "decode"] = "idle"
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tps: float = 0.0
+
+
+class QueueEntry(_Frozen):
+    job_id: str
+    client_id: str | None
+    position: int
+    predicted_start_ms: int
+    tokens_in: int
+    waited_ms: float
+
+
+class QueueSnapshot(_Frozen):
+    pool_id: str
+    capacity: int
+    depth: int
+    waiting: tuple[QueueEntry, ...] = ()
+    slots: tuple[SlotSnapshot, ...] = ()
+
+
+class Percentiles(_Frozen):
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class MetricsSnapshot(_Frozen):
+    """One pool's (or the whole host's) counters and rates at an instant."""
+
+    pool_id: str
+    timestamp: float
+    queue_depth: int = 0
+    queue_capacity: int = 0
+    slots_busy: int = 0
+    slots_total: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    tokens_in_total: int = 0
+    tokens_out_total: int = 0
+    ttft_ms: Percentiles = Percentiles()
+    latency_ms: Percentiles = Percentiles()
+    decode_tps_recent: float = 0.0
+    decode_tps_lifetime: float = 0.0
+    prefill_tps_recent: float = 0.0
+    prefill_tps_lifetime: float = 0.0
+    errors_by_class: dict[str, int] = Field(default_factory=dict)
