@@ -1,0 +1,1 @@
+"""infertui.core.client."""

@@ -1,0 +1,99 @@
+"""Settings: a TOML file under the XDG config dir, then `INFERTUI_*` environment, then flags.
+
+Flags win over the environment, which wins over the file. Nested fields use `__` in the
+environment: `INFERTUI_HOST__QUEUE=16`, `INFERTUI_HOST__ENGINE__CTX=2048`.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from . import paths
+
+
+class EngineDefaults(BaseModel):
+    """How each engine is loaded unless a request says otherwise."""
+
+    ctx: int = Field(4096, ge=128, description="context tokens per slot (prompt + output)")
+    gpu_layers: int | None = Field(
+        None, description="layers offloaded to the GPU; unset: all when the build has a GPU"
+    )
+    main_gpu: int = Field(0, ge=0, description="GPU that holds the model when there are several")
+    threads: int | None = Field(None, ge=1, description="decode threads; unset: one per core")
+    parallel: int = Field(4, ge=1, le=64, description="slots: jobs decoded together")
+    batch: int = Field(512, ge=16, description="tokens per decode step (bounds prefill stalls)")
+    extra_buffers: bool = Field(
+        False, description="repacked CPU weight buffers (AMX etc.); off: they crash some sandboxes"
+    )
+
+
+class HostSettings(BaseModel):
+    """`infertui host`."""
+
+    models: list[str] = Field(
+        default_factory=list,
+        description="GGUF paths, optionally as ID=PATH; empty: the bundled Gemma 3 270M",
+    )
+    engine: EngineDefaults = EngineDefaults()
+    queue: int = Field(64, ge=1, description="jobs that may wait per engine before QUEUE_FULL")
+    host_name: str = Field(default_factory=socket.gethostname)
+    peer_job_limit: int = Field(1, ge=1, description="concurrent jobs per P2P peer (MODEL_BUSY)")
+    drain_on_stop_ms: int = Field(2000, ge=0, description="grace for running jobs at shutdown")
+
+
+class Settings(BaseSettings):
+    """Everything infertui reads from its config file and environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="INFERTUI_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    host: HostSettings = HostSettings()
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=paths.config_file()),
+        )
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings with flags given as nested dicts, e.g. `host={"queue": 8}`. Flags that were not
+    given must be left out, so that they do not hide the file or the environment."""
+    return Settings(**_drop_none(overrides))
+
+
+def _drop_none(value: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            item = _drop_none(item)
+            if item:
+                out[key] = item
+        elif item is not None:
+            out[key] = item
+    return out
+
+
+def config_path() -> Path:
+    return paths.config_file()

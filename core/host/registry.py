@@ -1,0 +1,146 @@
+"""EngineRegistry: the host's engines by id (one pool each): add, list, remove, status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from ..engine import EngineSpec
+from ..protocol.errors import ErrorKind, InferError
+from ..protocol.snapshots import (
+    EngineParameters,
+    EngineState,
+    EngineStatus,
+    Performance,
+    PoolState,
+)
+from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
+
+log = logging.getLogger(__name__)
+
+_ENGINE_STATE = {
+    PoolState.LOADING: EngineState.LOADING,
+    PoolState.READY: EngineState.LOADED,
+    PoolState.DRAINING: EngineState.LOADED,
+    PoolState.DRAINED: EngineState.LOADED,
+    PoolState.FAILED: EngineState.FAILED,
+}
+
+
+class EngineRegistry:
+    """Engines by id. The first engine added is the default for requests naming none."""
+
+    def __init__(self, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> None:
+        self.queue_capacity = queue_capacity
+        self._pools: dict[str, Pool] = {}
+        self._lock = asyncio.Lock()
+
+    async def add(self, spec: EngineSpec, queue_capacity: int | None = None) -> Pool:
+        """Load an engine. It is listed as loading meanwhile; if loading fails it is removed
+        and the typed error is raised."""
+        if not spec.engine_id or "/" in spec.engine_id:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, "engine_id must be a non-empty name without '/'",
+                param="engine_id",
+            )  # fmt: skip
+        async with self._lock:
+            if spec.engine_id in self._pools:
+                raise InferError(
+                    ErrorKind.ENGINE_EXISTS,
+                    f"an engine named '{spec.engine_id}' already exists",
+                    param="engine_id",
+                    engine_id=spec.engine_id,
+                )
+            pool = Pool(spec, queue_capacity or self.queue_capacity)
+            self._pools[spec.engine_id] = pool
+        try:
+            await pool.load()
+        except BaseException:
+            self._pools.pop(spec.engine_id, None)
+            raise
+        return pool
+
+    async def remove(self, engine_id: str) -> None:
+        pool = self.get(engine_id)
+        self._pools.pop(engine_id, None)
+        await pool.close()
+        log.info("engine %s removed", engine_id)
+
+    def get(self, engine_id: str) -> Pool:
+        try:
+            return self._pools[engine_id]
+        except KeyError:
+            raise InferError(
+                ErrorKind.MODEL_NOT_FOUND,
+                f"no engine named '{engine_id}'",
+                param="engine_id",
+                engine_id=engine_id,
+            ) from None
+
+    def resolve(self, model: str | None) -> Pool:
+        """The pool a request's `model` names: an engine id, a model file name, or nothing
+        (the default engine)."""
+        if not self._pools:
+            raise InferError(ErrorKind.NO_ENGINE, "this host has no engine loaded")
+        if not model or model == "default":
+            ready = [p for p in self._pools.values() if p.state is PoolState.READY]
+            return ready[0] if ready else next(iter(self._pools.values()))
+        if model in self._pools:
+            return self._pools[model]
+        for pool in self._pools.values():
+            path = Path(pool.spec.model_path)
+            if model in (path.name, path.stem):
+                return pool
+        raise InferError(
+            ErrorKind.MODEL_NOT_FOUND,
+            f"model '{model}' not found; this host serves: {', '.join(self._pools)}",
+            param="model",
+        )
+
+    def pools(self) -> list[Pool]:
+        return list(self._pools.values())
+
+    def ids(self) -> list[str]:
+        return list(self._pools)
+
+    def status(self, engine_id: str) -> EngineStatus:
+        return engine_status(self.get(engine_id))
+
+    def statuses(self) -> list[EngineStatus]:
+        return [engine_status(pool) for pool in self._pools.values()]
+
+    async def close(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
+
+
+def engine_status(pool: Pool) -> EngineStatus:
+    """Spec 004's engine status for one pool, with what the dashboards add."""
+    engine = pool.engine
+    spec = pool.spec
+    return EngineStatus(
+        engine_id=pool.id,
+        status=_ENGINE_STATE[pool.state],
+        model_path=spec.model_path,
+        parameters=engine.parameters
+        if engine
+        else EngineParameters(
+            n_ctx=spec.n_ctx,
+            n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
+            main_gpu_id=spec.main_gpu_id,
+            n_threads=spec.n_threads,
+            n_parallel=spec.n_parallel,
+        ),
+        memory_usage=engine.memory if engine else None,
+        performance=Performance(
+            last_inference_tps=round(pool.metrics.last_job_tps, 2),
+            total_requests=pool.total_requests,
+        ),
+        pool_state=pool.state,
+        chat_format=engine.chat_format.description if engine else None,
+        model_description=engine.model.description if engine else None,
+        gpu_offload=bool(engine and engine.n_gpu_layers != 0),
+        error=pool.error,
+    )

@@ -1,0 +1,123 @@
+"""HostService: the host core every face (P2P, HTTP, TUI) is a view on.
+
+It owns the engine registry (and, in later layers, the transports), turns settings into
+engines at start(), and drains and frees everything at stop().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..config import HostSettings
+from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
+from ..protocol.common import ChatMessage, SamplingParams
+from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from ..scheduler import Job, Pool
+from .registry import EngineRegistry
+
+log = logging.getLogger(__name__)
+
+
+def spec_from_entry(entry: str, settings: HostSettings) -> EngineSpec:
+    """An EngineSpec from a `--model` value: PATH, or ID=PATH."""
+    engine_id, sep, path = entry.partition("=")
+    if not sep:
+        path, engine_id = entry, Path(entry).stem
+    return engine_spec(engine_id, path, settings)
+
+
+def engine_spec(
+    engine_id: str,
+    model_path: str,
+    settings: HostSettings,
+    *,
+    n_ctx: int | None = None,
+    n_gpu_layers: int | None = None,
+    main_gpu_id: int | None = None,
+) -> EngineSpec:
+    e = settings.engine
+    return EngineSpec(
+        model_path=str(Path(model_path).expanduser()),
+        engine_id=engine_id,
+        n_ctx=n_ctx or e.ctx,
+        n_gpu_layers=n_gpu_layers if n_gpu_layers is not None else e.gpu_layers,
+        main_gpu_id=main_gpu_id if main_gpu_id is not None else e.main_gpu,
+        n_threads=e.threads,
+        n_parallel=e.parallel,
+        n_batch=e.batch,
+        extra_buffers=e.extra_buffers,
+    )
+
+
+class HostService:
+    """Engines, their pools and their snapshots, behind one object."""
+
+    def __init__(self, settings: HostSettings | None = None) -> None:
+        self.settings = settings or HostSettings()
+        self.registry = EngineRegistry(self.settings.queue)
+        self.started_at = time.time()
+        self.version = engine_version()
+
+    async def start(self) -> None:
+        """Load the configured models (the bundled one when none is given)."""
+        self.started_at = time.time()
+        entries = self.settings.models
+        if entries:
+            specs = [spec_from_entry(entry, self.settings) for entry in entries]
+        else:
+            path = await asyncio.to_thread(bundled_model_path)
+            specs = [engine_spec(BUNDLED_MODEL_ID, str(path), self.settings)]
+        for spec in specs:
+            await self.registry.add(spec)
+
+    async def stop(self) -> None:
+        """Give running jobs a short grace, then cancel what is left and free the engines."""
+        grace = self.settings.drain_on_stop_ms
+        await asyncio.gather(*(pool.drain(grace) for pool in self.registry.pools()))
+        await self.registry.close()
+        log.info("host stopped")
+
+    # ---- work --------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        *,
+        model: str | None,
+        params: SamplingParams,
+        messages: Sequence[ChatMessage] | None = None,
+        prompt: str | None = None,
+        client_id: str | None = None,
+        client_limit: int | None = None,
+        job_id: str | None = None,
+    ) -> Job:
+        pool = self.registry.resolve(model)
+        return pool.submit(
+            params=params,
+            messages=messages,
+            prompt=prompt,
+            client_id=client_id,
+            client_limit=client_limit,
+            job_id=job_id,
+        )
+
+    def pool(self, engine_id: str) -> Pool:
+        return self.registry.get(engine_id)
+
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    @property
+    def uptime_s(self) -> float:
+        return time.time() - self.started_at
+
+    def engines(self) -> list[EngineStatus]:
+        return self.registry.statuses()
+
+    def queues(self) -> list[QueueSnapshot]:
+        return [pool.queue() for pool in self.registry.pools()]
+
+    def metrics(self) -> list[MetricsSnapshot]:
+        return [pool.metrics_snapshot() for pool in self.registry.pools()]

@@ -1,0 +1,148 @@
+"""Job: one accepted request, as its consumer sees it: a stream of events and a cancel().
+
+Race-free cancel (OC-CTRL-2012) rests on one rule: every event reaches the consumer through
+`_deliver`, which runs on the event loop, and `cancel()` runs on the event loop too. Once
+cancel() has returned, `_deliver` drops every later token, wherever it was in flight, and
+the consumer's stream has already received its final `Finished("abort")`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from enum import StrEnum
+
+from ..engine import Engine, GenerationRequest
+from ..protocol.events import Admitted, Finished, JobEvent, TokenText
+from ..protocol.snapshots import TimingStats
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+
+
+def new_job_id() -> str:
+    return f"job-{int(time.time() * 1000) % 10**9:09d}-{next(_ids)}"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Job:
+    """A request accepted by a pool. Iterate `events()` (or await `text()`); `cancel()` ends it."""
+
+    def __init__(
+        self,
+        request: GenerationRequest,
+        engine: Engine,
+        pool_id: str,
+        client_id: str | None,
+        on_closed: Callable[[Job, Finished], None],
+        queue_position: int,
+        predicted_start_ms: int,
+    ) -> None:
+        self.id = request.job_id
+        self.request = request
+        self.engine = engine
+        self.pool_id = pool_id
+        self.client_id = client_id
+        self.queue_position = queue_position
+        self.predicted_start_ms = predicted_start_ms
+        self.state = JobState.QUEUED
+        self.result: Finished | None = None
+        self.slot: int | None = None
+        self._events: asyncio.Queue[JobEvent] = asyncio.Queue()
+        self._released = asyncio.Event()  # the engine no longer holds this job
+        self._on_closed = on_closed
+
+    @property
+    def done(self) -> bool:
+        return self.state is JobState.DONE
+
+    @property
+    def cancelled(self) -> bool:
+        return self.request.cancelled
+
+    @property
+    def tokens_in(self) -> int:
+        return len(self.request.prompt_tokens)
+
+    # ---- consumer side -----------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[JobEvent]:
+        """Every event up to and including the Finished one. A consumer that stops
+        iterating early (or whose task is cancelled) cancels the job."""
+        try:
+            while True:
+                event = await self._events.get()
+                yield event
+                if isinstance(event, Finished):
+                    return
+        finally:
+            if not self.done:
+                self.cancel()
+
+    async def text(self) -> tuple[str, Finished]:
+        """The whole reply and how it ended."""
+        parts = [e.text async for e in self.events() if isinstance(e, TokenText)]
+        assert self.result is not None  # events() ends only after Finished
+        return "".join(parts), self.result
+
+    def cancel(self) -> bool:
+        """Stop the job. After this returns, no further token of it is published anywhere.
+        False if it had already finished."""
+        if self.done:
+            return False
+        self.request.cancelled = True
+        if self.engine.withdraw(self.request):
+            self._released.set()  # it never reached a slot
+        else:
+            self.engine.wake()  # the batch loop frees the slot at its next step
+        timings = TimingStats(
+            tokens_in=self.tokens_in,
+            tokens_out=self.request.tokens_out,
+            total_ms=(time.perf_counter() - self.request.enqueued_at) * 1000,
+        )
+        self._close(Finished("abort", timings))
+        return True
+
+    async def wait_released(self) -> None:
+        """Wait until the engine has freed this job's slot and KV cells."""
+        await self._released.wait()
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
+
+    # ---- pool side (event loop) --------------------------------------------------------------
+
+    def _deliver(self, event: JobEvent) -> None:
+        if isinstance(event, Finished):
+            self._released.set()
+            if self.done:  # already closed by cancel(): keep the engine's real timings
+                if self.result is not None and event.finish_reason == "abort":
+                    self.result = event
+                return
+            self._close(event)
+            return
+        if self.done:
+            return  # the publish-point check: nothing after cancel reaches the consumer
+        if isinstance(event, Admitted):
+            self.state = JobState.RUNNING
+            self.slot = event.slot
+        self._events.put_nowait(event)
+
+    def _close(self, final: Finished) -> None:
+        self.state = JobState.DONE
+        self.result = final
+        self._events.put_nowait(final)
+        try:
+            self._on_closed(self, final)
+        except Exception:
+            log.exception("job %s: close hook failed", self.id)

@@ -1,0 +1,132 @@
+"""MetricsRecorder: counts and timings of one pool, turned into immutable MetricsSnapshots.
+
+Recorded on the event loop as jobs are admitted, stream and finish; percentiles are taken
+over a window of recent jobs, rates over a recent time window and over the pool's lifetime.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+
+from ..protocol.events import Finished
+from ..protocol.snapshots import MetricsSnapshot, Percentiles
+
+_RECENT_JOBS = 512
+_RATE_WINDOW_S = 10.0
+
+
+def percentiles(values: list[float]) -> Percentiles:
+    if not values:
+        return Percentiles()
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+    return Percentiles(p50=at(0.50), p95=at(0.95), p99=at(0.99))
+
+
+class MetricsRecorder:
+    """Mutable counters behind a pool's MetricsSnapshot."""
+
+    def __init__(self, pool_id: str) -> None:
+        self.pool_id = pool_id
+        self.accepted = 0
+        self.rejected = 0
+        self.completed = 0
+        self.cancelled = 0
+        self.failed = 0
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.decode_s = 0.0
+        self.prefill_s = 0.0
+        self.errors: Counter[str] = Counter()
+        self._ttft: deque[float] = deque(maxlen=_RECENT_JOBS)
+        self._latency: deque[float] = deque(maxlen=_RECENT_JOBS)
+        self._service_ms: deque[float] = deque(maxlen=32)  # admit -> finish, for ETA estimates
+        self._token_times: deque[tuple[float, int]] = deque()
+        self._prefills: deque[tuple[float, int, float]] = deque(maxlen=_RECENT_JOBS)
+        self.last_job_tps = 0.0
+
+    def record_accept(self) -> None:
+        self.accepted += 1
+
+    def record_reject(self, kind: str) -> None:
+        self.rejected += 1
+        self.errors[kind] += 1
+
+    def record_tokens(self, n: int) -> None:
+        self._token_times.append((time.monotonic(), n))
+
+    def record_finish(self, final: Finished) -> None:
+        t = final.timings
+        reason = final.finish_reason
+        if reason == "abort":
+            self.cancelled += 1
+        elif reason == "error":
+            self.failed += 1
+            self.errors[final.error.kind.value if final.error else "INTERNAL"] += 1
+        else:
+            self.completed += 1
+        self.tokens_in += t.tokens_in
+        self.tokens_out += t.tokens_out
+        self.decode_s += t.decode_ms / 1000
+        self.prefill_s += t.prefill_ms / 1000
+        if reason in ("stop", "length"):
+            if t.ttft_ms is not None:
+                self._ttft.append(t.ttft_ms)
+            self._latency.append(t.total_ms)
+            self._service_ms.append(t.total_ms - t.queue_wait_ms)
+            if t.decode_tps:
+                self.last_job_tps = t.decode_tps
+        if t.prefill_ms > 0 and t.tokens_in:
+            self._prefills.append((time.monotonic(), t.tokens_in, t.prefill_ms / 1000))
+
+    def mean_service_ms(self, default: float) -> float:
+        """How long a job holds a slot, from what recent jobs measured."""
+        if not self._service_ms:
+            return default
+        return sum(self._service_ms) / len(self._service_ms)
+
+    def decode_rate(self) -> float:
+        """Tokens per second over the recent window, across all slots."""
+        now = time.monotonic()
+        while self._token_times and now - self._token_times[0][0] > _RATE_WINDOW_S:
+            self._token_times.popleft()
+        if not self._token_times:
+            return 0.0
+        span = max(now - self._token_times[0][0], 1.0)
+        return sum(n for _, n in self._token_times) / span
+
+    def snapshot(
+        self, *, queue_depth: int, queue_capacity: int, slots_busy: int, slots_total: int
+    ) -> MetricsSnapshot:
+        now = time.monotonic()
+        recent_prefill = [(n, s) for ts, n, s in self._prefills if now - ts <= 60]
+        prefill_tokens = sum(n for n, _ in recent_prefill)
+        prefill_time = sum(s for _, s in recent_prefill)
+        return MetricsSnapshot(
+            pool_id=self.pool_id,
+            timestamp=time.time(),
+            queue_depth=queue_depth,
+            queue_capacity=queue_capacity,
+            slots_busy=slots_busy,
+            slots_total=slots_total,
+            accepted=self.accepted,
+            rejected=self.rejected,
+            completed=self.completed,
+            cancelled=self.cancelled,
+            failed=self.failed,
+            tokens_in_total=self.tokens_in,
+            tokens_out_total=self.tokens_out,
+            ttft_ms=percentiles(list(self._ttft)),
+            latency_ms=percentiles(list(self._latency)),
+            decode_tps_recent=round(self.decode_rate(), 2),
+            decode_tps_lifetime=round(self.tokens_out / self.decode_s, 2) if self.decode_s else 0.0,
+            prefill_tps_recent=round(prefill_tokens / prefill_time, 2) if prefill_time else 0.0,
+            prefill_tps_lifetime=round(self.tokens_in / self.prefill_s, 2)
+            if self.prefill_s
+            else 0.0,
+            errors_by_class=dict(self.errors),
+        )

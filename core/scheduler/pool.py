@@ -1,0 +1,327 @@
+"""Pool: one engine, its slots and a bounded FIFO queue, with admission, drain and reload.
+
+Admission happens before a job is queued (OC-CTRL-2010): the pool must be ready, the client
+under its concurrent-job limit, prompt plus max_tokens within the context, and the queue not
+full; each refusal is a typed InferError with advisory retry hints. Engine events arrive from
+the batch-loop thread in one batch per step and are handed to jobs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..engine import Engine, EngineEvent, EngineSpec, GenerationRequest
+from ..protocol.common import ChatMessage, SamplingParams
+from ..protocol.errors import ErrorKind, InferError
+from ..protocol.events import Finished, TokenText
+from ..protocol.snapshots import (
+    MetricsSnapshot,
+    PoolState,
+    QueueEntry,
+    QueueSnapshot,
+    SlotSnapshot,
+)
+from .job import Job, new_job_id
+from .metrics import MetricsRecorder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_QUEUE_CAPACITY = 64
+
+
+class Pool:
+    """Serves jobs on one engine. Create with `await Pool.start(spec)`."""
+
+    def __init__(self, spec: EngineSpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> None:
+        self.id = spec.engine_id
+        self.spec = spec
+        self.queue_capacity = queue_capacity
+        self.state = PoolState.LOADING
+        self.engine: Engine | None = None
+        self.error: str | None = None
+        self.metrics = MetricsRecorder(self.id)
+        self.total_requests = 0
+        self._jobs: dict[str, Job] = {}
+        self._per_client: Counter[str] = Counter()
+        self._retiring: set[Engine] = set()
+        self._idle = asyncio.Event()  # set while no job is queued or running
+        self._idle.set()
+        self._loop = asyncio.get_running_loop()
+
+    @classmethod
+    async def start(cls, spec: EngineSpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> Pool:
+        pool = cls(spec, queue_capacity)
+        await pool.load()
+        return pool
+
+    async def load(self) -> None:
+        """Load the engine (in a worker thread). On failure the pool is FAILED and raises."""
+        self.state = PoolState.LOADING
+        try:
+            self.engine = await asyncio.to_thread(Engine.load, self.spec, self._publish)
+        except InferError as exc:
+            self.state, self.error = PoolState.FAILED, exc.message
+            raise
+        self.state, self.error = PoolState.READY, None
+
+    # ---- admission ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        *,
+        params: SamplingParams,
+        messages: Sequence[ChatMessage] | None = None,
+        prompt: str | None = None,
+        client_id: str | None = None,
+        client_limit: int | None = None,
+        job_id: str | None = None,
+    ) -> Job:
+        """Admit a chat (`messages`) or a plain completion (`prompt`), or raise InferError."""
+        try:
+            job = self._admit(params, messages, prompt, client_id, client_limit, job_id)
+        except InferError as exc:
+            self.metrics.record_reject(exc.kind.value)
+            log.info("pool %s rejected a job from %s: %s", self.id, client_id or "-", exc.message)
+            raise
+        self.metrics.record_accept()
+        self.total_requests += 1
+        log.info(
+            "pool %s accepted %s from %s: %d prompt tokens, position %d, predicted start %d ms",
+            self.id, job.id, client_id or "-", job.tokens_in, job.queue_position,
+            job.predicted_start_ms,
+        )  # fmt: skip
+        return job
+
+    def _admit(
+        self,
+        params: SamplingParams,
+        messages: Sequence[ChatMessage] | None,
+        prompt: str | None,
+        client_id: str | None,
+        client_limit: int | None,
+        job_id: str | None,
+    ) -> Job:
+        engine = self.engine
+        if self.state is not PoolState.READY or engine is None:
+            raise InferError(
+                ErrorKind.POOL_UNREADY,
+                f"engine '{self.id}' is {self.state.value}, not ready",
+                engine_id=self.id,
+                retry_after_ms=1000 if self.state is PoolState.LOADING else None,
+            )
+        if (
+            client_id is not None
+            and client_limit is not None
+            and self._per_client[client_id] >= client_limit
+        ):
+            raise InferError(
+                ErrorKind.CLIENT_BUSY,
+                f"this client already has {client_limit} job(s) running; wait or abort first",
+                retry_after_ms=self._eta_ms(0),
+                engine_id=self.id,
+            )
+        if messages is not None:
+            tokens = engine.chat_prompt(messages)
+        elif prompt is not None:
+            tokens = engine.text_prompt(prompt)
+        else:
+            raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")
+        n_ctx = engine.n_ctx
+        max_tokens = params.max_tokens if params.max_tokens is not None else n_ctx - len(tokens)
+        if len(tokens) + max_tokens > n_ctx or max_tokens < 1:
+            raise InferError(
+                ErrorKind.CONTEXT_OVERFLOW,
+                f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} exceeds "
+                f"the context of {n_ctx} tokens",
+                param="max_tokens" if params.max_tokens else "messages",
+                engine_id=self.id,
+            )
+        depth = len(engine.waiting())
+        if depth >= self.queue_capacity:
+            raise InferError(
+                ErrorKind.QUEUE_FULL,
+                f"the queue of engine '{self.id}' is full ({depth} waiting)",
+                retry_after_ms=self._eta_ms(depth),
+                engine_id=self.id,
+            )
+        request = GenerationRequest(job_id or new_job_id(), tokens, params, max_tokens)
+        position = depth if engine.busy_slots + depth >= engine.n_parallel else 0
+        job = Job(
+            request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(depth)
+        )
+        self._jobs[job.id] = job
+        self._idle.clear()
+        if client_id is not None:
+            self._per_client[client_id] += 1
+        engine.submit(request)
+        return job
+
+    def _eta_ms(self, position: int) -> int:
+        """When a job at this queue position should start, from measured service times."""
+        engine = self.engine
+        if engine is None:
+            return 1000
+        free = engine.n_parallel - engine.busy_slots
+        if position < free:
+            return 0
+        rounds = math.ceil((position - free + 1) / engine.n_parallel)
+        return int(rounds * self.metrics.mean_service_ms(default=2000.0))
+
+    # ---- events from the engine thread -------------------------------------------------------
+
+    def _publish(self, batch: list[tuple[GenerationRequest, EngineEvent]]) -> None:
+        """Engine thread: hand a step's events to the event loop in one call."""
+        try:
+            self._loop.call_soon_threadsafe(self._dispatch, batch)
+        except RuntimeError:
+            log.debug("pool %s: event loop closed; dropping %d events", self.id, len(batch))
+
+    def _dispatch(self, batch: list[tuple[GenerationRequest, EngineEvent]]) -> None:
+        tokens = 0
+        for request, event in batch:
+            job = self._jobs.get(request.job_id)
+            if job is None:
+                continue
+            if isinstance(event, TokenText):
+                tokens += 1
+            job._deliver(event)
+            if isinstance(event, Finished):
+                self._forget(job)
+        if tokens:
+            self.metrics.record_tokens(tokens)
+
+    def _forget(self, job: Job) -> None:
+        """The engine no longer holds the job: drop it (idempotent)."""
+        if self._jobs.pop(job.id, None) is not None and not self._jobs:
+            self._idle.set()
+        self._retire_idle_engines()
+
+    def _on_job_closed(self, job: Job, final: Finished) -> None:
+        if job.released:  # withdrawn from the queue: no engine event will follow
+            self._forget(job)
+        if job.client_id is not None:
+            self._per_client[job.client_id] -= 1
+            if self._per_client[job.client_id] <= 0:
+                del self._per_client[job.client_id]
+        self.metrics.record_finish(final)
+        t = final.timings
+        log.info(
+            "pool %s: %s finished (%s): %d in, %d out, ttft %s ms, %.1f tok/s",
+            self.id, job.id, final.finish_reason, t.tokens_in, t.tokens_out,
+            f"{t.ttft_ms:.0f}" if t.ttft_ms is not None else "-", t.decode_tps,
+        )  # fmt: skip
+
+    # ---- control plane -----------------------------------------------------------------------
+
+    def jobs(self) -> list[Job]:
+        return list(self._jobs.values())
+
+    async def drain(self, deadline_ms: int) -> dict[str, int]:
+        """Stop admitting; let jobs finish until the deadline; cancel the rest (OC-CTRL-2002)."""
+        if self.state is PoolState.READY:
+            self.state = PoolState.DRAINING
+        log.info(
+            "pool %s draining (deadline %d ms, %d jobs)", self.id, deadline_ms, len(self._jobs)
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), deadline_ms / 1000)
+        late = [job for job in self._jobs.values() if not job.done]
+        for job in late:
+            job.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), 10)
+        self.state = PoolState.DRAINED
+        log.info("pool %s drained (%d cancelled at the deadline)", self.id, len(late))
+        return {"cancelled": len(late)}
+
+    def resume(self) -> None:
+        """Admit again after a drain."""
+        if self.state is PoolState.DRAINED and self.engine is not None:
+            self.state = PoolState.READY
+
+    async def reload(self, model_path: str | None = None) -> None:
+        """Load the new model beside the old, then switch atomically (OC-CTRL-2003). If the new
+        one fails to load, the old one keeps serving and the error is raised."""
+        spec = replace(self.spec, model_path=model_path or self.spec.model_path)
+        log.info("pool %s reloading %s", self.id, spec.model_path)
+        try:
+            new = await asyncio.to_thread(Engine.load, spec, self._publish)
+        except InferError as exc:
+            self.error = f"reload failed, kept the previous model: {exc.message}"
+            log.warning("pool %s: %s", self.id, self.error)
+            raise
+        old, self.engine, self.spec = self.engine, new, spec
+        self.error = None
+        if self.state in (PoolState.DRAINED, PoolState.FAILED):
+            self.state = PoolState.READY
+        if old is not None:
+            self._retiring.add(old)  # its running and queued jobs finish on it
+            self._retire_idle_engines()
+
+    def _retire_idle_engines(self) -> None:
+        for engine in list(self._retiring):
+            if not any(job.engine is engine for job in self._jobs.values()):
+                self._retiring.discard(engine)
+                self._loop.run_in_executor(None, engine.close)
+
+    async def close(self) -> None:
+        """Cancel everything and free the engine(s)."""
+        self.state = PoolState.DRAINED
+        for job in list(self._jobs.values()):
+            job.cancel()
+        engines = [e for e in (self.engine, *self._retiring) if e is not None]
+        self.engine, self._retiring = None, set()
+        for engine in engines:
+            await asyncio.to_thread(engine.close)
+
+    # ---- snapshots ---------------------------------------------------------------------------
+
+    def slots(self) -> list[SlotSnapshot]:
+        if self.engine is None:
+            return []
+        clients = {job.id: job.client_id for job in self._jobs.values()}
+        return [
+            s.model_copy(update={"client_id": clients.get(s.job_id or "")})
+            for s in self.engine.slots()
+        ]
+
+    def queue(self) -> QueueSnapshot:
+        engine = self.engine
+        waiting = engine.waiting() if engine else []
+        now = time.perf_counter()
+        entries = []
+        for position, request in enumerate(waiting):
+            job = self._jobs.get(request.job_id)
+            entries.append(
+                QueueEntry(
+                    job_id=request.job_id,
+                    client_id=job.client_id if job else None,
+                    position=position,
+                    predicted_start_ms=self._eta_ms(position),
+                    tokens_in=len(request.prompt_tokens),
+                    waited_ms=round((now - request.enqueued_at) * 1000, 1),
+                )
+            )
+        return QueueSnapshot(
+            pool_id=self.id,
+            capacity=self.queue_capacity,
+            depth=len(waiting),
+            waiting=tuple(entries),
+            slots=tuple(self.slots()),
+        )
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        engine = self.engine
+        return self.metrics.snapshot(
+            queue_depth=len(engine.waiting()) if engine else 0,
+            queue_capacity=self.queue_capacity,
+            slots_busy=engine.busy_slots if engine else 0,
+            slots_total=engine.n_parallel if engine else self.spec.n_parallel,
+        )
