@@ -1,0 +1,62 @@
+"""`infertui host --headless`: logs `ready`, exits 0 on SIGTERM or Ctrl-C (issue 2 §5)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.model
+
+
+def start_host(*flags: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--parallel", "1", *flags],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+
+
+def wait_for(proc: subprocess.Popen[str], needle: str, timeout: float = 60) -> list[str]:
+    assert proc.stderr is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"no {needle!r} in:\n{''.join(lines)}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_headless_host_logs_ready_and_exits_cleanly(sig: signal.Signals) -> None:
+    proc = start_host()
+    try:
+        wait_for(proc, "ready")
+        proc.send_signal(sig)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, rest
+    assert "shutting down" in rest
+    assert "host stopped" in rest
+
+
+def test_headless_host_reports_a_bad_model_file_and_exits_non_zero(tmp_path) -> None:
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a gguf file")
+    proc = start_host("--model", str(bogus))
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 1
+    assert "is not a GGUF file" in err
+    assert "Traceback" not in err

@@ -1,0 +1,117 @@
+"""The `infertui` command line: `host` serves models, `config path` shows the settings file."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from infertui.core import config
+from infertui.core.logging import configure_console
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Serve and use a local LLM from a terminal.
+
+  infertui host                 serve the bundled Gemma 3 270M model
+  infertui host --model m.gguf  serve your own GGUF model(s)
+  infertui config path          where the settings file lives
+
+Settings come from the config file, then INFERTUI_* environment variables, then flags.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="infertui", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: INFO"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    host = commands.add_parser(
+        "host",
+        help="serve GGUF models to many clients at once",
+        description="Load GGUF models with llama.cpp and serve them with continuous batching.",
+    )
+    add_host_flags(host)
+
+    cfg = commands.add_parser("config", help="show where the settings file is")
+    cfg.add_argument("action", choices=["path"], help="path: print the config file's location")
+    return parser
+
+
+def add_host_flags(host: argparse.ArgumentParser) -> None:
+    host.add_argument(
+        "--model",
+        action="append",
+        metavar="[ID=]PATH",
+        help="a GGUF file to serve (repeatable); default: the bundled Gemma 3 270M",
+    )
+    host.add_argument("--ctx", type=int, metavar="N", help="context tokens per slot (default 4096)")
+    host.add_argument(
+        "--gpu-layers",
+        type=int,
+        metavar="N",
+        help="layers to offload to the GPU (default: all when the build supports a GPU, else 0)",
+    )
+    host.add_argument("--main-gpu", type=int, metavar="ID", help="GPU to use (default 0)")
+    host.add_argument("--threads", type=int, metavar="N", help="decode threads (default: per core)")
+    host.add_argument(
+        "--parallel", type=int, metavar="N", help="slots: jobs decoded together (default 4)"
+    )
+    host.add_argument("--batch", type=int, metavar="N", help="tokens per decode step (default 512)")
+    host.add_argument(
+        "--queue", type=int, metavar="N", help="jobs that may wait per engine (default 64)"
+    )
+    host.add_argument(
+        "--headless",
+        action="store_true",
+        help="plain log lines on stderr instead of the dashboard (for systemd or nohup)",
+    )
+
+
+def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "log_level": args.log_level,
+        "host": {
+            "models": args.model,
+            "queue": args.queue,
+            "engine": {
+                "ctx": args.ctx,
+                "gpu_layers": args.gpu_layers,
+                "main_gpu": args.main_gpu,
+                "threads": args.threads,
+                "parallel": args.parallel,
+                "batch": args.batch,
+            },
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "config":
+        sys.stdout.write(f"{config.config_path()}\n")
+        return 0
+    if args.command == "host":
+        try:
+            settings = config.load_settings(**host_overrides(args))
+        except Exception as exc:  # a malformed config file or variable: say so, no traceback
+            sys.stderr.write(f"infertui: invalid settings: {exc}\n")
+            return 2
+        from .headless import run_headless
+
+        configure_console(settings.log_level)
+        return run_headless(settings)
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
