@@ -1,9 +1,9 @@
 """The continuous-batching decode loop: one thread, one context, n_parallel sequences.
 
-Each step: retire cancelled jobs, admit waiting jobs into free slots, put one token of every
-decoding sequence and a chunk of prefill into one batch, call `llama_decode` once, sample each
-sequence with its own native chain, and publish the step's events to the event loop in one call.
-A sequence that finishes or is cancelled frees its KV cells at once.
+Each step: retire cancelled jobs, admit waiting jobs into free slots, decode one token of every
+running sequence in a single `llama_decode`, prefill new prompts in chunks (at most one batch of
+tokens per step), sample each sequence with its own native chain, and publish the step's events
+to the event loop in one call. A sequence that finishes or is cancelled frees its KV cells at once.
 
 Cancel is race-free in two places: the loop re-checks `request.cancelled` after sampling and
 before publishing, and the event-loop side drops any token of a cancelled job that was already
@@ -195,51 +195,57 @@ class BatchLoop:
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
 
     def _step(self, events: Events) -> None:
-        active = [s for s in self._slots if s is not None]
-        for slot in active:
+        for slot in [s for s in self._slots if s is not None]:
             if slot.request.cancelled:
                 self._finish(slot, "abort", events)
-        active = [s for s in self._slots if s is not None]
-        if not active:
+        self._decode_running(events)
+        self._prefill_waiting(events)
+        self.steps += 1
+
+    def _decode_running(self, events: Events) -> None:
+        """One token for every sequence past its prompt, in a single llama_decode."""
+        decoding = [s for s in self._slots if s is not None and not s.prefilling]
+        if not decoding:
             return
         batch = self._batch
         batch.clear()
-        decoding = [s for s in active if not s.prefilling]
-        rows: list[tuple[_Slot, int]] = []  # (slot, batch row whose logits it samples)
-        prefilled: list[tuple[_Slot, int]] = []  # (slot, prompt tokens added this step)
-        for slot in decoding:
-            rows.append((slot, batch.add(slot.last_token, slot.n_past, slot.index, True)))
-        budget = self._n_batch - batch.n
-        for slot in active:
-            if budget <= 0:
-                break
-            if not slot.prefilling:
-                continue
-            prompt = slot.request.prompt_tokens
-            take = min(budget, len(prompt) - slot.prompt_pos)
-            last = slot.prompt_pos + take == len(prompt)
-            for k in range(take):
-                pos = slot.prompt_pos + k
-                index = batch.add(prompt[pos], pos, slot.index, last and k == take - 1)
-            if last:
-                rows.append((slot, index))
-            prefilled.append((slot, take))
-            slot.prompt_pos += take
-            budget -= take
+        rows = [(s, batch.add(s.last_token, s.n_past, s.index, True)) for s in decoding]
         rc = self._ctx.decode(batch)
-        self.steps += 1
         if rc != 0:
-            self._decode_failed(rc, [s for s, _ in rows] + [s for s, _ in prefilled], events)
+            self._decode_failed(rc, decoding, events)
             return
-        now = time.perf_counter()
-        for slot in decoding:
+        for slot, row in rows:
             slot.n_past += 1
-        for slot, take in prefilled:
+            self._on_token(slot, slot.sampler.sample(self._ctx.ptr, row), events)
+
+    def _prefill_waiting(self, events: Events) -> None:
+        """Prompt chunks, one sequence per llama_decode, at most n_batch tokens per step.
+
+        A chunk always starts at a multiple of n_batch and never shares a call with another
+        sequence: llama.cpp's logits depend on how a prompt is split into ubatches, so this
+        keeps every job's output identical to what it gives alone, whatever runs beside it.
+        """
+        budget = self._n_batch
+        for slot in [s for s in self._slots if s is not None and s.prefilling]:
+            prompt = slot.request.prompt_tokens
+            take = min(self._n_batch, len(prompt) - slot.prompt_pos)
+            if take > budget:
+                return  # the rest waits a step: running streams are held back by one batch
+            batch = self._batch
+            batch.clear()
+            start, last = slot.prompt_pos, slot.prompt_pos + take == len(prompt)
+            for pos in range(start, start + take):
+                row = batch.add(prompt[pos], pos, slot.index, last and pos == start + take - 1)
+            rc = self._ctx.decode(batch)
+            if rc != 0:
+                self._decode_failed(rc, [slot], events)
+                continue
+            slot.prompt_pos += take
             slot.n_past += take
-            if not slot.prefilling:
-                slot.prefill_done_at = now
-        for slot, index in rows:
-            self._on_token(slot, slot.sampler.sample(self._ctx.ptr, index), events)
+            budget -= take
+            if last:
+                slot.prefill_done_at = time.perf_counter()
+                self._on_token(slot, slot.sampler.sample(self._ctx.ptr, row), events)
 
     def _on_token(self, slot: _Slot, token: int, events: Events) -> None:
         request = slot.request

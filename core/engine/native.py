@@ -203,7 +203,13 @@ class LlamaContext:
     """One llama.cpp context holding `n_seq` sequences of `n_ctx_seq` tokens each."""
 
     def __init__(
-        self, model: LlamaModel, n_ctx_seq: int, n_seq: int, n_batch: int, n_threads: int
+        self,
+        model: LlamaModel,
+        n_ctx_seq: int,
+        n_seq: int,
+        n_batch: int,
+        n_threads: int,
+        flash_attn: int = -1,
     ) -> None:
         params = llama.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq
@@ -214,6 +220,7 @@ class LlamaContext:
         params.n_threads_batch = n_threads
         params.kv_unified = False  # one KV stream per sequence, as llama-server does by default
         params.swa_full = False  # sliding-window layers keep only their window
+        params.flash_attn_type = flash_attn  # -1 auto, 0 off, 1 on
         params.n_outputs_max = n_seq  # one logits row per sequence per step, not n_batch rows
         params.no_perf = True
         with _CapturedLog() as lines:
