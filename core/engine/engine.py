@@ -47,21 +47,20 @@ class Engine:
         n_gpu = spec.n_gpu_layers if spec.n_gpu_layers is not None else (-1 if gpu else 0)
         if not gpu:
             n_gpu = 0
-        model = LlamaModel(spec.model_path, n_gpu, spec.main_gpu_id, spec.extra_buffers)
-        try:
-            ctx = LlamaContext(
-                model,
-                spec.n_ctx,
-                spec.n_parallel,
-                spec.n_batch,
-                spec.n_threads or default_threads(),
-            )
-        except BaseException:
-            model.free()
-            raise
-        loop = BatchLoop(spec.engine_id, model, ctx, spec.n_batch, publish)
+
+        def open_model() -> tuple[LlamaModel, LlamaContext]:
+            model = LlamaModel(spec.model_path, n_gpu, spec.main_gpu_id, spec.extra_buffers)
+            try:
+                threads = spec.n_threads or default_threads()
+                ctx = LlamaContext(model, spec.n_ctx, spec.n_parallel, spec.n_batch, threads)
+            except BaseException:
+                model.free()
+                raise
+            return model, ctx
+
+        loop = BatchLoop(spec.engine_id, spec.n_parallel, spec.n_batch, publish)
+        model, ctx = loop.open(open_model)
         engine = cls(spec, model, ctx, loop, n_gpu)
-        loop.start()
         log.info(
             "engine %s loaded %s (%s, %s, %d slots x %d ctx, gpu layers %s)",
             spec.engine_id, Path(spec.model_path).name, model.description,
@@ -104,6 +103,9 @@ class Engine:
     def waiting(self) -> list[GenerationRequest]:
         return self._loop.waiting()
 
+    def occupancy(self) -> tuple[int, int]:
+        return self._loop.occupancy()
+
     def slots(self) -> list[SlotSnapshot]:
         return self._loop.slots()
 
@@ -123,7 +125,7 @@ class Engine:
     @property
     def parameters(self) -> EngineParameters:
         return EngineParameters(
-            n_ctx=self.spec.n_ctx,
+            n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers,
             main_gpu_id=self.spec.main_gpu_id,
             n_threads=self.spec.n_threads or default_threads(),
@@ -138,8 +140,6 @@ class Engine:
         )
 
     def close(self) -> None:
-        """Stop the loop (its jobs end as aborted) and free llama.cpp's memory."""
+        """Stop the loop (its jobs end as aborted); its thread frees llama.cpp's memory."""
         self._loop.stop()
-        self._ctx.free()
-        self.model.free()
         log.info("engine %s closed", self.spec.engine_id)

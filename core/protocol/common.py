@@ -37,6 +37,7 @@ class SamplingParams(BaseModel):
     repeat_last_n: int = Field(64, ge=0, le=4096)
     stop: tuple[str, ...] = Field((), max_length=16, description="never emitted, not even in part")
     max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")
+    ignore_eos: bool = Field(False, description="keep going past end-of-generation (benchmarks)")
 
     @property
     def uses_penalties(self) -> bool:

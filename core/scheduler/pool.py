@@ -143,18 +143,20 @@ class Pool:
                 param="max_tokens" if params.max_tokens else "messages",
                 engine_id=self.id,
             )
-        depth = len(engine.waiting())
+        # Jobs submitted a moment ago that will take a free slot at the next step do not wait.
+        behind, busy = engine.occupancy()
+        depth = max(0, behind - (engine.n_parallel - busy))
         if depth >= self.queue_capacity:
             raise InferError(
                 ErrorKind.QUEUE_FULL,
                 f"the queue of engine '{self.id}' is full ({depth} waiting)",
-                retry_after_ms=self._eta_ms(depth),
+                retry_after_ms=self._eta_ms(behind),
                 engine_id=self.id,
             )
         request = GenerationRequest(job_id or new_job_id(), tokens, params, max_tokens)
-        position = depth if engine.busy_slots + depth >= engine.n_parallel else 0
+        position = depth
         job = Job(
-            request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(depth)
+            request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(behind)
         )
         self._jobs[job.id] = job
         self._idle.clear()
@@ -164,11 +166,12 @@ class Pool:
         return job
 
     def _eta_ms(self, position: int) -> int:
-        """When a job at this queue position should start, from measured service times."""
+        """When the job at this index of the engine's waiting list should start, from
+        measured service times (0 when a slot is free for it)."""
         engine = self.engine
         if engine is None:
             return 1000
-        free = engine.n_parallel - engine.busy_slots
+        free = engine.n_parallel - engine.occupancy()[1]
         if position < free:
             return 0
         rounds = math.ceil((position - free + 1) / engine.n_parallel)

@@ -84,7 +84,7 @@ async def test_eight_slots_decoding_together_complete_in_full_and_start_exactly(
     jobs = [pool.submit(prompt=p, params=GREEDY) for p in PROMPTS]
     batched = await asyncio.gather(*(stream(job) for job in jobs))
     identical = 0
-    for (solo_text, solo_end), (chunks, end) in zip(solo, batched, strict=True):
+    for (solo_text, _solo_end), (chunks, end) in zip(solo, batched, strict=True):
         assert end.finish_reason in ("stop", "length")
         if end.finish_reason == "length":
             assert end.timings.tokens_out == GREEDY.max_tokens

@@ -1,0 +1,203 @@
+"""Admission (OC-CTRL-2010/2011), drain (OC-CTRL-2002), reload (OC-CTRL-2003), engine errors."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+
+import pytest
+
+from infertui.core.engine import EngineSpec
+from infertui.core.host import EngineRegistry
+from infertui.core.protocol.common import ChatMessage, SamplingParams
+from infertui.core.protocol.errors import ErrorKind, InferError
+from infertui.core.protocol.snapshots import EngineState, PoolState
+from infertui.core.scheduler import Pool
+
+pytestmark = pytest.mark.model
+
+LONG = SamplingParams(temperature=0.8, seed=1, max_tokens=300)
+SHORT = SamplingParams(temperature=0, max_tokens=8)
+
+
+async def test_queue_full_is_rejected_with_a_retry_hint_and_nothing_is_lost(make_pool) -> None:
+    pool = await make_pool(parallel=1, queue=2)
+    accepted = [pool.submit(prompt=f"Job {i}:", params=SHORT) for i in range(3)]
+    with pytest.raises(InferError) as rejected:
+        pool.submit(prompt="one too many", params=SHORT)
+    err = rejected.value
+    assert err.kind is ErrorKind.QUEUE_FULL
+    assert err.retriable
+    assert err.retry_after_ms is not None and err.retry_after_ms > 0
+    assert err.mapping.http_status == 429
+    assert err.mapping.p2p_code == "MODEL_BUSY"
+    results = await asyncio.gather(*(job.text() for job in accepted))
+    assert all(end.finish_reason == "length" for _, end in results)
+    assert pool.metrics_snapshot().rejected == 1
+    _, end = await pool.submit(prompt="after", params=SHORT).text()  # serving goes on
+    assert end.finish_reason == "length"
+
+
+async def test_a_prompt_that_cannot_fit_the_context_is_rejected_with_the_numbers(make_pool) -> None:
+    pool = await make_pool(parallel=1, ctx=256)
+    with pytest.raises(InferError) as rejected:
+        pool.submit(prompt="word " * 300, params=SHORT)
+    assert rejected.value.kind is ErrorKind.CONTEXT_OVERFLOW
+    assert "256" in rejected.value.message
+    assert rejected.value.mapping.orch_code == "INVALID_PARAMS"
+    with pytest.raises(InferError) as too_many:
+        pool.submit(prompt="short", params=SamplingParams(max_tokens=1000))
+    assert "1000" in too_many.value.message
+    assert pool.engine.waiting() == []
+
+
+async def test_max_tokens_unset_means_up_to_the_context(make_pool) -> None:
+    pool = await make_pool(parallel=1, ctx=128)
+    job = pool.submit(prompt="Hello", params=SamplingParams(temperature=0))
+    assert pool.engine.n_ctx >= 128  # llama.cpp rounds the context up (to 256)
+    assert job.request.max_tokens == pool.engine.n_ctx - job.tokens_in
+    job.cancel()
+
+
+async def test_a_client_at_its_job_limit_gets_client_busy(make_pool) -> None:
+    pool = await make_pool(parallel=2)
+    first = pool.submit(prompt="one", params=LONG, client_id="peer-a", client_limit=1)
+    with pytest.raises(InferError) as busy:
+        pool.submit(prompt="two", params=LONG, client_id="peer-a", client_limit=1)
+    assert busy.value.kind is ErrorKind.CLIENT_BUSY
+    assert busy.value.mapping.p2p_code == "MODEL_BUSY"
+    other = pool.submit(prompt="three", params=SHORT, client_id="peer-b", client_limit=1)
+    first.cancel()
+    again = pool.submit(prompt="four", params=SHORT, client_id="peer-a", client_limit=1)
+    for job in (other, again):
+        await job.text()
+
+
+async def test_queue_positions_and_predicted_starts_move_with_the_queue(make_pool) -> None:
+    pool = await make_pool(parallel=1)
+    head = pool.submit(prompt="first", params=SamplingParams(temperature=0, max_tokens=24))
+    await head.text()  # one measured job gives the ETA a service time
+    running = pool.submit(prompt="running", params=LONG)
+    queued = [pool.submit(prompt=f"waiting {i}", params=SHORT) for i in range(3)]
+    while running.slot is None:
+        await asyncio.sleep(0.005)
+    snapshot = pool.queue()
+    assert [e.position for e in snapshot.waiting] == [0, 1, 2]
+    starts = [e.predicted_start_ms for e in snapshot.waiting]
+    assert starts == sorted(starts) and starts[0] > 0
+    assert [job.queue_position for job in queued] == [0, 1, 2]
+    queued[0].cancel()
+    assert [e.job_id for e in pool.queue().waiting] == [queued[1].id, queued[2].id]
+    running.cancel()
+    await asyncio.gather(*(job.text() for job in queued[1:]))
+
+
+async def test_drain_lets_short_jobs_finish_and_cancels_the_rest_at_the_deadline(make_pool) -> None:
+    pool = await make_pool(parallel=2)
+    short = pool.submit(prompt="short", params=SHORT)
+    long_jobs = [pool.submit(prompt=f"long {i}", params=LONG) for i in range(3)]
+    outcome = await pool.drain(deadline_ms=600)
+    assert outcome["cancelled"] == 3
+    assert short.result is not None and short.result.finish_reason == "length"
+    assert all(j.result is not None and j.result.finish_reason == "abort" for j in long_jobs)
+    assert pool.state is PoolState.DRAINED
+    assert pool.engine.busy_slots == 0
+    with pytest.raises(InferError) as unready:
+        pool.submit(prompt="after drain", params=SHORT)
+    assert unready.value.kind is ErrorKind.POOL_UNREADY
+    pool.resume()
+    _, end = await pool.submit(prompt="resumed", params=SHORT).text()
+    assert end.finish_reason == "length"
+
+
+async def test_drain_of_an_idle_pool_returns_at_once(make_pool) -> None:
+    pool = await make_pool(parallel=1)
+    outcome = await asyncio.wait_for(pool.drain(deadline_ms=60_000), 2)
+    assert outcome == {"cancelled": 0}
+
+
+async def test_reload_switches_atomically_and_running_jobs_finish_on_the_old_model(
+    make_pool, model_path, tmp_path
+) -> None:
+    pool = await make_pool(parallel=2)
+    old = pool.engine
+    running = pool.submit(prompt="Before the reload,", params=SamplingParams(max_tokens=40))
+    copy = tmp_path / "copy-of-gemma.gguf"
+    shutil.copy(model_path, copy)
+    await pool.reload(str(copy))
+    assert pool.engine is not old
+    assert pool.spec.model_path == str(copy)
+    after = pool.submit(prompt="After the reload,", params=SHORT)
+    assert after.engine is pool.engine
+    (_, end_running), (_, end_after) = await asyncio.gather(running.text(), after.text())
+    assert end_running.finish_reason in ("stop", "length")
+    assert running.engine is old
+    assert end_after.finish_reason == "length"
+
+
+async def test_reload_with_a_broken_file_rolls_back_and_keeps_serving(make_pool, tmp_path) -> None:
+    pool = await make_pool(parallel=1)
+    old = pool.engine
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\x00" * 64)  # right magic, nothing behind it
+    with pytest.raises(InferError) as failed:
+        await pool.reload(str(broken))
+    assert failed.value.kind in (ErrorKind.MODEL_INVALID, ErrorKind.MODEL_LOAD_FAILED)
+    assert pool.engine is old
+    assert pool.state is PoolState.READY
+    assert pool.error and "kept the previous model" in pool.error
+    _, end = await pool.submit(prompt="still here", params=SHORT).text()
+    assert end.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        (None, ErrorKind.MODEL_FILE_NOT_FOUND),
+        (b"not a model at all", ErrorKind.MODEL_INVALID),
+        (b"GGUF\x03\x00\x00\x00garbage", ErrorKind.MODEL_INVALID),
+    ],
+)
+async def test_bad_model_files_are_typed_errors(tmp_path, content, kind) -> None:
+    path = tmp_path / "model.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(InferError) as failed:
+        await Pool.start(EngineSpec(model_path=str(path), engine_id="bad"))
+    assert failed.value.kind is kind
+    assert str(path.name) in failed.value.message
+
+
+async def test_registry_adds_lists_reports_and_removes_engines(model_path) -> None:
+    registry = EngineRegistry(queue_capacity=8)
+    try:
+        spec = EngineSpec(str(model_path), "first", n_ctx=512, n_parallel=2, n_threads=2)
+        await registry.add(spec)
+        with pytest.raises(InferError) as dup:
+            await registry.add(spec)
+        assert dup.value.kind is ErrorKind.ENGINE_EXISTS
+        status = registry.status("first")
+        assert status.status is EngineState.LOADED
+        assert status.parameters.n_ctx == 512
+        assert status.parameters.n_gpu_layers == 0  # this build has no GPU
+        assert status.memory_usage is not None
+        assert 200 < status.memory_usage.model_size_mb < 300
+        assert status.memory_usage.context_size_mb > 0
+        assert "gemma" in (status.chat_format or "")
+        assert registry.resolve(None).id == "first"
+        assert registry.resolve("gemma-3-270m-q4_k_m").id == "first"  # by file name
+        with pytest.raises(InferError) as unknown:
+            registry.resolve("no-such-model")
+        assert unknown.value.kind is ErrorKind.MODEL_NOT_FOUND
+        pool = registry.get("first")
+        await pool.submit(messages=[ChatMessage(role="user", content="Hi")], params=SHORT).text()
+        status = registry.status("first")
+        assert status.performance.total_requests == 1
+        assert status.performance.last_inference_tps > 0
+        await registry.remove("first")
+        assert registry.statuses() == []
+        with pytest.raises(InferError) as gone:
+            registry.resolve(None)
+        assert gone.value.kind is ErrorKind.NO_ENGINE
+    finally:
+        await registry.close()

@@ -1,0 +1,41 @@
+"""Settings precedence: flags over INFERTUI_* environment over the TOML file."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertui.core.config import load_settings
+
+
+def test_file_then_environment_then_flags(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = tmp_path / "config.toml"
+    file.write_text(
+        '[host]\nqueue = 5\nmodels = ["a.gguf"]\n[host.engine]\nctx = 1024\nparallel = 3\n'
+    )
+    monkeypatch.setenv("INFERTUI_CONFIG", str(file))
+    settings = load_settings()
+    assert (settings.host.queue, settings.host.engine.ctx, settings.host.engine.parallel) == (
+        5,
+        1024,
+        3,
+    )
+
+    monkeypatch.setenv("INFERTUI_HOST__ENGINE__CTX", "2048")
+    settings = load_settings()
+    assert settings.host.engine.ctx == 2048
+    assert settings.host.engine.parallel == 3, "the file still fills what env does not set"
+
+    settings = load_settings(host={"engine": {"ctx": 512, "parallel": None}, "queue": None})
+    assert settings.host.engine.ctx == 512
+    assert settings.host.engine.parallel == 3, "a flag not given hides nothing"
+    assert settings.host.queue == 5
+    assert settings.host.models == ["a.gguf"]
+
+
+def test_defaults_without_a_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "missing.toml"))
+    settings = load_settings()
+    assert settings.host.engine.ctx == 4096
+    assert settings.host.engine.parallel == 4
+    assert settings.host.queue == 64
+    assert settings.host.models == []
