@@ -163,3 +163,10 @@ def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or "message"
     return f"{where}: {err['msg']}"
+
+
+def error_payload(err: InferError) -> ErrorPayload:
+    """An InferError as spec 000's `error` payload (MODEL_BUSY carries retry_after_ms)."""
+    return ErrorPayload(
+        code=err.mapping.p2p_code, message=err.message, retry_after_ms=err.retry_after_ms
+    )

@@ -1,0 +1,83 @@
+"""Spec 001: the Ollama-style chat API (`/chat/completions` JSON or NDJSON, `/chat/sse`).
+
+Success chunks carry `message` as an object; error lines carry `error` with `message` as a
+string, exactly as the spec shows (it notes the asymmetry itself).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .common import ChatMessage, SamplingParams
+from .errors import InferError
+
+SSE_END = "[END]"
+
+
+class OllamaChatRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    max_tokens: int | None = Field(None, ge=1)
+    stop: list[str] | None = None
+
+    def sampling(self) -> SamplingParams:
+        given = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "seed": self.seed,
+            "max_tokens": self.max_tokens,
+            "stop": tuple(self.stop) if self.stop else None,
+        }
+        return SamplingParams(**{k: v for k, v in given.items() if v is not None})
+
+
+class AssistantTurn(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class OllamaChatResponse(BaseModel):
+    id: str
+    model: str
+    created: int = Field(default_factory=lambda: int(time.time()))
+    message: AssistantTurn
+    done: Literal[True] = True
+
+
+class OllamaStreamChunk(BaseModel):
+    message: AssistantTurn
+    done: bool
+    index: int
+
+
+class OllamaError(BaseModel):
+    message: str
+    type: str
+    code: str
+
+
+class OllamaErrorEnvelope(BaseModel):
+    error: OllamaError
+
+
+class OllamaStreamError(BaseModel):
+    """The one NDJSON line that ends a stream on error."""
+
+    error: OllamaError
+    done: Literal[True] = True
+
+
+def error_body(err: InferError) -> OllamaError:
+    m = err.mapping
+    return OllamaError(message=err.message, type=m.openai_type, code=m.openai_code)

@@ -1,0 +1,236 @@
+"""Spec 004: OpenAI-compatible completions, engine management and health bodies.
+
+Request defaults and ranges are the spec's (temperature 1.0 in 0..2, top_p 1.0 in 0..1,
+penalties in -2..2, max_tokens ≥ 1 with 128 for chat and 16 for completions). Fields OpenAI
+clients send that the spec does not name are ignored rather than refused.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .common import ChatMessage, SamplingParams
+from .errors import InferError
+from .snapshots import EngineParameters, EngineState, FinishReason
+
+OpenAIFinish = Literal["stop", "length"] | None
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1, description="engine id (see GET /v1/models)")
+    stream: bool = False
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    stop: str | list[str] | None = None
+    # beyond OpenAI: llama.cpp's own knobs, as llama-server accepts them
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
+
+    def sampling(self, max_tokens: int) -> SamplingParams:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        extra = {
+            k: v
+            for k, v in (
+                ("top_k", self.top_k),
+                ("min_p", self.min_p),
+                ("repeat_penalty", self.repeat_penalty),
+            )
+            if v is not None
+        }
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            stop=tuple(stops),
+            max_tokens=max_tokens,
+            **extra,
+        )
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int = Field(128, ge=1)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+    max_tokens: int = Field(16, ge=1)
+
+    @property
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else self.prompt
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: OpenAIFinish
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    system_fingerprint: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    finish_reason: OpenAIFinish = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    system_fingerprint: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    finish_reason: OpenAIFinish | Literal[""]
+
+
+class TextCompletion(BaseModel):
+    """A whole completion, and (with `usage` None) each chunk of a streamed one."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+
+
+def openai_finish(reason: FinishReason) -> OpenAIFinish:
+    """OpenAI knows stop and length; an aborted or failed job ends as stop."""
+    return "length" if reason == "length" else "stop"
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "infertui"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorEnvelope(BaseModel):
+    error: ErrorBody
+
+
+def error_envelope(err: InferError) -> ErrorEnvelope:
+    m = err.mapping
+    return ErrorEnvelope(
+        error=ErrorBody(
+            message=err.message, type=m.openai_type, param=err.param, code=m.openai_code
+        )
+    )
+
+
+# ---- engine management ---------------------------------------------------------------------
+
+
+class AddEngineRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine_id: str = Field(min_length=1, max_length=128, pattern=r"^[^/\s]+$")
+    model_path: str = Field(min_length=1)
+    n_ctx: int = Field(4096, ge=128)
+    n_gpu_layers: int = Field(100, ge=0, description="more layers than the model has: all")
+    main_gpu_id: int = Field(0, ge=0)
+
+
+class EngineSummary(BaseModel):
+    engine_id: str
+    status: EngineState
+    model_path: str | None = None
+
+
+class AddEngineResponse(BaseModel):
+    engine_id: str
+    status: EngineState
+    model_path: str
+    parameters: EngineParameters
+
+
+class EngineList(BaseModel):
+    engines: list[EngineSummary]
+
+
+class RemoveEngineResponse(BaseModel):
+    engine_id: str
+    status: Literal["removed"] = "removed"
+
+
+# ---- health --------------------------------------------------------------------------------
+
+
+class EngineCounts(BaseModel):
+    loaded: int
+    unloaded: int
+    total: int
+
+
+class SystemUsage(BaseModel):
+    uptime_seconds: float
+    memory_usage_mb: float
+    cpu_usage_percent: float
+
+
+class HealthResponse(BaseModel):
+    status: Literal["healthy", "degraded", "unhealthy"]
+    timestamp: int
+    version: str
+    engines: EngineCounts
+    system: SystemUsage
+    engines_summary: list[EngineSummary]

@@ -1,0 +1,204 @@
+"""Spec 002: the orchestrator's task queue (data plane) and pools (control plane).
+
+Tasks: `POST /v1/tasks` admits (202 TaskAccepted, or 429 Backpressure), the SSE stream
+emits started → token* → end with metrics interleaved, or a terminal error. Pools report
+health, drain with a deadline, and reload atomically. Capabilities describe every pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .common import ChatMessage, SamplingParams
+from .errors import InferError
+from .snapshots import MetricsSnapshot, PoolState
+
+API_VERSION = "1.0.0"
+OutputMode = Literal["text", "json", "edits"]
+SSE_EVENTS = ("started", "token", "metrics", "end", "error")
+
+
+class TaskRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    task_id: str | None = Field(None, min_length=1, max_length=128)
+    session_id: str | None = None
+    model: str | None = Field(None, description="engine id; the default engine when absent")
+    pool_id: str | None = Field(None, description="pin: this pool or an error, never another")
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    max_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.8, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    top_k: int = Field(40, ge=0)
+    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    stop: list[str] | None = None
+    output_mode: OutputMode | None = Field(
+        None, description="a hint, recorded; unknown values are ignored (OC-CTRL-2063)"
+    )
+
+    @field_validator("output_mode", mode="before")
+    @classmethod
+    def _ignore_unknown_mode(cls, value: Any) -> Any:
+        return value if value in ("text", "json", "edits") else None
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            stop=tuple(self.stop or ()),
+            max_tokens=self.max_tokens,
+        )
+
+
+class TaskAccepted(BaseModel):
+    task_id: str
+    queue_position: int
+    predicted_start_ms: int
+    pool_id: str
+    engine: str
+    output_mode: OutputMode | None = None
+    stream_url: str
+
+
+class TaskCancelled(BaseModel):
+    task_id: str
+    cancelled: bool
+    state: str
+
+
+class ErrorBody(BaseModel):
+    """OC-CTRL-2030/2031/2032: a stable code, a sentence, and advisory fields."""
+
+    code: str
+    message: str
+    retriable: bool = False
+    retry_after_ms: int | None = None
+    engine: str | None = None
+    pool_id: str | None = None
+
+
+class Backpressure(ErrorBody):
+    """The 429 body (OC-CTRL-2011)."""
+
+    policy_label: str
+
+
+# ---- SSE payloads (§3.2) -------------------------------------------------------------------
+
+
+class SSEStarted(BaseModel):
+    queue_position: int
+    predicted_start_ms: int
+
+
+class SSEToken(BaseModel):
+    t: str
+    i: int
+
+
+class SSEMetrics(BaseModel):
+    """Additive scheduling signals (OC-CTRL-2023)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    queue_depth: int
+    on_time_probability: float | None = None
+    kv_warmth: bool = False
+    tokens_out: int = 0
+    decode_tps: float = 0.0
+
+
+class SSEEnd(BaseModel):
+    tokens_out: int
+    decode_ms: int
+    decode_time_ms: int
+
+
+class SSEError(BaseModel):
+    code: str
+    message: str
+    retriable: bool
+    retry_after_ms: int | None = None
+    engine: str | None = None
+
+
+def error_body(err: InferError, *, pool_id: str | None = None) -> ErrorBody:
+    m = err.mapping
+    return ErrorBody(
+        code=m.orch_code,
+        message=err.message,
+        retriable=m.retriable,
+        retry_after_ms=err.retry_after_ms,
+        engine=err.engine_id,
+        pool_id=pool_id or err.engine_id,
+    )
+
+
+def sse_error(err: InferError) -> SSEError:
+    m = err.mapping
+    return SSEError(
+        code=m.orch_code,
+        message=err.message,
+        retriable=m.retriable,
+        retry_after_ms=err.retry_after_ms,
+        engine=err.engine_id,
+    )
+
+
+# ---- control plane -------------------------------------------------------------------------
+
+
+class PoolHealth(BaseModel):
+    pool_id: str
+    live: bool
+    ready: bool
+    draining: bool
+    state: PoolState
+    engine: str
+    model_path: str
+    metrics: MetricsSnapshot
+    last_error: str | None = None
+
+
+class DrainRequest(BaseModel):
+    deadline_ms: int = Field(ge=0, le=3_600_000)
+
+
+class DrainResponse(BaseModel):
+    pool_id: str
+    draining: bool
+    cancelled: int | None = None
+
+
+class ReloadRequest(BaseModel):
+    model_path: str | None = Field(None, description="the new GGUF; the current one when absent")
+
+
+class ReloadResponse(BaseModel):
+    pool_id: str
+    reloaded: bool
+    model_path: str
+
+
+class PoolCapabilities(BaseModel):
+    pool_id: str
+    engine: str
+    engine_version: str
+    sampler_profile_version: str | None = "llama.cpp-chain-1"
+    model: str
+    ctx_max: int
+    max_tokens_out: int
+    slots: int
+    supported_workloads: list[str]
+    rate_limits: dict[str, int]
+    features: dict[str, bool]
+
+
+class Capabilities(BaseModel):
+    api_version: str = API_VERSION
+    pools: list[PoolCapabilities]
