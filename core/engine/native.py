@@ -140,6 +140,7 @@ class LlamaModel:
             kind = ErrorKind.OUT_OF_MEMORY if "alloc" in reason.lower() else ErrorKind.MODEL_INVALID
             raise InferError(kind, f"cannot load {Path(path).name}: {reason}", param="model_path")
         self.ptr = ptr
+        self.n_gpu_layers = n_gpu_layers
         self.vocab = llama.llama_model_get_vocab(ptr)
         self.n_vocab = int(llama.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(llama.llama_model_n_ctx_train(ptr))
@@ -152,6 +153,18 @@ class LlamaModel:
         template = llama.llama_model_chat_template(ptr, None)
         self.chat_template: str | None = template.decode("utf-8") if template else None
         self._piece_buf = ctypes.create_string_buffer(256)
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token takes across all layers (f16 K and V; an upper bound for
+        models with sliding-window layers, which keep only their window)."""
+        n_layer = int(llama.llama_model_n_layer(self.ptr))
+        n_head = max(1, int(llama.llama_model_n_head(self.ptr)))
+        n_head_kv = int(llama.llama_model_n_head_kv(self.ptr))
+        n_embd = int(llama.llama_model_n_embd(self.ptr))
+        arch = self.architecture
+        key = int(self.meta(f"{arch}.attention.key_length") or n_embd // n_head)
+        value = int(self.meta(f"{arch}.attention.value_length") or n_embd // n_head)
+        return n_layer * n_head_kv * (key + value) * 2
 
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(512)
@@ -211,6 +224,7 @@ class LlamaContext:
         n_threads: int,
         flash_attn: int = -1,
     ) -> None:
+        _check_context_memory(model, n_ctx_seq * n_seq)
         params = llama.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq
         params.n_seq_max = n_seq
@@ -283,6 +297,22 @@ class Batch:
         if self.raw is not None:
             llama.llama_batch_free(self.raw)
             self.raw = None
+
+
+def _check_context_memory(model: LlamaModel, n_cells: int) -> None:
+    """Refuse a context that cannot fit in RAM: llama.cpp would allocate it anyway and the
+    kernel would kill the whole host when the pages are touched."""
+    if model.n_gpu_layers != 0:
+        return  # the KV cache lives on the GPU, whose allocator fails cleanly
+    available = _available_memory_mb()
+    needed = model.kv_bytes_per_token() * n_cells / 2**20
+    if available is not None and needed > available * 0.9:
+        raise InferError(
+            ErrorKind.OUT_OF_MEMORY,
+            f"a context of {n_cells} tokens needs up to {needed:,.0f} MiB of KV cache but only "
+            f"{available:,.0f} MiB of memory is free; lower n_ctx or the number of slots",
+            param="n_ctx",
+        )
 
 
 _SIZE = re.compile(r"(?:KV|kv_cache|compute buffer|RS).*?size\s*=\s*([\d.]+)\s*MiB")

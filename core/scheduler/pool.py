@@ -226,6 +226,16 @@ class Pool:
     def jobs(self) -> list[Job]:
         return list(self._jobs.values())
 
+    def position(self, job: Job) -> tuple[int, int]:
+        """(queue position, predicted start in ms) of a job now; (0, 0) once it has a slot."""
+        engine = job.engine
+        waiting = engine.waiting()
+        if job.request not in waiting:
+            return 0, 0
+        index = waiting.index(job.request)
+        free = engine.n_parallel - engine.occupancy()[1]
+        return max(0, index - free), self._eta_ms(index)
+
     async def drain(self, deadline_ms: int) -> dict[str, int]:
         """Stop admitting; let jobs finish until the deadline; cancel the rest (OC-CTRL-2002)."""
         if self.state is PoolState.READY:

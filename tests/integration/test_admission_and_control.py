@@ -86,8 +86,11 @@ async def test_queue_positions_and_predicted_starts_move_with_the_queue(make_poo
     starts = [e.predicted_start_ms for e in snapshot.waiting]
     assert starts == sorted(starts) and starts[0] > 0
     assert [job.queue_position for job in queued] == [0, 1, 2]
+    assert [pool.position(job)[0] for job in queued] == [0, 1, 2]
     queued[0].cancel()
     assert [e.job_id for e in pool.queue().waiting] == [queued[1].id, queued[2].id]
+    assert [pool.position(job)[0] for job in queued[1:]] == [0, 1], "positions move up"
+    assert pool.position(running) == (0, 0)
     running.cancel()
     await asyncio.gather(*(job.text() for job in queued[1:]))
 
@@ -201,3 +204,25 @@ async def test_registry_adds_lists_reports_and_removes_engines(model_path) -> No
         assert gone.value.kind is ErrorKind.NO_ENGINE
     finally:
         await registry.close()
+
+
+async def test_a_context_too_big_for_memory_is_a_typed_error_not_a_crash(make_pool) -> None:
+    with pytest.raises(InferError) as failed:
+        await make_pool(parallel=64, ctx=8_000_000)
+    assert failed.value.kind is ErrorKind.OUT_OF_MEMORY
+    assert "MiB" in failed.value.message
+    pool = await make_pool(parallel=1)  # and the process is fine
+    _, end = await pool.submit(prompt="still alive", params=SHORT).text()
+    assert end.finish_reason == "length"
+
+
+async def test_a_model_bigger_than_free_memory_is_refused_before_loading(
+    monkeypatch: pytest.MonkeyPatch, model_path
+) -> None:
+    from infertui.core.engine import native
+
+    monkeypatch.setattr(native, "_available_memory_mb", lambda: 64.0)
+    with pytest.raises(InferError) as failed:
+        await Pool.start(EngineSpec(str(model_path), "tight"))
+    assert failed.value.kind is ErrorKind.OUT_OF_MEMORY
+    assert "64 MiB" in failed.value.message
