@@ -140,14 +140,8 @@ def error_body(err: InferError, *, pool_id: str | None = None) -> ErrorBody:
 
 
 def sse_error(err: InferError) -> SSEError:
-    m = err.mapping
-    return SSEError(
-        code=m.orch_code,
-        message=err.message,
-        retriable=m.retriable,
-        retry_after_ms=err.retry_after_ms,
-        engine=err.engine_id,
-    )
+    """The same fields as error_body, inside an SSE `error` event (OC-CTRL-2028)."""
+    return SSEError.model_validate(error_body(err).model_dump(exclude={"pool_id"}))
 
 
 # ---- control plane -------------------------------------------------------------------------
