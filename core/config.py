@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -37,6 +37,15 @@ class EngineDefaults(BaseModel):
     )
 
 
+class HttpSettings(BaseModel):
+    """The optional HTTP API of `infertui host`."""
+
+    listen: str | None = Field(None, description="[HOST:]PORT to serve on; unset: no HTTP API")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="origins allowed by CORS; empty: CORS off"
+    )
+
+
 class HostSettings(BaseModel):
     """`infertui host`."""
 
@@ -49,6 +58,7 @@ class HostSettings(BaseModel):
     host_name: str = Field(default_factory=socket.gethostname)
     peer_job_limit: int = Field(1, ge=1, description="concurrent jobs per P2P peer (MODEL_BUSY)")
     drain_on_stop_ms: int = Field(2000, ge=0, description="grace for running jobs at shutdown")
+    http: HttpSettings = HttpSettings()
 
 
 class Settings(BaseSettings):
@@ -60,6 +70,9 @@ class Settings(BaseSettings):
 
     host: HostSettings = HostSettings()
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    api_key: SecretStr | None = Field(
+        None, description="INFERTUI_API_KEY: required of HTTP clients (host), sent (client)"
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+from contextvars import ContextVar
 from pathlib import Path
 
 from . import paths
 
-FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(correlation)s%(message)s"
+
+# The request being served (HTTP's X-Correlation-Id), for every log line it causes.
+correlation_id: ContextVar[str | None] = ContextVar("correlation_id", default=None)
+
+
+class CorrelationFilter(logging.Filter):
+    """Adds `[correlation-id] ` to records logged while a request is being served."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cid = getattr(record, "cid", None) or correlation_id.get()
+        record.correlation = f"[{cid}] " if cid else ""
+        return True
 
 
 def configure_console(level: str | int = "INFO") -> None:
@@ -29,6 +42,7 @@ def configure_file(level: str | int = "INFO", file: Path | None = None) -> Path:
 
 def _install(handler: logging.Handler, level: str | int) -> None:
     handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(CorrelationFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -69,6 +69,24 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         "--queue", type=int, metavar="N", help="jobs that may wait per engine (default 64)"
     )
     host.add_argument(
+        "--http",
+        nargs="?",
+        const="127.0.0.1:8080",
+        metavar="[HOST:]PORT",
+        help="also serve the HTTP API (OpenAI, Ollama-style, tasks); alone: 127.0.0.1:8080",
+    )
+    host.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on HTTP (or set INFERTUI_API_KEY)",
+    )
+    host.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="allow this browser origin over CORS (repeatable; default: CORS off)",
+    )
+    host.add_argument(
         "--headless",
         action="store_true",
         help="plain log lines on stderr instead of the dashboard (for systemd or nohup)",
@@ -78,9 +96,11 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
 def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "log_level": args.log_level,
+        "api_key": args.api_key,
         "host": {
             "models": args.model,
             "queue": args.queue,
+            "http": {"listen": args.http, "cors_origins": args.cors_origin},
             "engine": {
                 "ctx": args.ctx,
                 "gpu_layers": args.gpu_layers,

@@ -9,12 +9,24 @@ import signal
 from infertui.core.config import Settings
 from infertui.core.host import HostService
 from infertui.core.protocol.errors import InferError
+from infertui.core.transport.http import HttpServer, create_app
 
 log = logging.getLogger("infertui.host")
 
 
-async def serve(settings: Settings, stop: asyncio.Event) -> int:
+def build_service(settings: Settings) -> HostService:
+    """The host core with the transports the settings ask for."""
     service = HostService(settings.host)
+    http = settings.host.http
+    if http.listen:
+        key = settings.api_key.get_secret_value() if settings.api_key else None
+        app = create_app(service, api_key=key, cors_origins=http.cors_origins)
+        service.attach(HttpServer(app, http.listen))
+    return service
+
+
+async def serve(settings: Settings, stop: asyncio.Event) -> int:
+    service = build_service(settings)
     try:
         await service.start()
     except InferError as exc:
@@ -27,7 +39,8 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
             status.engine_id, status.model_path, status.parameters.n_parallel,
             status.parameters.n_ctx, status.chat_format, status.parameters.n_gpu_layers,
         )  # fmt: skip
-    log.info("infertui host ready: serving %s", ", ".join(service.registry.ids()))
+    faces = "".join(f", {t.name} on {t.describe()}" for t in service.transports)
+    log.info("infertui host ready: serving %s%s", ", ".join(service.registry.ids()), faces)
     await stop.wait()
     log.info("shutting down")
     await service.stop()

@@ -275,7 +275,9 @@ class BatchLoop:
             return
         if slot.first_token_at is None:
             slot.first_token_at = time.perf_counter()
-        if self._model.is_end_of_generation(token) and not request.params.ignore_eos:
+        if token in request.stop_tokens or (
+            self._model.is_end_of_generation(token) and not request.params.ignore_eos
+        ):
             self._finish(slot, "stop", events)
             return
         request.tokens_out += 1

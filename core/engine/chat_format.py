@@ -33,12 +33,25 @@ _BY_ARCHITECTURE = {
 }
 
 
+# Control tokens that open a new turn: a reply that reaches one is over.
+_TURN_MARKERS = ("<start_of_turn>", "<|im_start|>", "<|start_header_id|>", "<|user|>", "[INST]")
+
+
 @dataclass(frozen=True, slots=True)
 class ChatFormat:
     template: str  # a built-in name ("gemma") or a Jinja template
     use_jinja: bool
     description: str
-    stop_text: tuple[str, ...] = ()
+
+
+def turn_stop_tokens(model: LlamaModel) -> frozenset[int]:
+    """The model's own single-token turn markers, which end a chat reply."""
+    stops = set()
+    for marker in _TURN_MARKERS:
+        tokens = model.tokenize(marker, add_bos=False, parse_special=True)
+        if len(tokens) == 1 and model.token_text(tokens[0]) == marker:
+            stops.add(tokens[0])
+    return frozenset(stops)
 
 
 def choose_format(model: LlamaModel) -> ChatFormat:

@@ -34,6 +34,7 @@ class Engine:
         self._loop = loop
         self.n_gpu_layers = n_gpu
         self.chat_format = chat_format.choose_format(model)
+        self.chat_stop_tokens = chat_format.turn_stop_tokens(model)
         self.version = engine_version()
 
     @classmethod

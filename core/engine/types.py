@@ -44,6 +44,7 @@ class GenerationRequest:
     prompt_tokens: Sequence[int]
     params: SamplingParams
     max_tokens: int
+    stop_tokens: frozenset[int] = frozenset()  # beyond end-of-generation (chat turn markers)
     enqueued_at: float = field(default_factory=time.perf_counter)
     # Set from the event loop; read by the batch loop between steps (a bool write is atomic).
     cancelled: bool = False

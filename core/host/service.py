@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from ..config import HostSettings
 from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
@@ -53,14 +54,29 @@ def engine_spec(
     )
 
 
+class Transport(Protocol):
+    """A face of the host (HTTP, Hyperswarm) that HostService starts and stops."""
+
+    name: str
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def describe(self) -> str: ...
+
+
 class HostService:
-    """Engines, their pools and their snapshots, behind one object."""
+    """Engines, their pools, their snapshots and the transports that serve them."""
 
     def __init__(self, settings: HostSettings | None = None) -> None:
         self.settings = settings or HostSettings()
         self.registry = EngineRegistry(self.settings.queue)
+        self.transports: list[Transport] = []
         self.started_at = time.time()
         self.version = engine_version()
+
+    def attach(self, transport: Transport) -> None:
+        """Serve through this transport too; it starts once the engines are loaded."""
+        self.transports.append(transport)
 
     async def start(self) -> None:
         """Load the configured models (the bundled one when none is given)."""
@@ -73,9 +89,13 @@ class HostService:
             specs = [engine_spec(BUNDLED_MODEL_ID, str(path), self.settings)]
         for spec in specs:
             await self.registry.add(spec)
+        for transport in self.transports:
+            await transport.start()
 
     async def stop(self) -> None:
-        """Give running jobs a short grace, then cancel what is left and free the engines."""
+        """Stop the transports, give running jobs a short grace, cancel the rest, free engines."""
+        for transport in reversed(self.transports):
+            await transport.stop()
         grace = self.settings.drain_on_stop_ms
         await asyncio.gather(*(pool.drain(grace) for pool in self.registry.pools()))
         await self.registry.close()
@@ -93,6 +113,7 @@ class HostService:
         client_id: str | None = None,
         client_limit: int | None = None,
         job_id: str | None = None,
+        correlation_id: str | None = None,
     ) -> Job:
         pool = self.registry.resolve(model)
         return pool.submit(
@@ -102,6 +123,7 @@ class HostService:
             client_id=client_id,
             client_limit=client_limit,
             job_id=job_id,
+            correlation_id=correlation_id,
         )
 
     def pool(self, engine_id: str) -> Pool:

@@ -41,6 +41,7 @@ class ErrorKind(StrEnum):
     UNAUTHORIZED = "UNAUTHORIZED"
     FORBIDDEN = "FORBIDDEN"
     NOT_FOUND = "NOT_FOUND"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     # connection (client side)
     INVALID_SERVER_ID = "INVALID_SERVER_ID"
     CONNECT_FAILED = "CONNECT_FAILED"
@@ -133,6 +134,9 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
     ),
     ErrorKind.FORBIDDEN: ErrorMapping("FORBIDDEN", "INVALID_PARAMS", _REQ, "forbidden", 403),
     ErrorKind.NOT_FOUND: ErrorMapping("BAD_MESSAGE", "INVALID_PARAMS", _NF, "not_found", 404),
+    ErrorKind.METHOD_NOT_ALLOWED: ErrorMapping(
+        "BAD_MESSAGE", "INVALID_PARAMS", _REQ, "method_not_allowed", 405
+    ),
     ErrorKind.INVALID_SERVER_ID: ErrorMapping(
         "INVALID_SERVER_ID", "INVALID_PARAMS", _REQ, "invalid_server_id", 400
     ),

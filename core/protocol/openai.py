@@ -24,6 +24,9 @@ class _Sampling(BaseModel):
 
     model: str = Field(min_length=1, description="engine id (see GET /v1/models)")
     stream: bool = False
+    stream_options: dict[str, bool] | None = Field(
+        None, description='{"include_usage": true} adds a last chunk with usage'
+    )
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, ge=0.0, le=1.0)
     seed: int | None = Field(None, ge=0, le=2**32 - 2)

@@ -116,7 +116,8 @@ class SSEMetrics(BaseModel):
 class SSEEnd(BaseModel):
     tokens_out: int
     decode_ms: int
-    decode_time_ms: int
+    decode_time_ms: int  # the root spec's canonical name; both are sent during migration
+    finish_reason: str | None = None  # additive: stop, length or abort
 
 
 class SSEError(BaseModel):

@@ -57,6 +57,7 @@ class Job:
         self.state = JobState.QUEUED
         self.result: Finished | None = None
         self.slot: int | None = None
+        self.correlation_id: str | None = None
         self._events: asyncio.Queue[JobEvent] = asyncio.Queue()
         self._released = asyncio.Event()  # the engine no longer holds this job
         self._on_closed = on_closed
@@ -90,9 +91,13 @@ class Job:
 
     async def text(self) -> tuple[str, Finished]:
         """The whole reply and how it ended."""
-        parts = [e.text async for e in self.events() if isinstance(e, TokenText)]
-        assert self.result is not None  # events() ends only after Finished
-        return "".join(parts), self.result
+        parts: list[str] = []
+        async for event in self.events():
+            if isinstance(event, TokenText):
+                parts.append(event.text)
+            elif isinstance(event, Finished):
+                return "".join(parts), event
+        raise RuntimeError(f"job {self.id} ended without a Finished event")
 
     def cancel(self) -> bool:
         """Stop the job. After this returns, no further token of it is published anywhere.

@@ -16,6 +16,37 @@ _RECENT_JOBS = 512
 _RATE_WINDOW_S = 10.0
 
 
+# Histogram bucket bounds in milliseconds (Prometheus exposes them in seconds).
+BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000)
+
+
+class Histogram:
+    """Cumulative-ready bucket counts, as Prometheus histograms expose them."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS_MS) + 1)  # the last bucket is +Inf
+        self.sum_ms = 0.0
+        self.count = 0
+
+    def observe(self, value_ms: float) -> None:
+        index = next(
+            (i for i, bound in enumerate(BUCKETS_MS) if value_ms <= bound), len(BUCKETS_MS)
+        )
+        self.counts[index] += 1
+        self.sum_ms += value_ms
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(upper bound in seconds, observations at or below it), ending with +Inf."""
+        out, total = [], 0
+        for bound, n in zip(
+            [*(str(b / 1000) for b in BUCKETS_MS), "+Inf"], self.counts, strict=True
+        ):
+            total += n
+            out.append((bound, total))
+        return out
+
+
 def percentiles(values: list[float]) -> Percentiles:
     if not values:
         return Percentiles()
@@ -42,6 +73,8 @@ class MetricsRecorder:
         self.decode_s = 0.0
         self.prefill_s = 0.0
         self.errors: Counter[str] = Counter()
+        self.ttft_hist = Histogram()
+        self.latency_hist = Histogram()
         self._ttft: deque[float] = deque(maxlen=_RECENT_JOBS)
         self._latency: deque[float] = deque(maxlen=_RECENT_JOBS)
         self._service_ms: deque[float] = deque(maxlen=32)  # admit -> finish, for ETA estimates
@@ -76,7 +109,9 @@ class MetricsRecorder:
         if reason in ("stop", "length"):
             if t.ttft_ms is not None:
                 self._ttft.append(t.ttft_ms)
+                self.ttft_hist.observe(t.ttft_ms)
             self._latency.append(t.total_ms)
+            self.latency_hist.observe(t.total_ms)
             self._service_ms.append(t.total_ms - t.queue_wait_ms)
             if t.decode_tps:
                 self.last_job_tps = t.decode_tps

@@ -82,10 +82,12 @@ class Pool:
         client_id: str | None = None,
         client_limit: int | None = None,
         job_id: str | None = None,
+        correlation_id: str | None = None,
     ) -> Job:
         """Admit a chat (`messages`) or a plain completion (`prompt`), or raise InferError."""
         try:
             job = self._admit(params, messages, prompt, client_id, client_limit, job_id)
+            job.correlation_id = correlation_id
         except InferError as exc:
             self.metrics.record_reject(exc.kind.value)
             log.info("pool %s rejected a job from %s: %s", self.id, client_id or "-", exc.message)
@@ -153,7 +155,10 @@ class Pool:
                 retry_after_ms=self._eta_ms(behind),
                 engine_id=self.id,
             )
-        request = GenerationRequest(job_id or new_job_id(), tokens, params, max_tokens)
+        stops = engine.chat_stop_tokens if messages is not None else frozenset()
+        request = GenerationRequest(
+            job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops
+        )
         position = depth
         job = Job(
             request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(behind)
@@ -219,6 +224,7 @@ class Pool:
             "pool %s: %s finished (%s): %d in, %d out, ttft %s ms, %.1f tok/s",
             self.id, job.id, final.finish_reason, t.tokens_in, t.tokens_out,
             f"{t.ttft_ms:.0f}" if t.ttft_ms is not None else "-", t.decode_tps,
+            extra={"cid": job.correlation_id},
         )  # fmt: skip
 
     # ---- control plane -----------------------------------------------------------------------

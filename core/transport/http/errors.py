@@ -1,0 +1,54 @@
+"""Exception handlers: every error leaves in the shape of its endpoint's spec, never a trace."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ...protocol.errors import ErrorKind, InferError
+from .families import error_response, family_of
+
+log = logging.getLogger(__name__)
+
+_STATUS_KINDS = {
+    400: ErrorKind.BAD_MESSAGE,
+    401: ErrorKind.UNAUTHORIZED,
+    404: ErrorKind.NOT_FOUND,
+    405: ErrorKind.METHOD_NOT_ALLOWED,
+}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(InferError)
+    async def on_infer_error(request: Request, err: InferError) -> JSONResponse:
+        return error_response(err, family_of(request.url.path))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        param = loc[0] if loc else None
+        where = ".".join(loc)
+        message = f"invalid '{where}': {first['msg']}" if where else str(first["msg"])
+        kind = ErrorKind.INVALID_PARAMS
+        return error_response(InferError(kind, message, param=param), family_of(request.url.path))
+
+    @app.exception_handler(HTTPException)
+    async def on_http(request: Request, err: HTTPException) -> JSONResponse:
+        kind = _STATUS_KINDS.get(err.status_code, ErrorKind.INTERNAL)
+        detail = str(err.detail)
+        if err.status_code == 404 and detail == "Not Found":
+            detail = f"unknown endpoint {request.method} {request.url.path}"
+        elif err.status_code == 405:
+            detail = f"method {request.method} is not allowed on {request.url.path}"
+        return error_response(InferError(kind, detail), family_of(request.url.path))
+
+    @app.exception_handler(Exception)
+    async def on_crash(request: Request, err: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        internal = InferError(ErrorKind.INTERNAL, f"internal error: {type(err).__name__}")
+        return error_response(internal, family_of(request.url.path))

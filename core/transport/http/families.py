@@ -1,0 +1,60 @@
+"""Which spec an HTTP path belongs to, and so which error shape it answers with.
+
+Spec 004 (OpenAI and engine management), spec 001 (Ollama-style chat) and spec 002
+(orchestrator) each show their own error envelope; every error on a path uses its own.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from ...protocol import ollama, openai, orchestrator
+from ...protocol.errors import ErrorKind, InferError
+
+
+class Family(Enum):
+    OPENAI = "openai"  # spec 004
+    OLLAMA = "ollama"  # spec 001
+    ORCHESTRATOR = "orchestrator"  # spec 002
+
+
+HEALTH_PATHS = frozenset({"/v1/health", "/health", "/status"})
+
+
+def family_of(path: str) -> Family:
+    if path.startswith("/chat/"):
+        return Family.OLLAMA
+    if path.startswith(("/v1/tasks", "/v1/pools", "/v1/capabilities", "/v1/replicasets")):
+        return Family.ORCHESTRATOR
+    return Family.OPENAI
+
+
+def is_health(path: str) -> bool:
+    return path in HEALTH_PATHS or (path.startswith("/v1/pools/") and path.endswith("/health"))
+
+
+def error_response(err: InferError, family: Family) -> JSONResponse:
+    """A pre-stream error: the HTTP status of its kind, the body of its family, and backoff
+    headers for every retriable refusal (OC-CTRL-2011)."""
+    body: dict[str, Any]
+    if family is Family.OLLAMA:
+        body = ollama.OllamaErrorEnvelope(error=ollama.error_body(err)).model_dump()
+    elif family is Family.ORCHESTRATOR:
+        base = orchestrator.error_body(err)
+        if err.kind in (ErrorKind.QUEUE_FULL, ErrorKind.CLIENT_BUSY):
+            label = "reject-new" if err.kind is ErrorKind.QUEUE_FULL else "per-client-limit"
+            base = orchestrator.Backpressure(**base.model_dump(), policy_label=label)
+        body = base.model_dump(exclude_none=True)
+    else:
+        body = openai.error_envelope(err).model_dump()
+    headers = {}
+    if err.retry_after_ms is not None and err.retriable:
+        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_ms / 1000)))
+        headers["X-Backoff-Ms"] = str(err.retry_after_ms)
+    if err.kind is ErrorKind.UNAUTHORIZED:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=err.mapping.http_status, headers=headers)

@@ -1,0 +1,72 @@
+"""Cross-cutting HTTP concerns as plain ASGI middleware (streams included):
+correlation IDs (OC-CTRL-2052) and the optional Bearer API key."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ...logging import correlation_id
+from ...protocol.errors import ErrorKind, InferError
+from .families import error_response, family_of, is_health
+
+log = logging.getLogger(__name__)
+
+HEADER = "x-correlation-id"
+
+
+class CorrelationMiddleware:
+    """Echo X-Correlation-Id (or a new UUIDv4) on every response that has a body, and make it
+    the correlation ID of every log line the request causes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(HEADER.encode())
+        cid = given.decode("latin-1")[:128] if given else str(uuid.uuid4())
+        scope.setdefault("state", {})["correlation_id"] = cid
+        token = correlation_id.set(cid)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 204:
+                headers = [(k, v) for k, v in message.get("headers", []) if k != HEADER.encode()]
+                message["headers"] = [*headers, (HEADER.encode(), cid.encode("latin-1"))]
+            await send(message)
+
+        try:
+            log.debug("%s %s", scope["method"], scope["path"])
+            await self.app(scope, receive, send_with_id)
+        finally:
+            correlation_id.reset(token)
+
+
+class ApiKeyMiddleware:
+    """With an API key set, every endpoint but the health ones needs `Authorization: Bearer
+    <key>`; a refusal is a 401 in the endpoint's own error shape. The key is never logged."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or is_health(path):
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self._expected):
+            await self.app(scope, receive, send)
+            return
+        reason = "missing" if not given else "invalid"
+        log.info("refused %s %s: %s API key", scope["method"], path, reason)
+        err = InferError(
+            ErrorKind.UNAUTHORIZED, f"{reason} API key: send Authorization: Bearer <key>"
+        )
+        await error_response(err, family_of(path))(scope, receive, send)

@@ -1,0 +1,105 @@
+"""Spec 001, Ollama-style chat: POST /chat/completions (JSON or NDJSON) and POST /chat/sse."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import StreamingResponse
+
+from ...protocol.events import Finished, TokenText
+from ...protocol.ollama import (
+    SSE_END,
+    AssistantTurn,
+    OllamaChatRequest,
+    OllamaChatResponse,
+    OllamaErrorEnvelope,
+    OllamaStreamChunk,
+    OllamaStreamError,
+    error_body,
+)
+from ...scheduler import Job
+from .routes_openai import collect, submit
+from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_response
+
+router = APIRouter(tags=["Ollama-style chat (spec 001)"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": OllamaErrorEnvelope, "description": text}
+    for code, text in {
+        400: "invalid request",
+        404: "unknown model",
+        429: "queue full",
+        503: "engine loading or draining",
+    }.items()
+}
+_NDJSON_EXAMPLE = (
+    '{"message":{"role":"assistant","content":"I\'m "},"done":false,"index":0}\n'
+    '{"message":{"role":"assistant","content":""},"done":true,"index":1}\n'
+)
+
+
+def _chunk_template() -> Template:
+    return Template(OllamaStreamChunk(message=AssistantTurn(content=HOLE), done=False, index=INDEX))
+
+
+@router.post(
+    "/chat/completions",
+    response_model=OllamaChatResponse,
+    responses={200: {"content": {"application/x-ndjson": {"example": _NDJSON_EXAMPLE}}}, **_ERRORS},
+    summary="Chat; with `stream: true` one JSON object per line, the last with done: true",
+)
+async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse | StreamingResponse:
+    job = submit(request, model=body.model, messages=body.messages, params=body.sampling())
+    if body.stream:
+        return ndjson_response(ndjson_lines(job))
+    text, _ = await collect(job)
+    return OllamaChatResponse(
+        id=f"cmpl-{job.id}",
+        model=job.pool_id,
+        created=int(time.time()),
+        message=AssistantTurn(content=text),
+    )
+
+
+async def ndjson_lines(job: Job) -> AsyncIterator[str]:
+    template = _chunk_template()
+    index = 0
+    async for event in job.events():
+        if isinstance(event, TokenText):
+            yield template.render(event.text, index)
+            index += 1
+        elif isinstance(event, Finished):
+            if event.error is not None:
+                yield json_line(OllamaStreamError(error=error_body(event.error)))
+            else:
+                last = OllamaStreamChunk(message=AssistantTurn(content=""), done=True, index=index)
+                yield json_line(last)
+
+
+@router.post(
+    "/chat/sse",
+    responses={
+        200: {"content": {"text/event-stream": {"example": "data: {...}\n\ndata: [END]\n\n"}}},
+        **_ERRORS,
+    },
+    summary="Chat as Server-Sent Events, ending with data: [END]",
+)
+async def chat_sse(body: OllamaChatRequest, request: Request) -> EventSourceResponse:
+    job = submit(request, model=body.model, messages=body.messages, params=body.sampling())
+    return sse_response(sse_events(job))
+
+
+async def sse_events(job: Job) -> AsyncIterator[str | ServerSentEvent]:
+    template = _chunk_template()
+    index = 0
+    async for event in job.events():
+        if isinstance(event, TokenText):
+            yield template.render(event.text, index)
+            index += 1
+        elif isinstance(event, Finished) and event.error is not None:
+            yield ServerSentEvent(data=error_body(event.error).model_dump_json(), event="error")
+    yield SSE_END

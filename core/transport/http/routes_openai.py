@@ -1,0 +1,218 @@
+"""Spec 004, OpenAI-compatible: /v1/chat/completions, /v1/completions, /v1/models."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse
+
+from ...host import HostService
+from ...protocol.errors import InferError
+from ...protocol.events import Finished, TokenText
+from ...protocol.openai import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChunkChoice,
+    CompletionChoice,
+    CompletionRequest,
+    Delta,
+    ErrorEnvelope,
+    ModelCard,
+    ModelList,
+    TextCompletion,
+    Usage,
+    error_envelope,
+    openai_finish,
+)
+from ...scheduler import Job
+from .streams import HOLE, Template, json_line, merged, sse_response
+
+router = APIRouter(tags=["OpenAI-compatible (spec 004)"])
+
+FINGERPRINT = "fp_infertui"
+DONE = "[DONE]"
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope, "description": text}
+    for code, text in {
+        400: "invalid parameters (range, missing field, context too long)",
+        404: "unknown model",
+        429: "queue full: Retry-After and X-Backoff-Ms say when to retry",
+        503: "the engine is still loading or is draining",
+    }.items()
+}
+_SSE = {
+    "content": {"text/event-stream": {"example": 'data: {"choices":[...]}\n\ndata: [DONE]\n\n'}}
+}
+
+
+def service_of(request: Request) -> HostService:
+    service: HostService = request.app.state.service
+    return service
+
+
+def client_of(request: Request) -> str:
+    peer = request.client
+    return f"http:{peer.host}" if peer else "http"
+
+
+def submit(request: Request, **kwargs: Any) -> Job:
+    return service_of(request).submit(
+        client_id=client_of(request),
+        correlation_id=request.state.correlation_id,
+        **kwargs,
+    )
+
+
+def usage_of(jobs: list[Job]) -> Usage:
+    tokens_in = sum(job.tokens_in for job in jobs)
+    tokens_out = sum(job.result.timings.tokens_out if job.result else 0 for job in jobs)
+    return Usage(
+        prompt_tokens=tokens_in, completion_tokens=tokens_out, total_tokens=tokens_in + tokens_out
+    )
+
+
+async def collect(job: Job) -> tuple[str, Finished]:
+    """The whole reply, or the job's error raised (a pre-stream error: an HTTP status)."""
+    text, final = await job.text()
+    if final.error is not None:
+        raise final.error
+    return text, final
+
+
+@router.post(
+    "/v1/chat/completions",
+    response_model=ChatCompletion,
+    responses={200: _SSE, **_ERRORS},
+    summary="Chat completion; `stream: true` for SSE chunks ending with [DONE]",
+)
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request
+) -> ChatCompletion | EventSourceResponse:
+    job = submit(
+        request, model=body.model, messages=body.messages, params=body.sampling(body.max_tokens)
+    )
+    model, created = job.pool_id, int(time.time())
+    if body.stream:
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        return sse_response(chat_chunks(job, model, created, include_usage))
+    text, final = await collect(job)
+    return ChatCompletion(
+        id=f"chatcmpl-{job.id}",
+        created=created,
+        model=model,
+        system_fingerprint=FINGERPRINT,
+        choices=[
+            ChatChoice(
+                index=0,
+                message=AssistantMessage(content=text),
+                finish_reason=openai_finish(final.finish_reason),
+            )
+        ],
+        usage=usage_of([job]),
+    )
+
+
+async def chat_chunks(
+    job: Job, model: str, created: int, include_usage: bool
+) -> AsyncIterator[str]:
+    def chunk(delta: Delta, finish: Any = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(
+            id=f"chatcmpl-{job.id}",
+            created=created,
+            model=model,
+            system_fingerprint=FINGERPRINT,
+            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)],
+        )
+
+    token = Template(chunk(Delta(content=HOLE)))
+    yield json_line(chunk(Delta(role="assistant", content="")))
+    async for event in job.events():
+        if isinstance(event, TokenText):
+            yield token.render(event.text)
+        elif isinstance(event, Finished):
+            if event.error is not None:
+                yield error_envelope(event.error).model_dump_json()
+                break
+            yield json_line(chunk(Delta(content=""), openai_finish(event.finish_reason)))
+            if include_usage:
+                final = chunk(Delta()).model_copy(update={"choices": [], "usage": usage_of([job])})
+                yield final.model_dump_json()
+    yield DONE
+
+
+@router.post(
+    "/v1/completions",
+    response_model=TextCompletion,
+    responses={200: _SSE, **_ERRORS},
+    summary="Text completion of a string or an array of prompts (one choice each)",
+)
+async def completions(
+    body: CompletionRequest, request: Request
+) -> TextCompletion | EventSourceResponse:
+    params = body.sampling(body.max_tokens)
+    jobs: list[Job] = []
+    try:
+        for prompt in body.prompts:
+            jobs.append(submit(request, model=body.model, prompt=prompt, params=params))
+    except InferError:
+        for job in jobs:  # all prompts are admitted, or none
+            job.cancel()
+        raise
+    model, created = jobs[0].pool_id if jobs else body.model, int(time.time())
+    cid = f"cmpl-{jobs[0].id}" if jobs else f"cmpl-{created}"
+    if body.stream:
+        return sse_response(completion_chunks(jobs, cid, model, created))
+    results = await asyncio.gather(*(collect(job) for job in jobs))
+    return TextCompletion(
+        id=cid,
+        created=created,
+        model=model,
+        choices=[
+            CompletionChoice(index=i, text=text, finish_reason=openai_finish(final.finish_reason))
+            for i, (text, final) in enumerate(results)
+        ],
+        usage=usage_of(jobs),
+    )
+
+
+async def completion_chunks(
+    jobs: list[Job], cid: str, model: str, created: int
+) -> AsyncIterator[str]:
+    def chunk(index: int, text: str, finish: Any) -> TextCompletion:
+        choice = CompletionChoice(index=index, text=text, finish_reason=finish)
+        return TextCompletion(id=cid, created=created, model=model, choices=[choice])
+
+    tokens = [Template(chunk(i, HOLE, "")) for i in range(len(jobs))]
+    for i in range(len(jobs)):
+        yield json_line(chunk(i, "", ""))
+    async for index, event in merged(jobs):
+        if isinstance(event, TokenText):
+            yield tokens[index].render(event.text)
+        elif isinstance(event, Finished):
+            if event.error is not None:
+                yield error_envelope(event.error).model_dump_json()
+                break
+            yield json_line(chunk(index, "", openai_finish(event.finish_reason)))
+    yield DONE
+
+
+@router.get("/v1/models", response_model=ModelList, summary="The engines, as OpenAI models")
+async def models(request: Request) -> ModelList:
+    service = service_of(request)
+    created = int(service.started_at)
+    return ModelList(data=[ModelCard(id=s.engine_id, created=created) for s in service.engines()])
+
+
+@router.get("/v1/models/{model_id}", response_model=ModelCard, responses={404: _ERRORS[404]})
+async def model(model_id: str, request: Request) -> ModelCard | JSONResponse:
+    service = service_of(request)
+    pool = service.registry.get(model_id)
+    return ModelCard(id=pool.id, created=int(service.started_at))

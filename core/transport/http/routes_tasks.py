@@ -1,0 +1,209 @@
+"""Spec 002, data plane: admit a task, stream it as SSE, cancel it race-free.
+
+POST /v1/tasks admits (OC-CTRL-2010) and answers 202 with the queue position; the job runs
+whether or not anyone streams it, and its events wait in the job until GET .../stream reads
+them. A task is forgotten a while after it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.events import Admitted, Finished, TokenText
+from ...protocol.orchestrator import (
+    Backpressure,
+    ErrorBody,
+    SSEEnd,
+    SSEMetrics,
+    SSEStarted,
+    SSEToken,
+    TaskAccepted,
+    TaskCancelled,
+    TaskRequest,
+    sse_error,
+)
+from ...scheduler import Job, Pool
+from .routes_openai import client_of, service_of
+from .streams import HOLE, INDEX, Template, sse_response
+
+router = APIRouter(tags=["Task queue (spec 002)"])
+
+FORGET_AFTER_S = 300
+METRICS_EVERY = 32  # tokens between `metrics` frames
+
+
+class TaskStore:
+    """Accepted tasks by id, until a while after they end."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, tuple[Job, Pool, str | None]] = {}
+
+    def add(self, job: Job, pool: Pool, output_mode: str | None) -> None:
+        self._sweep()
+        self._tasks[job.id] = (job, pool, output_mode)
+
+    def get(self, task_id: str) -> tuple[Job, Pool, str | None]:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise InferError(ErrorKind.NOT_FOUND, f"no task '{task_id}'", param="task_id") from None
+
+    def _sweep(self) -> None:
+        now = time.perf_counter()
+        for task_id, (job, _, _) in list(self._tasks.items()):
+            if job.result is None:
+                continue
+            ended_at = job.request.enqueued_at + job.result.timings.total_ms / 1000
+            if now - ended_at > FORGET_AFTER_S:
+                del self._tasks[task_id]
+
+
+_EXAMPLES = {
+    "enqueue": {
+        "request": {
+            "prompt": "Write a haiku about queues.",
+            "max_tokens": 64,
+            "output_mode": "text",
+        },
+        "response": {
+            "task_id": "job-000000001-1",
+            "queue_position": 0,
+            "predicted_start_ms": 0,
+            "pool_id": "gemma-3-270m",
+            "engine": "llama.cpp",
+            "output_mode": "text",
+            "stream_url": "/v1/tasks/job-000000001-1/stream",
+        },
+    }
+}
+_STREAM_EXAMPLE = (
+    'event: started\ndata: {"queue_position":0,"predicted_start_ms":0}\n\n'
+    'event: token\ndata: {"t":"Queues","i":0}\n\n'
+    'event: metrics\ndata: {"queue_depth":0,"kv_warmth":false,"tokens_out":1}\n\n'
+    'event: end\ndata: {"tokens_out":17,"decode_ms":412,"decode_time_ms":412}\n\n'
+)
+
+
+@router.post(
+    "/v1/tasks",
+    status_code=202,
+    response_model=TaskAccepted,
+    responses={
+        400: {"model": ErrorBody, "description": "INVALID_PARAMS (e.g. does not fit the context)"},
+        429: {"model": Backpressure, "description": "queue full: Retry-After, X-Backoff-Ms"},
+        503: {"model": ErrorBody, "description": "POOL_UNREADY: the pinned pool is not ready"},
+    },
+    openapi_extra={"x-examples": _EXAMPLES},
+    summary="Admit a task (ctx and token budget checked before it is queued)",
+)
+async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
+    service = service_of(request)
+    if body.pool_id is not None:  # a pin: this pool or a typed error, never another
+        if body.pool_id not in service.registry.ids():
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, f"unknown pool_id '{body.pool_id}'", param="pool_id"
+            )
+        pool = service.registry.get(body.pool_id)
+    else:
+        pool = service.registry.resolve(body.model)
+    if body.prompt is None and not body.messages:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS, "a task needs a prompt or messages", param="prompt"
+        )
+    job = pool.submit(
+        params=body.sampling(),
+        messages=body.messages,
+        prompt=body.prompt if not body.messages else None,
+        client_id=client_of(request),
+        job_id=body.task_id,
+        correlation_id=request.state.correlation_id,
+    )
+    request.app.state.tasks.add(job, pool, body.output_mode)
+    return TaskAccepted(
+        task_id=job.id,
+        queue_position=job.queue_position,
+        predicted_start_ms=job.predicted_start_ms,
+        pool_id=pool.id,
+        engine=pool.engine.version if pool.engine else "llama.cpp",
+        output_mode=body.output_mode,
+        stream_url=f"/v1/tasks/{job.id}/stream",
+    )
+
+
+@router.get(
+    "/v1/tasks/{task_id}/stream",
+    responses={
+        200: {"content": {"text/event-stream": {"example": _STREAM_EXAMPLE}}},
+        404: {"model": ErrorBody, "description": "unknown task"},
+    },
+    openapi_extra={"x-examples": {"stream": _STREAM_EXAMPLE}},
+    summary="SSE: started, then token* with metrics interleaved, then end (or error)",
+)
+async def stream(task_id: str, request: Request) -> EventSourceResponse:
+    job, pool, _ = request.app.state.tasks.get(task_id)
+    return sse_response(task_events(job, pool))
+
+
+async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
+    position, predicted = pool.position(job)
+    yield ServerSentEvent(
+        SSEStarted(queue_position=position, predicted_start_ms=predicted).model_dump_json(),
+        event="started",
+    )
+    token = Template(SSEToken(t=HOLE, i=INDEX))
+    index = 0
+    async for event in job.events():
+        if isinstance(event, TokenText):
+            yield ServerSentEvent(token.render(event.text, index), event="token")
+            index += 1
+            if index % METRICS_EVERY == 0:
+                yield metrics_event(job, pool)
+        elif isinstance(event, Admitted):
+            yield metrics_event(job, pool)
+        elif isinstance(event, Finished):
+            if event.error is not None:
+                yield ServerSentEvent(sse_error(event.error).model_dump_json(), event="error")
+                return
+            t = event.timings
+            end = SSEEnd(
+                tokens_out=t.tokens_out,
+                decode_ms=int(t.decode_ms),
+                decode_time_ms=int(t.decode_ms),
+                finish_reason=event.finish_reason,
+            )
+            yield ServerSentEvent(end.model_dump_json(), event="end")
+
+
+def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
+    snapshot = pool.metrics_snapshot()
+    metrics = SSEMetrics(
+        queue_depth=snapshot.queue_depth,
+        kv_warmth=False,
+        tokens_out=job.request.tokens_out,
+        decode_tps=round(snapshot.decode_tps_recent, 1),
+        slots_busy=snapshot.slots_busy,
+        slots_total=snapshot.slots_total,
+    )
+    return ServerSentEvent(metrics.model_dump_json(), event="metrics")
+
+
+@router.post(
+    "/v1/tasks/{task_id}/cancel",
+    response_model=TaskCancelled,
+    responses={404: {"model": ErrorBody, "description": "unknown task"}},
+    openapi_extra={
+        "x-examples": {"cancel": {"task_id": "job-1", "cancelled": True, "state": "done"}}
+    },
+    summary="Cancel race-free: once this answers, no further token is emitted (OC-CTRL-2012)",
+)
+async def cancel(task_id: str, request: Request) -> TaskCancelled:
+    job, _, _ = request.app.state.tasks.get(task_id)
+    cancelled = job.cancel()
+    await asyncio.sleep(0)  # let the stream see its final event before we answer
+    return TaskCancelled(task_id=task_id, cancelled=cancelled, state=job.state.value)

@@ -1,0 +1,105 @@
+"""HttpServer: uvicorn inside the host's own event loop, without its signals or logging setup."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from ...protocol.errors import ErrorKind, InferError
+
+log = logging.getLogger(__name__)
+
+
+class _EmbeddedServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the host owns SIGINT/SIGTERM and stops us itself
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`PORT`, `HOST:PORT` or `[V6]:PORT`; the host defaults to 127.0.0.1."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "", value
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise InferError(ErrorKind.INVALID_PARAMS, f"not a port: '{value}'") from None
+    if not 0 <= number <= 65535:
+        raise InferError(ErrorKind.INVALID_PARAMS, f"port out of range: {number}")
+    return host, number
+
+
+class HttpServer:
+    """Serves an app on HOST:PORT until stop()."""
+
+    name = "http"
+
+    def __init__(self, app: FastAPI, listen: str = "127.0.0.1:8080") -> None:
+        self.app = app
+        self.host, self.port = parse_listen(listen)
+        self._server: _EmbeddedServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror}",
+            ) from None
+        sock.listen(1024)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = _EmbeddedServer(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="http-server")
+        ready = asyncio.create_task(self._server.ready.wait())
+        await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._task.done():
+            self._task.result()  # startup failed: raise its error
+        log.info("HTTP API listening on %s", self.url)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def describe(self) -> str:
+        return self.url
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._server = None
