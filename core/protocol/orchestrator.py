@@ -69,6 +69,7 @@ class TaskCancelled(BaseModel):
     task_id: str
     cancelled: bool
     state: str
+    tokens_emitted: int = Field(description="token events published; none follow the cancel")
 
 
 class ErrorBody(BaseModel):

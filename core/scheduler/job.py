@@ -58,6 +58,7 @@ class Job:
         self.result: Finished | None = None
         self.slot: int | None = None
         self.correlation_id: str | None = None
+        self.tokens_published = 0  # TokenText events handed to the consumer
         self._events: asyncio.Queue[JobEvent] = asyncio.Queue()
         self._released = asyncio.Event()  # the engine no longer holds this job
         self._on_closed = on_closed
@@ -141,6 +142,8 @@ class Job:
         if isinstance(event, Admitted):
             self.state = JobState.RUNNING
             self.slot = event.slot
+        elif isinstance(event, TokenText):
+            self.tokens_published += 1
         self._events.put_nowait(event)
 
     def _close(self, final: Finished) -> None:

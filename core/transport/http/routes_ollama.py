@@ -23,7 +23,7 @@ from ...protocol.ollama import (
 )
 from ...scheduler import Job
 from .routes_openai import collect, submit
-from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_response
+from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_event, sse_response
 
 router = APIRouter(tags=["Ollama-style chat (spec 001)"])
 
@@ -101,5 +101,5 @@ async def sse_events(job: Job) -> AsyncIterator[str | ServerSentEvent]:
             yield template.render(event.text, index)
             index += 1
         elif isinstance(event, Finished) and event.error is not None:
-            yield ServerSentEvent(data=error_body(event.error).model_dump_json(), event="error")
+            yield sse_event(error_body(event.error).model_dump_json(), "error")
     yield SSE_END

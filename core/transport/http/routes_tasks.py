@@ -7,7 +7,6 @@ them. A task is forgotten a while after it ends.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -30,7 +29,7 @@ from ...protocol.orchestrator import (
 )
 from ...scheduler import Job, Pool
 from .routes_openai import client_of, service_of
-from .streams import HOLE, INDEX, Template, sse_response
+from .streams import HOLE, INDEX, Template, sse_event, sse_response
 
 router = APIRouter(tags=["Task queue (spec 002)"])
 
@@ -152,15 +151,13 @@ async def stream(task_id: str, request: Request) -> EventSourceResponse:
 
 async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
     position, predicted = pool.position(job)
-    yield ServerSentEvent(
-        SSEStarted(queue_position=position, predicted_start_ms=predicted).model_dump_json(),
-        event="started",
-    )
+    started = SSEStarted(queue_position=position, predicted_start_ms=predicted)
+    yield sse_event(started.model_dump_json(), "started")
     token = Template(SSEToken(t=HOLE, i=INDEX))
     index = 0
     async for event in job.events():
         if isinstance(event, TokenText):
-            yield ServerSentEvent(token.render(event.text, index), event="token")
+            yield sse_event(token.render(event.text, index), "token")
             index += 1
             if index % METRICS_EVERY == 0:
                 yield metrics_event(job, pool)
@@ -168,7 +165,7 @@ async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
             yield metrics_event(job, pool)
         elif isinstance(event, Finished):
             if event.error is not None:
-                yield ServerSentEvent(sse_error(event.error).model_dump_json(), event="error")
+                yield sse_event(sse_error(event.error).model_dump_json(), "error")
                 return
             t = event.timings
             end = SSEEnd(
@@ -177,7 +174,7 @@ async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
                 decode_time_ms=int(t.decode_ms),
                 finish_reason=event.finish_reason,
             )
-            yield ServerSentEvent(end.model_dump_json(), event="end")
+            yield sse_event(end.model_dump_json(), "end")
 
 
 def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
@@ -190,7 +187,7 @@ def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
         slots_busy=snapshot.slots_busy,
         slots_total=snapshot.slots_total,
     )
-    return ServerSentEvent(metrics.model_dump_json(), event="metrics")
+    return sse_event(metrics.model_dump_json(), "metrics")
 
 
 @router.post(
@@ -205,5 +202,9 @@ def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
 async def cancel(task_id: str, request: Request) -> TaskCancelled:
     job, _, _ = request.app.state.tasks.get(task_id)
     cancelled = job.cancel()
-    await asyncio.sleep(0)  # let the stream see its final event before we answer
-    return TaskCancelled(task_id=task_id, cancelled=cancelled, state=job.state.value)
+    return TaskCancelled(
+        task_id=task_id,
+        cancelled=cancelled,
+        state=job.state.value,
+        tokens_emitted=job.tokens_published,
+    )

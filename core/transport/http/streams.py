@@ -50,6 +50,11 @@ class Template:
         return parts[0] + first + parts[1] + second + parts[2]
 
 
+def sse_event(data: str, event: str) -> ServerSentEvent:
+    """A named SSE event, framed with `\n` like the rest of the stream."""
+    return ServerSentEvent(data=data, event=event, sep="\n")
+
+
 def sse_response(events: AsyncIterator[str | ServerSentEvent]) -> EventSourceResponse:
     """An SSE stream with `\\n\\n` separators and a keep-alive comment every 15 s."""
     return EventSourceResponse(events, ping=KEEPALIVE_S, sep="\n", headers=STREAM_HEADERS)

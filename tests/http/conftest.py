@@ -1,0 +1,71 @@
+"""A real host with the bundled model, served over HTTP on 127.0.0.1 (a free port)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from infertui.core.config import HostSettings
+from infertui.core.host import HostService
+from infertui.core.transport.http import HttpServer, create_app
+
+pytestmark = pytest.mark.model
+
+
+@dataclass
+class Host:
+    service: HostService
+    server: HttpServer
+    client: httpx.AsyncClient
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+HostFactory = Callable[..., Coroutine[Any, Any, Host]]
+
+
+@pytest.fixture
+async def start_host() -> AsyncIterator[HostFactory]:
+    hosts: list[Host] = []
+
+    async def start(
+        *,
+        parallel: int = 2,
+        ctx: int = 1024,
+        queue: int = 16,
+        api_key: str | None = None,
+        cors_origins: tuple[str, ...] = (),
+    ) -> Host:
+        settings = HostSettings.model_validate(
+            {"queue": queue, "drain_on_stop_ms": 0,
+             "engine": {"ctx": ctx, "parallel": parallel, "threads": 2}}
+        )  # fmt: skip
+        service = HostService(settings)
+        server = HttpServer(
+            create_app(service, api_key=api_key, cors_origins=cors_origins), "127.0.0.1:0"
+        )
+        service.attach(server)
+        await service.start()
+        client = httpx.AsyncClient(base_url=server.url, timeout=60)
+        host = Host(service, server, client)
+        hosts.append(host)
+        return host
+
+    yield start
+    for host in hosts:
+        await host.client.aclose()
+        await host.service.stop()
+
+
+@pytest.fixture
+async def host(start_host: HostFactory) -> Host:
+    return await start_host()
+
+
+MODEL = "gemma-3-270m"

@@ -1,0 +1,147 @@
+"""Across all endpoints: correlation IDs, API key, CORS, Prometheus, OpenAPI, disconnects,
+keep-alives, and the backpressure scenario of issue 3."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+
+import httpx
+import pytest
+
+from infertui.core.logging import CorrelationFilter
+from infertui.core.transport.http import streams
+
+from .conftest import MODEL, Host, HostFactory
+from .test_orchestrator_api import TASK, parse_sse
+
+pytestmark = pytest.mark.model
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+
+
+async def test_oc_ctrl_2052_correlation_id_is_echoed_or_generated_everywhere(host: Host) -> None:
+    given = {"X-Correlation-Id": "abc-123"}
+    calls = [
+        host.client.get("/v1/health", headers=given),
+        host.client.post("/v1/chat/completions", json=CHAT, headers=given),
+        host.client.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers=given),
+        host.client.post("/chat/completions", json={**CHAT, "stream": True}, headers=given),
+        host.client.post("/v1/chat/completions", json={"model": "x"}, headers=given),  # 400
+        host.client.get("/nowhere", headers=given),  # 404
+        host.client.get("/metrics", headers=given),
+    ]
+    for response in await asyncio.gather(*calls):
+        assert response.headers["x-correlation-id"] == "abc-123", response.request.url
+    generated = (await host.client.get("/v1/models")).headers["x-correlation-id"]
+    assert uuid.UUID(generated).version == 4
+
+
+async def test_correlation_id_appears_in_the_requests_log_lines(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    caplog.handler.addFilter(CorrelationFilter())  # as configure_console installs it
+    await host.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"X-Correlation-Id": "trace-77"}
+    )
+    lines = [r for r in caplog.records if r.name.startswith("infertui.core.scheduler")]
+    tagged = [r.getMessage() for r in lines if r.correlation == "[trace-77] "]
+    assert any("accepted" in m for m in tagged) and any("finished" in m for m in tagged)
+
+
+async def test_api_key_guards_every_endpoint_but_health(
+    start_host: HostFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    host = await start_host(api_key="s3cret-key")
+    for path, family_key in (("/v1/chat/completions", "error"), ("/chat/completions", "error")):
+        refused = await host.client.post(path, json=CHAT)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == "Bearer"
+        assert refused.json()[family_key]["code"] == "unauthorized"
+    task_refused = await host.client.post("/v1/tasks", json=TASK)
+    assert task_refused.status_code == 401 and task_refused.json()["code"] == "INVALID_PARAMS"
+    wrong = await host.client.get("/v1/models", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    for open_path in ("/v1/health", "/health", "/status", f"/v1/pools/{MODEL}/health"):
+        assert (await host.client.get(open_path)).status_code == 200
+    ok = await host.client.post(
+        "/v1/chat/completions", json=CHAT, headers={"Authorization": "Bearer s3cret-key"}
+    )
+    assert ok.status_code == 200
+    assert "s3cret-key" not in caplog.text
+
+
+async def test_oc_ctrl_2070_cors_is_off_by_default_and_allows_one_origin(
+    host: Host, start_host: HostFactory
+) -> None:
+    preflight = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"}
+    off = await host.client.options("/v1/chat/completions", headers=preflight)
+    assert "access-control-allow-origin" not in off.headers
+    on_host = await start_host(cors_origins=("http://localhost:3000",))
+    on = await on_host.client.options("/v1/chat/completions", headers=preflight)
+    assert on.headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert "x-correlation-id" in on.headers["access-control-allow-headers"].lower()
+    other = await on_host.client.options(
+        "/v1/chat/completions", headers={**preflight, "Origin": "http://evil.example"}
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+async def test_prometheus_metrics(host: Host) -> None:
+    await host.client.post("/v1/chat/completions", json=CHAT)
+    await host.client.post("/v1/chat/completions", json={**CHAT, "model": "missing"})
+    text = (await host.client.get("/metrics")).text
+    for name in (
+        "infertui_queue_depth", "infertui_requests_total", "infertui_ttft_seconds_bucket",
+        "infertui_request_latency_seconds_count", "infertui_tokens_per_second",
+        "infertui_slots_busy", "infertui_tokens_total",
+    ):  # fmt: skip
+        assert name in text, name
+    assert re.search(rf'infertui_requests_total{{outcome="completed",pool="{MODEL}"}} 1\.0', text)
+
+
+async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> None:
+    doc = (await host.client.get("/openapi.json")).json()
+    paths = doc["paths"]
+    for path in ("/v1/tasks", "/v1/tasks/{task_id}/stream", "/v1/tasks/{task_id}/cancel",
+                 "/v1/pools/{pool_id}/drain", "/v1/pools/{pool_id}/reload"):  # fmt: skip
+        operation = next(iter(paths[path].values()))
+        assert "x-examples" in operation, path
+    for path in ("/v1/chat/completions", "/v1/completions", "/chat/completions", "/chat/sse",
+                 "/engines", "/v1/health", "/metrics", "/v1/capabilities"):  # fmt: skip
+        assert path in paths
+
+
+async def test_a_client_disconnect_mid_stream_frees_the_slot(host: Host) -> None:
+    pool = host.service.registry.get(MODEL)
+    body = {**CHAT, "max_tokens": 400, "stream": True}
+    async with httpx.AsyncClient(base_url=host.url) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            async for _ in response.aiter_lines():
+                if pool.metrics_snapshot().slots_busy == 1 and pool.jobs()[0].tokens_published > 3:
+                    break
+    deadline = asyncio.get_running_loop().time() + 1.0
+    while pool.metrics_snapshot().slots_busy and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    snapshot = pool.metrics_snapshot()
+    assert snapshot.slots_busy == 0, "the slot is free within a second"
+    assert snapshot.cancelled == 1
+
+
+async def test_a_queued_sse_stream_gets_keepalive_comments(
+    start_host: HostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streams, "KEEPALIVE_S", 0.2)
+    host = await start_host(parallel=1)
+    busy = (await host.client.post("/v1/tasks", json={"prompt": "Long:", "max_tokens": 60})).json()
+    waiting = (await host.client.post("/v1/tasks", json=TASK)).json()
+    assert waiting["queue_position"] == 0 and waiting["predicted_start_ms"] > 0
+    raw = (await host.client.get(waiting["stream_url"])).text
+    before_first_token = raw.split("event: token")[0]
+    assert ": ping" in before_first_token
+    assert parse_sse(raw)[-1][0] == "end"
+    await host.client.post(f"/v1/tasks/{busy['task_id']}/cancel")

@@ -1,0 +1,264 @@
+"""Spec 004 over real HTTP: the official openai SDK, engine management, health, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator
+
+import openai
+import pytest
+
+from .conftest import MODEL, Host
+
+pytestmark = pytest.mark.model
+
+CHAT = [{"role": "user", "content": "Name three colors."}]
+
+
+@pytest.fixture
+async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
+    yield client
+    await client.close()
+
+
+async def test_spec_004_chat_completion_with_the_openai_sdk(
+    host: Host, sdk: openai.AsyncOpenAI
+) -> None:
+    reply = await sdk.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=16, temperature=0
+    )
+    assert reply.object == "chat.completion"
+    assert reply.model == MODEL
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    usage = reply.usage
+    assert usage is not None and usage.prompt_tokens > 0
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+async def test_spec_004_streamed_chat_matches_the_whole_reply(
+    host: Host, sdk: openai.AsyncOpenAI
+) -> None:
+    client = sdk
+    whole = await client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=24, temperature=0
+    )
+    stream = await client.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=24, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = [chunk async for chunk in stream]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+async def test_spec_004_completions_string_and_array_prompts(
+    host: Host, sdk: openai.AsyncOpenAI
+) -> None:
+    client = sdk
+    one = await client.completions.create(
+        model=MODEL, prompt="The sky is", max_tokens=8, temperature=0
+    )
+    assert one.object == "text_completion"
+    assert len(one.choices) == 1 and one.choices[0].text
+    many = await client.completions.create(
+        model=MODEL, prompt=["The sky is", "Water is"], max_tokens=8, temperature=0
+    )
+    assert [c.index for c in many.choices] == [0, 1]
+    assert many.choices[0].text == one.choices[0].text
+    assert 0 < many.usage.completion_tokens <= 16
+    assert (
+        many.usage.prompt_tokens == 2 * one.usage.prompt_tokens - 1
+    )  # 'Water is' is a token shorter
+
+
+async def test_spec_004_streamed_completions_for_an_array_prompt(
+    host: Host, sdk: openai.AsyncOpenAI
+) -> None:
+    stream = await sdk.completions.create(
+        model=MODEL, prompt=["One,", "Alpha,"], max_tokens=6, temperature=0, stream=True
+    )
+    texts = {0: "", 1: ""}
+    finished = set()
+    async for chunk in stream:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.text
+            if choice.finish_reason:
+                finished.add(choice.index)
+    assert finished == {0, 1}
+    assert texts[0] and texts[1]
+
+
+async def test_spec_004_models_list_for_the_sdk(host: Host, sdk: openai.AsyncOpenAI) -> None:
+    models = await sdk.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+async def test_spec_004_sse_framing_headers_and_done(host: Host) -> None:
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 4, "stream": True}
+    async with host.client.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["cache-control"] == "no-cache"
+        raw = "".join([part async for part in response.aiter_text()])
+    events = [e for e in raw.split("\n\n") if e.strip()]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    first = json.loads(events[0][6:])
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", 2.5),
+        ("top_p", -0.5),
+        ("presence_penalty", 3),
+        ("frequency_penalty", -3),
+        ("max_tokens", 0),
+    ],
+)
+async def test_spec_004_out_of_range_parameters_are_400(
+    host: Host, field: str, value: float
+) -> None:
+    response = await host.client.post(
+        "/v1/chat/completions", json={"model": MODEL, "messages": CHAT, field: value}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == field
+    assert field in error["message"]
+
+
+async def test_spec_004_missing_model_invalid_json_and_context_overflow_are_400(host: Host) -> None:
+    missing = await host.client.post("/v1/chat/completions", json={"messages": CHAT})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
+    broken = await host.client.post(
+        "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert broken.status_code == 400
+    overflow = await host.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "word " * 2000, "max_tokens": 8}
+    )
+    assert overflow.status_code == 400
+    assert overflow.json()["error"]["code"] == "context_length_exceeded"
+
+
+async def test_spec_004_unknown_model_is_404_not_found_error(
+    host: Host, sdk: openai.AsyncOpenAI
+) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await sdk.chat.completions.create(model="no-such-model", messages=CHAT)
+    assert caught.value.status_code == 404
+    body = (
+        await host.client.post("/v1/chat/completions", json={"model": "nope", "messages": CHAT})
+    ).json()
+    assert body["error"]["type"] == "not_found_error"
+    assert body["error"]["param"] == "model"
+
+
+async def test_spec_004_wrong_method_is_405_and_unknown_path_404(host: Host) -> None:
+    wrong = await host.client.get("/v1/chat/completions")
+    assert wrong.status_code == 405
+    assert wrong.json()["error"]["type"] == "invalid_request_error"
+    unknown = await host.client.get("/v1/nothing-here")
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "not_found_error"
+
+
+async def test_spec_004_engine_still_loading_is_503(host: Host, model_path, tmp_path) -> None:
+    copy = tmp_path / "second.gguf"
+    shutil.copy(model_path, copy)
+    adding = asyncio.create_task(
+        host.client.post("/engines", json={"engine_id": "second", "model_path": str(copy)})
+    )
+    while "second" not in host.service.registry.ids():
+        await asyncio.sleep(0.001)
+    busy = await host.client.post(
+        "/v1/chat/completions", json={"model": "second", "messages": CHAT, "max_tokens": 2}
+    )
+    assert busy.status_code == 503
+    assert busy.json()["error"]["code"] == "engine_unavailable"
+    assert (await adding).status_code == 201
+    ready = await host.client.post(
+        "/v1/chat/completions", json={"model": "second", "messages": CHAT, "max_tokens": 2}
+    )
+    assert ready.status_code == 200
+
+
+async def test_spec_004_engine_management_add_list_status_remove(
+    host: Host, model_path, tmp_path
+) -> None:
+    copy = tmp_path / "extra.gguf"
+    shutil.copy(model_path, copy)
+    added = await host.client.post(
+        "/engines",
+        json={"engine_id": "extra", "model_path": str(copy), "n_ctx": 512, "n_gpu_layers": 0},
+    )
+    assert added.status_code == 201
+    assert added.json() == {
+        "engine_id": "extra",
+        "status": "loaded",
+        "model_path": str(copy),
+        "parameters": added.json()["parameters"],
+    }
+    assert added.json()["parameters"]["n_ctx"] == 512
+    listed = (await host.client.get("/engines")).json()["engines"]
+    assert {e["engine_id"]: e["status"] for e in listed} == {MODEL: "loaded", "extra": "loaded"}
+    status = (await host.client.get("/engines/extra/status")).json()
+    assert status["memory_usage"]["model_size_mb"] > 100
+    assert status["memory_usage"]["context_size_mb"] > 0
+    assert status["performance"] == {"last_inference_tps": 0.0, "total_requests": 0}
+    removed = await host.client.delete("/engines/extra")
+    assert removed.json() == {"engine_id": "extra", "status": "removed"}
+    assert (await host.client.get("/engines/extra/status")).status_code == 404
+    assert (await host.client.delete("/engines/extra")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [("/nowhere/model.gguf", 404, "model_file_not_found"), ("NOT_GGUF", 400, "model_invalid")],
+)
+async def test_spec_004_adding_a_bad_model_is_a_clear_error(
+    host: Host, tmp_path, path, status, code
+) -> None:
+    if path == "NOT_GGUF":
+        bogus = tmp_path / "bogus.gguf"
+        bogus.write_text("hello")
+        path = str(bogus)
+    response = await host.client.post("/engines", json={"engine_id": "bad", "model_path": path})
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert "bad" not in host.service.registry.ids()
+    assert (await host.client.get("/v1/health")).json()["status"] == "healthy"
+
+
+async def test_spec_004_duplicate_engine_id_is_refused(host: Host, model_path) -> None:
+    response = await host.client.post(
+        "/engines", json={"engine_id": MODEL, "model_path": str(model_path)}
+    )
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "engine_exists"
+
+
+@pytest.mark.parametrize("path", ["/v1/health", "/health", "/status"])
+async def test_spec_004_health_endpoints(host: Host, path: str) -> None:
+    body = (await host.client.get(path)).json()
+    assert body["status"] == "healthy"
+    assert body["engines"] == {"loaded": 1, "unloaded": 0, "total": 1}
+    assert body["engines_summary"][0]["engine_id"] == MODEL
+    assert body["system"]["memory_usage_mb"] > 0
+    assert body["version"] == "1.0.0"
