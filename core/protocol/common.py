@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant"]
+MAX_STOPS = 16  # stop strings per request
 
 
 class ChatMessage(BaseModel):
@@ -35,7 +36,9 @@ class SamplingParams(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repeat_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0 disables")
     repeat_last_n: int = Field(64, ge=0, le=4096)
-    stop: tuple[str, ...] = Field((), max_length=16, description="never emitted, not even in part")
+    stop: tuple[str, ...] = Field(
+        (), max_length=MAX_STOPS, description="never emitted, not even in part"
+    )
     max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")
     ignore_eos: bool = Field(False, description="keep going past end-of-generation (benchmarks)")
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import ChatMessage, SamplingParams
+from .common import MAX_STOPS, ChatMessage, SamplingParams
 from .errors import InferError
 
 SSE_END = "[END]"
@@ -28,7 +28,7 @@ class OllamaChatRequest(BaseModel):
     top_k: int | None = Field(None, ge=0)
     seed: int | None = Field(None, ge=0, le=2**32 - 2)
     max_tokens: int | None = Field(None, ge=1)
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
 
     def sampling(self) -> SamplingParams:
         given = {

@@ -8,11 +8,11 @@ clients send that the spec does not name are ignored rather than refused.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import ChatMessage, SamplingParams
+from .common import MAX_STOPS, ChatMessage, SamplingParams
 from .errors import InferError
 from .snapshots import EngineParameters, EngineState, FinishReason
 
@@ -32,7 +32,7 @@ class _Sampling(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**32 - 2)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    stop: str | list[str] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
     # beyond OpenAI: llama.cpp's own knobs, as llama-server accepts them
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .common import ChatMessage, SamplingParams
+from .common import MAX_STOPS, ChatMessage, SamplingParams
 from .errors import InferError
 from .snapshots import MetricsSnapshot, PoolState
 
@@ -21,23 +21,39 @@ SSE_EVENTS = ("started", "token", "metrics", "end", "error")
 
 
 class TaskRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """A prompt (plain completion) or messages (chat); one of the two is required."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+            ]
+        },
+    )
 
     task_id: str | None = Field(None, min_length=1, max_length=128)
     session_id: str | None = None
     model: str | None = Field(None, description="engine id; the default engine when absent")
     pool_id: str | None = Field(None, description="pin: this pool or an error, never another")
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
     max_tokens: int = Field(128, ge=1)
     temperature: float = Field(0.8, ge=0.0, le=2.0)
     top_p: float = Field(0.95, ge=0.0, le=1.0)
     top_k: int = Field(40, ge=0)
     seed: int | None = Field(None, ge=0, le=2**32 - 2)
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
     output_mode: OutputMode | None = Field(
         None, description="a hint, recorded; unknown values are ignored (OC-CTRL-2063)"
     )
+
+    @model_validator(mode="after")
+    def _needs_input(self) -> TaskRequest:
+        if self.prompt is None and not self.messages:
+            raise ValueError("a task needs a prompt or messages")
+        return self
 
     @field_validator("output_mode", mode="before")
     @classmethod
@@ -72,7 +88,7 @@ class TaskCancelled(BaseModel):
     tokens_emitted: int = Field(description="token events published; none follow the cancel")
 
 
-class ErrorBody(BaseModel):
+class OrchestratorError(BaseModel):
     """OC-CTRL-2030/2031/2032: a stable code, a sentence, and advisory fields."""
 
     code: str
@@ -83,7 +99,7 @@ class ErrorBody(BaseModel):
     pool_id: str | None = None
 
 
-class Backpressure(ErrorBody):
+class Backpressure(OrchestratorError):
     """The 429 body (OC-CTRL-2011)."""
 
     policy_label: str
@@ -129,9 +145,9 @@ class SSEError(BaseModel):
     engine: str | None = None
 
 
-def error_body(err: InferError, *, pool_id: str | None = None) -> ErrorBody:
+def error_body(err: InferError, *, pool_id: str | None = None) -> OrchestratorError:
     m = err.mapping
-    return ErrorBody(
+    return OrchestratorError(
         code=m.orch_code,
         message=err.message,
         retriable=m.retriable,

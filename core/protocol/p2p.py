@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .common import ChatMessage
+from .common import MAX_STOPS, ChatMessage
 from .errors import ErrorKind, InferError
 
 PROTOCOL_VERSION = 1
@@ -58,7 +58,7 @@ class ChatStart(_Payload):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
-    stop: list[str] | None = None
+    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
     max_tokens: int | None = Field(None, ge=1)
     protocol_version: int | None = None
 

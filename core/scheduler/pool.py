@@ -129,6 +129,10 @@ class Pool:
                 retry_after_ms=self._eta_ms(0),
                 engine_id=self.id,
             )
+        if job_id is not None and job_id in self._jobs:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, f"job id '{job_id}' is already in use", param="task_id"
+            )
         if messages is not None:
             tokens = engine.chat_prompt(messages)
         elif prompt is not None:

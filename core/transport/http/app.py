@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -12,6 +13,7 @@ from ...host import HostService
 from ...protocol.orchestrator import API_VERSION
 from . import metrics, routes_engines, routes_ollama, routes_openai, routes_pools, routes_tasks
 from .errors import install_error_handlers
+from .families import Family, family_of, is_health
 from .middleware import ApiKeyMiddleware, CorrelationMiddleware
 from .routes_engines import ProcessUsage
 from .routes_tasks import TaskStore
@@ -49,6 +51,7 @@ def create_app(
     ):
         app.include_router(module.router)
     install_error_handlers(app)
+    document_errors(app, api_key=bool(api_key))
     # Added last runs first: correlation IDs wrap everything, then CORS, then the key check.
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
@@ -62,3 +65,39 @@ def create_app(
         )
     app.add_middleware(CorrelationMiddleware)
     return app
+
+
+_ERROR_SCHEMAS = {
+    Family.OPENAI: "ErrorEnvelope",
+    Family.OLLAMA: "OllamaErrorEnvelope",
+    Family.ORCHESTRATOR: "OrchestratorError",
+}
+
+
+def document_errors(app: FastAPI, *, api_key: bool) -> None:
+    """Say in the OpenAPI document what the handlers really answer: a 400 in the path's own
+    error shape where FastAPI would list its 422, and a 401 on guarded paths."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = build()
+        for path, operations in schema["paths"].items():
+            ref = {"$ref": f"#/components/schemas/{_ERROR_SCHEMAS[family_of(path)]}"}
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                if responses.pop("422", None) is not None:
+                    responses.setdefault("400", _error(ref, "invalid request"))
+                if api_key and not is_health(path):
+                    responses.setdefault("401", _error(ref, "missing or invalid API key"))
+        schema["components"]["schemas"].pop("HTTPValidationError", None)
+        schema["components"]["schemas"].pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _error(ref: dict[str, str], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ref}}}

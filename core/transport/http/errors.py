@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ...protocol.errors import ErrorKind, InferError
@@ -36,6 +37,17 @@ def install_error_handlers(app: FastAPI) -> None:
         message = f"invalid '{where}': {first['msg']}" if where else str(first["msg"])
         kind = ErrorKind.INVALID_PARAMS
         return error_response(InferError(kind, message, param=param), family_of(request.url.path))
+
+    @app.exception_handler(ValidationError)
+    async def on_conversion(request: Request, err: ValidationError) -> JSONResponse:
+        # a request that passed its own model but not the engine's (a safety net: request
+        # models carry the engine's bounds, so this is a 400, never a 500)
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        bad = InferError(
+            ErrorKind.INVALID_PARAMS, f"invalid '{where}': {first['msg']}", param=where
+        )
+        return error_response(bad, family_of(request.url.path))
 
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, err: HTTPException) -> JSONResponse:

@@ -13,7 +13,7 @@ from ...protocol.orchestrator import (
     Capabilities,
     DrainRequest,
     DrainResponse,
-    ErrorBody,
+    OrchestratorError,
     PoolCapabilities,
     PoolHealth,
     ReloadRequest,
@@ -27,7 +27,7 @@ router = APIRouter(tags=["Pools and capabilities (spec 002)"])
 log = logging.getLogger(__name__)
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "unknown pool"}
+    404: {"model": OrchestratorError, "description": "unknown pool"}
 }
 
 
@@ -78,8 +78,14 @@ async def drain(pool_id: str, body: DrainRequest, request: Request) -> DrainResp
     response_model=ReloadResponse,
     responses={
         **_NOT_FOUND,
-        400: {"model": ErrorBody, "description": "the new model is not valid; old one kept"},
-        503: {"model": ErrorBody, "description": "the new model did not load; old one kept"},
+        400: {
+            "model": OrchestratorError,
+            "description": "the new model is not valid; old one kept",
+        },
+        503: {
+            "model": OrchestratorError,
+            "description": "the new model did not load; old one kept",
+        },
     },
     openapi_extra={"x-examples": {"reload": {"request": {"model_path": "/models/new.gguf"}}}},
     summary="Load the model beside the old one and switch atomically, or roll back",

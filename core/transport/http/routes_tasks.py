@@ -17,7 +17,7 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Admitted, Finished, TokenText
 from ...protocol.orchestrator import (
     Backpressure,
-    ErrorBody,
+    OrchestratorError,
     SSEEnd,
     SSEMetrics,
     SSEStarted,
@@ -94,9 +94,16 @@ _STREAM_EXAMPLE = (
     status_code=202,
     response_model=TaskAccepted,
     responses={
-        400: {"model": ErrorBody, "description": "INVALID_PARAMS (e.g. does not fit the context)"},
+        400: {
+            "model": OrchestratorError,
+            "description": "INVALID_PARAMS (e.g. does not fit the context)",
+        },
+        404: {"model": OrchestratorError, "description": "no engine serves the named model"},
         429: {"model": Backpressure, "description": "queue full: Retry-After, X-Backoff-Ms"},
-        503: {"model": ErrorBody, "description": "POOL_UNREADY: the pinned pool is not ready"},
+        503: {
+            "model": OrchestratorError,
+            "description": "POOL_UNREADY: the pinned pool is not ready",
+        },
     },
     openapi_extra={"x-examples": _EXAMPLES},
     summary="Admit a task (ctx and token budget checked before it is queued)",
@@ -111,10 +118,6 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
         pool = service.registry.get(body.pool_id)
     else:
         pool = service.registry.resolve(body.model)
-    if body.prompt is None and not body.messages:
-        raise InferError(
-            ErrorKind.INVALID_PARAMS, "a task needs a prompt or messages", param="prompt"
-        )
     job = pool.submit(
         params=body.sampling(),
         messages=body.messages,
@@ -139,7 +142,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     "/v1/tasks/{task_id}/stream",
     responses={
         200: {"content": {"text/event-stream": {"example": _STREAM_EXAMPLE}}},
-        404: {"model": ErrorBody, "description": "unknown task"},
+        404: {"model": OrchestratorError, "description": "unknown task"},
     },
     openapi_extra={"x-examples": {"stream": _STREAM_EXAMPLE}},
     summary="SSE: started, then token* with metrics interleaved, then end (or error)",
@@ -193,7 +196,7 @@ def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
 @router.post(
     "/v1/tasks/{task_id}/cancel",
     response_model=TaskCancelled,
-    responses={404: {"model": ErrorBody, "description": "unknown task"}},
+    responses={404: {"model": OrchestratorError, "description": "unknown task"}},
     openapi_extra={
         "x-examples": {"cancel": {"task_id": "job-1", "cancelled": True, "state": "done"}}
     },
