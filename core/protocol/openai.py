@@ -37,6 +37,7 @@ class _Sampling(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -57,6 +58,7 @@ class _Sampling(BaseModel):
             frequency_penalty=self.frequency_penalty,
             stop=tuple(stops),
             max_tokens=max_tokens,
+            ignore_eos=self.ignore_eos,
             **extra,
         )
 
