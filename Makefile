@@ -28,6 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
+	$(BIN)/python bench/bench_http.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
