@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from ...protocol import ollama, openai, orchestrator
 from ...protocol.errors import ErrorKind, InferError
@@ -35,6 +36,17 @@ def family_of(path: str) -> Family:
 
 def is_health(path: str) -> bool:
     return path in HEALTH_PATHS or (path.startswith("/v1/pools/") and path.endswith("/health"))
+
+
+def documented_errors(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The refusals every generation endpoint may answer, for its OpenAPI `responses`."""
+    reasons = {
+        400: "invalid parameters (range, missing field, prompt too long for the context)",
+        404: "unknown model",
+        429: "queue full: Retry-After and X-Backoff-Ms say when to retry",
+        503: "the engine is still loading or is draining",
+    }
+    return {code: {"model": model, "description": text} for code, text in reasons.items()}
 
 
 def error_response(err: InferError, family: Family) -> JSONResponse:

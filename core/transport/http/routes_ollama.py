@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -22,20 +21,13 @@ from ...protocol.ollama import (
     error_body,
 )
 from ...scheduler import Job
+from .families import documented_errors
 from .routes_openai import collect, submit
 from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_event, sse_response
 
 router = APIRouter(tags=["Ollama-style chat (spec 001)"])
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": OllamaErrorEnvelope, "description": text}
-    for code, text in {
-        400: "invalid request",
-        404: "unknown model",
-        429: "queue full",
-        503: "engine loading or draining",
-    }.items()
-}
+_ERRORS = documented_errors(OllamaErrorEnvelope)
 _NDJSON_EXAMPLE = (
     '{"message":{"role":"assistant","content":"I\'m "},"done":false,"index":0}\n'
     '{"message":{"role":"assistant","content":""},"done":true,"index":1}\n'
@@ -65,7 +57,8 @@ async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse 
     )
 
 
-async def ndjson_lines(job: Job) -> AsyncIterator[str]:
+async def chunks(job: Job) -> AsyncIterator[str | Finished]:
+    """The job's text as numbered spec-001 chunk lines, then its Finished event."""
     template = _chunk_template()
     index = 0
     async for event in job.events():
@@ -73,11 +66,20 @@ async def ndjson_lines(job: Job) -> AsyncIterator[str]:
             yield template.render(event.text, index)
             index += 1
         elif isinstance(event, Finished):
-            if event.error is not None:
-                yield json_line(OllamaStreamError(error=error_body(event.error)))
-            else:
-                last = OllamaStreamChunk(message=AssistantTurn(content=""), done=True, index=index)
-                yield json_line(last)
+            yield event
+
+
+async def ndjson_lines(job: Job) -> AsyncIterator[str]:
+    index = 0
+    async for item in chunks(job):
+        if isinstance(item, str):
+            yield item
+            index += 1
+        elif item.error is not None:
+            yield json_line(OllamaStreamError(error=error_body(item.error)))
+        else:
+            last = OllamaStreamChunk(message=AssistantTurn(content=""), done=True, index=index)
+            yield json_line(last)
 
 
 @router.post(
@@ -94,12 +96,9 @@ async def chat_sse(body: OllamaChatRequest, request: Request) -> EventSourceResp
 
 
 async def sse_events(job: Job) -> AsyncIterator[str | ServerSentEvent]:
-    template = _chunk_template()
-    index = 0
-    async for event in job.events():
-        if isinstance(event, TokenText):
-            yield template.render(event.text, index)
-            index += 1
-        elif isinstance(event, Finished) and event.error is not None:
-            yield sse_event(error_body(event.error).model_dump_json(), "error")
+    async for item in chunks(job):
+        if isinstance(item, str):
+            yield item
+        elif item.error is not None:
+            yield sse_event(error_body(item.error).model_dump_json(), "error")
     yield SSE_END

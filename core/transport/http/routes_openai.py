@@ -33,21 +33,14 @@ from ...protocol.openai import (
     openai_finish,
 )
 from ...scheduler import Job
+from .families import documented_errors
 from .streams import HOLE, Template, json_line, merged, sse_response
 
 router = APIRouter(tags=["OpenAI-compatible (spec 004)"])
 
 FINGERPRINT = "fp_infertui"
 DONE = "[DONE]"
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorEnvelope, "description": text}
-    for code, text in {
-        400: "invalid parameters (range, missing field, context too long)",
-        404: "unknown model",
-        429: "queue full: Retry-After and X-Backoff-Ms say when to retry",
-        503: "the engine is still loading or is draining",
-    }.items()
-}
+_ERRORS = documented_errors(ErrorEnvelope)
 _SSE = {
     "content": {"text/event-stream": {"example": 'data: {"choices":[...]}\n\ndata: [DONE]\n\n'}}
 }
