@@ -6,13 +6,15 @@ environment: `INFERTUI_HOST__QUEUE=16`, `INFERTUI_HOST__ENGINE__CTX=2048`.
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -46,6 +48,19 @@ class HttpSettings(BaseModel):
     )
 
 
+class P2PSettings(BaseModel):
+    """The Hyperswarm face of `infertui host`."""
+
+    enabled: bool = Field(True, description="listen under the server ID (--no-p2p turns it off)")
+    topics: list[str] = Field(default_factory=list, description="also announce on these topics")
+    allow: list[str] = Field(
+        default_factory=list, description="server IDs of the only peers let in; empty: anyone"
+    )
+    admins: list[str] = Field(
+        default_factory=list, description="server IDs of peers allowed to manage engines"
+    )
+
+
 class HostSettings(BaseModel):
     """`infertui host`."""
 
@@ -59,6 +74,7 @@ class HostSettings(BaseModel):
     peer_job_limit: int = Field(1, ge=1, description="concurrent jobs per P2P peer (MODEL_BUSY)")
     drain_on_stop_ms: int = Field(2000, ge=0, description="grace for running jobs at shutdown")
     http: HttpSettings = HttpSettings()
+    p2p: P2PSettings = P2PSettings()
 
 
 class Settings(BaseSettings):
@@ -73,6 +89,20 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None, description="INFERTUI_API_KEY: required of HTTP clients (host), sent (client)"
     )
+    bootstrap: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="INFERTUI_BOOTSTRAP: HOST:PORT of a private DHT's nodes (comma-separated); "
+        "empty: the public Hyperswarm DHT",
+    )
+
+    @field_validator("bootstrap", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @classmethod
     def settings_customise_sources(

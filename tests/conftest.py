@@ -14,6 +14,10 @@ from infertui.core.scheduler import Pool
 
 # Tests must never read the developer's own settings or write into their home.
 os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-test-config.toml")
+# Hosts started by tests (in-process or as subprocesses) never reach for the public DHT;
+# the P2P tests give theirs a loopback testnet explicitly.
+os.environ["INFERTUI_HOST__P2P__ENABLED"] = "false"
+os.environ.pop("INFERTUI_BOOTSTRAP", None)
 
 PoolFactory = Callable[..., Coroutine[Any, Any, Pool]]
 

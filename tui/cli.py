@@ -18,6 +18,8 @@ Serve and use a local LLM from a terminal.
 
   infertui host                 serve the bundled Gemma 3 270M model
   infertui host --model m.gguf  serve your own GGUF model(s)
+  infertui host --http          also serve the HTTP API on 127.0.0.1:8080
+  infertui id                   this machine's server ID (what clients connect to)
   infertui config path          where the settings file lives
 
 Settings come from the config file, then INFERTUI_* environment variables, then flags.
@@ -39,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load GGUF models with llama.cpp and serve them with continuous batching.",
     )
     add_host_flags(host)
+
+    ident = commands.add_parser(
+        "id",
+        help="print this machine's server ID (for `infertui connect $(ssh gpu-box infertui id)`)",
+    )
+    ident.add_argument("--reset-id", action="store_true", help="make a new key pair first")
 
     cfg = commands.add_parser("config", help="show where the settings file is")
     cfg.add_argument("action", choices=["path"], help="path: print the config file's location")
@@ -87,6 +95,36 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         help="allow this browser origin over CORS (repeatable; default: CORS off)",
     )
     host.add_argument(
+        "--no-p2p", action="store_true", help="do not listen on Hyperswarm (default: listen)"
+    )
+    host.add_argument(
+        "--topic",
+        action="append",
+        metavar="NAME",
+        help="also announce on this topic, so `infertui hosts --topic NAME` finds the host",
+    )
+    host.add_argument(
+        "--bootstrap",
+        action="append",
+        metavar="HOST:PORT",
+        help="a node of a private DHT (repeatable, or INFERTUI_BOOTSTRAP); default: public DHT",
+    )
+    host.add_argument(
+        "--allow",
+        action="append",
+        metavar="SERVER_ID",
+        help="only let in peers with this key (repeatable); default: anyone",
+    )
+    host.add_argument(
+        "--admin",
+        action="append",
+        metavar="SERVER_ID",
+        help="let this peer add, remove, reload and drain engines (repeatable)",
+    )
+    host.add_argument(
+        "--reset-id", action="store_true", help="make a new key pair, and so a new server ID"
+    )
+    host.add_argument(
         "--headless",
         action="store_true",
         help="plain log lines on stderr instead of the dashboard (for systemd or nohup)",
@@ -97,7 +135,14 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "log_level": args.log_level,
         "api_key": args.api_key,
+        "bootstrap": args.bootstrap,
         "host": {
+            "p2p": {
+                "enabled": False if args.no_p2p else None,
+                "topics": args.topic,
+                "allow": args.allow,
+                "admins": args.admin,
+            },
             "models": args.model,
             "queue": args.queue,
             "http": {"listen": args.http, "cors_origins": args.cors_origin},
@@ -119,6 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         sys.stdout.write(f"{config.config_path()}\n")
         return 0
+    if args.command == "id":
+        from infertui.core.transport.p2p.ids import load_seed, server_id
+
+        sys.stdout.write(f"{server_id(load_seed(reset=args.reset_id))}\n")
+        return 0
     if args.command == "host":
         try:
             settings = config.load_settings(**host_overrides(args))
@@ -128,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .headless import run_headless
 
         configure_console(settings.log_level)
-        return run_headless(settings)
+        return run_headless(settings, reset_id=args.reset_id)
     parser.print_help()
     return 0
 

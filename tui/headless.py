@@ -10,13 +10,28 @@ from infertui.core.config import Settings
 from infertui.core.host import HostService
 from infertui.core.protocol.errors import InferError
 from infertui.core.transport.http import HttpServer, create_app
+from infertui.core.transport.p2p.host import P2PServer
+from infertui.core.transport.p2p.ids import load_seed, parse_server_id
 
 log = logging.getLogger("infertui.host")
 
 
-def build_service(settings: Settings) -> HostService:
+def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
     """The host core with the transports the settings ask for."""
     service = HostService(settings.host)
+    p2p = settings.host.p2p
+    if p2p.enabled:
+        service.attach(
+            P2PServer(
+                service,
+                seed=load_seed(reset=reset_id),
+                bootstrap=settings.bootstrap,
+                topics=p2p.topics,
+                allow=[parse_server_id(key) for key in p2p.allow],
+                admins=[parse_server_id(key) for key in p2p.admins],
+                peer_job_limit=settings.host.peer_job_limit,
+            )
+        )
     http = settings.host.http
     if http.listen:
         key = settings.api_key.get_secret_value() if settings.api_key else None
@@ -25,8 +40,12 @@ def build_service(settings: Settings) -> HostService:
     return service
 
 
-async def serve(settings: Settings, stop: asyncio.Event) -> int:
-    service = build_service(settings)
+async def serve(settings: Settings, stop: asyncio.Event, *, reset_id: bool = False) -> int:
+    try:
+        service = build_service(settings, reset_id=reset_id)
+    except InferError as exc:
+        log.error("cannot start: %s", exc.message)
+        return 2
     try:
         await service.start()
     except InferError as exc:
@@ -47,13 +66,13 @@ async def serve(settings: Settings, stop: asyncio.Event) -> int:
     return 0
 
 
-def run_headless(settings: Settings) -> int:
+def run_headless(settings: Settings, *, reset_id: bool = False) -> int:
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await serve(settings, stop)
+        return await serve(settings, stop, reset_id=reset_id)
 
     try:
         return asyncio.run(main())

@@ -1,0 +1,1 @@
+"""Hyperswarm face: spec 000 between host and client, reached by server ID."""

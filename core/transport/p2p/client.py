@@ -1,0 +1,208 @@
+"""The client end of spec 000: connect to a host by server ID and chat with it.
+
+Errors are InferErrors with the spec's codes: INVALID_SERVER_ID before any network,
+HOST_OFFLINE or CONNECT_FAILED within the connect timeout, TIMEOUT_NO_RESPONSE when
+`server_info` or the next chunk does not come in time, HOST_DISCONNECTED when the stream
+drops, and a host's error with an unknown code surfaces its message as a generic error.
+Requests are multiplexed on one connection by request_id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ...protocol import p2p
+from ...protocol.common import ChatMessage
+from ...protocol.errors import ErrorKind, InferError, kind_for_p2p_code
+from .bridge import Bridge, PeerConnection
+from .ids import parse_server_id
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+CHUNK_TIMEOUT_S = 120.0
+_GONE = object()  # put on every open request's queue when the connection drops
+
+
+def error_from(payload: p2p.ErrorPayload) -> InferError:
+    kind = kind_for_p2p_code(payload.code)
+    if kind is None:  # spec 000: an unknown code is a generic error showing its message
+        return InferError(ErrorKind.INTERNAL, payload.message, details={"code": payload.code})
+    return InferError(kind, payload.message, retry_after_ms=payload.retry_after_ms)
+
+
+class ChatStream:
+    """One chat on the connection: iterate for text; `end` holds how it finished."""
+
+    def __init__(self, client: P2PClient, request_id: str, chunk_timeout: float) -> None:
+        self._client = client
+        self.request_id = request_id
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._chunk_timeout = chunk_timeout
+        self.end: p2p.ChatEnd | None = None
+
+    def abort(self) -> None:
+        self._client._send("abort", {}, self.request_id)
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        try:
+            while self.end is None:
+                try:
+                    item = await asyncio.wait_for(self._queue.get(), self._chunk_timeout)
+                except TimeoutError:
+                    raise InferError(
+                        ErrorKind.TIMEOUT_NO_RESPONSE,
+                        f"no reply from the host for {self._chunk_timeout:.0f} s",
+                    ) from None
+                if item is _GONE:
+                    raise InferError(ErrorKind.HOST_DISCONNECTED, "the host went away mid-reply")
+                _, payload = item
+                if isinstance(payload, p2p.ChatChunk):
+                    yield payload.text
+                elif isinstance(payload, p2p.ChatEnd):
+                    self.end = payload
+                elif isinstance(payload, p2p.ErrorPayload):
+                    raise error_from(payload)
+        finally:
+            self._client._streams.pop(self.request_id, None)
+
+    async def text(self) -> str:
+        return "".join([part async for part in self])
+
+
+class P2PClient:
+    """A connection to one host. Create with `await P2PClient.connect(server_id)`."""
+
+    def __init__(self, bridge: Bridge, conn: PeerConnection) -> None:
+        self._bridge = bridge
+        self._conn = conn
+        self._ids = itertools.count(1)
+        self._streams: dict[str, ChatStream] = {}
+        self._replies: dict[str, asyncio.Future[tuple[p2p.Envelope, Any]]] = {}
+        self._info: asyncio.Future[p2p.ServerInfo] = asyncio.get_running_loop().create_future()
+        self.server_info: p2p.ServerInfo | None = None
+        self._reader = asyncio.create_task(self._read(), name="p2p-client-reader")
+
+    @classmethod
+    async def connect(
+        cls,
+        server_id: str,
+        *,
+        bootstrap: Sequence[str] = (),
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+    ) -> P2PClient:
+        key = parse_server_id(server_id)  # INVALID_SERVER_ID before any network
+        bridge = await Bridge.start(bootstrap=bootstrap)
+        try:
+            try:
+                conn = await asyncio.wait_for(bridge.connect(key), timeout)
+            except TimeoutError:
+                raise InferError(
+                    ErrorKind.HOST_OFFLINE,
+                    f"no host answered as {server_id} within {timeout:.0f} s",
+                ) from None
+            client = cls(bridge, conn)
+            try:
+                info = asyncio.shield(client._info)
+                client.server_info = await asyncio.wait_for(info, connect_timeout)
+            except TimeoutError:
+                await client.close()
+                raise InferError(
+                    ErrorKind.TIMEOUT_NO_RESPONSE, "the host connected but sent no server_info"
+                ) from None
+            return client
+        except BaseException:
+            await bridge.close()
+            raise
+
+    @property
+    def server_id(self) -> str:
+        return self._conn.remote_id
+
+    def _send(self, type_: str, payload: Any, request_id: str | None = None) -> None:
+        self._conn.write(p2p.encode(type_, payload, request_id))
+
+    def chat(
+        self,
+        *,
+        prompt: str = "",
+        messages: Sequence[ChatMessage] | None = None,
+        model: str | None = None,
+        chunk_timeout: float = CHUNK_TIMEOUT_S,
+        **params: Any,
+    ) -> ChatStream:
+        request_id = f"r{next(self._ids)}"
+        stream = ChatStream(self, request_id, chunk_timeout)
+        self._streams[request_id] = stream
+        payload: dict[str, Any] = {"prompt": prompt, "model": model, **params}
+        if messages is not None:
+            payload["messages"] = [m.model_dump() for m in messages]
+        self._send("chat_start", {k: v for k, v in payload.items() if v is not None}, request_id)
+        return stream
+
+    async def request(self, type_: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        """An additive request (engines, metrics, queue) and its reply's payload."""
+        request_id = f"q{next(self._ids)}"
+        future: asyncio.Future[tuple[p2p.Envelope, Any]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._replies[request_id] = future
+        self._send(type_, payload or {}, request_id)
+        try:
+            envelope, reply = await asyncio.wait_for(future, CONNECT_TIMEOUT_S)
+        except TimeoutError:
+            raise InferError(ErrorKind.TIMEOUT_NO_RESPONSE, f"no answer to '{type_}'") from None
+        finally:
+            self._replies.pop(request_id, None)
+        if isinstance(reply, p2p.ErrorPayload):
+            raise error_from(reply)
+        return envelope.payload
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    line = await self._conn.reader.readuntil(b"\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                    break
+                try:
+                    envelope, payload = p2p.decode_line(line)
+                except InferError as err:
+                    log.warning("host sent a malformed message: %s", err.message)
+                    continue
+                self._route(envelope, payload)
+        finally:
+            for stream in self._streams.values():
+                stream._queue.put_nowait(_GONE)
+            for future in self._replies.values():
+                if not future.done():
+                    future.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
+            if not self._info.done():
+                self._info.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
+
+    def _route(self, envelope: p2p.Envelope, payload: Any) -> None:
+        rid = envelope.request_id
+        if isinstance(payload, p2p.ServerInfo):
+            self.server_info = payload
+            if not self._info.done():
+                self._info.set_result(payload)
+        elif rid in self._streams:
+            self._streams[rid]._queue.put_nowait((envelope, payload))
+        elif rid in self._replies:
+            future = self._replies[rid]
+            if not future.done():
+                future.set_result((envelope, payload))
+        elif isinstance(payload, p2p.ErrorPayload):
+            log.warning("host error %s: %s", payload.code, payload.message)
+
+    async def close(self) -> None:
+        self._conn.close()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        await self._bridge.close()

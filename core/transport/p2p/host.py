@@ -1,0 +1,292 @@
+"""The host end of spec 000: every Hyperswarm peer gets a PeerSession.
+
+A session sends `server_info`, then reads NDJSON lines: `chat_start` runs a job and streams
+`chat_chunk`* then `chat_end` under its request_id; `abort` cancels it (no chunk follows the
+abort's `chat_end`). Requests run concurrently, up to the peer's job limit (MODEL_BUSY
+beyond it). A peer that sends a line over the cap, floods, or keeps sending garbage gets an
+`error` and is dropped; other peers never notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import socket
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ...host import HostService
+from ...protocol import p2p
+from ...protocol.common import ChatMessage, SamplingParams
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.events import Finished, TokenText
+from ...scheduler import Job
+from .bridge import Bridge, PeerConnection
+from .ids import server_id
+
+log = logging.getLogger(__name__)
+
+MAX_STRIKES = 5  # malformed messages before a peer is dropped
+FLOOD_LIMIT = 200  # messages per second before a peer is dropped
+DROP_GRACE_S = 2.0  # a dropped peer's connection is destroyed after this
+ADDITIVE_TYPES = ("engines", "metrics", "queue")
+
+
+def topic_key(name: str) -> bytes:
+    """The 32-byte DHT topic for a human topic name."""
+    return hashlib.sha256(f"infertui/topic/{name}".encode()).digest()
+
+
+class P2PServer:
+    """Serves the host over Hyperswarm under its stable server ID."""
+
+    name = "p2p"
+
+    def __init__(
+        self,
+        service: HostService,
+        *,
+        seed: bytes,
+        bootstrap: Iterable[str] = (),
+        topics: Iterable[str] = (),
+        allow: Iterable[bytes] = (),
+        admins: Iterable[bytes] = (),
+        peer_job_limit: int = 1,
+    ) -> None:
+        self.service = service
+        self.seed = seed
+        self.bootstrap = list(bootstrap)
+        self.topics = list(topics)
+        self.allow = frozenset(allow)
+        self.admins = frozenset(admins)
+        self.peer_job_limit = peer_job_limit
+        self.bridge: Bridge | None = None
+        self.server_id = server_id(seed)
+        self._sessions: set[asyncio.Task[None]] = set()
+        self._bring_up: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start announcing in the background: the DHT may take seconds to answer (or never,
+        offline), and the host serves its other faces meanwhile."""
+        self._bring_up = asyncio.create_task(self._announce(), name="p2p-announce")
+
+    async def _announce(self) -> None:
+        try:
+            self.bridge = await Bridge.start(bootstrap=self.bootstrap, seed=self.seed)
+            self.bridge.on_connection = self._accept
+            await self.bridge.listen()
+            for name in self.topics:
+                await self.bridge.join(topic_key(name), server=True, client=False)
+        except InferError as err:
+            log.error("Hyperswarm is unavailable: %s", err.message)
+            return
+        log.info("Hyperswarm: announced as %s", self.server_id)
+
+    async def wait_listening(self) -> None:
+        """Until the swarm listens (tests and tools that need the host reachable)."""
+        if self._bring_up is not None:
+            await self._bring_up
+        if self.bridge is None:
+            raise InferError(ErrorKind.CONNECT_FAILED, "Hyperswarm did not start (see the log)")
+
+    def describe(self) -> str:
+        return self.server_id
+
+    async def stop(self) -> None:
+        if self._bring_up is not None and not self._bring_up.done():
+            self._bring_up.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._bring_up
+        for task in list(self._sessions):
+            task.cancel()
+        for task in list(self._sessions):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.bridge is not None:
+            await self.bridge.close()
+            self.bridge = None
+
+    def _accept(self, conn: PeerConnection) -> None:
+        task = asyncio.create_task(PeerSession(self, conn).run(), name=f"peer-{conn.remote_id}")
+        self._sessions.add(task)
+        task.add_done_callback(self._sessions.discard)
+
+    def server_info(self, admin: bool) -> p2p.ServerInfo:
+        engines = self.service.registry.ids()
+        return p2p.ServerInfo(
+            host_name=self.service.settings.host_name or socket.gethostname(),
+            model=engines[0] if engines else "",
+            status="ready" if engines else "loading",
+            server_id=self.describe(),
+            models=engines,
+            capabilities={
+                "max_prompt_bytes": p2p.MAX_PROMPT_BYTES,
+                "peer_job_limit": self.peer_job_limit,
+                "additive_types": list(ADDITIVE_TYPES),
+                "admin": admin,
+            },
+        )
+
+
+class PeerSession:
+    """One peer's connection: reads its messages, runs its jobs, writes their streams."""
+
+    def __init__(self, server: P2PServer, conn: PeerConnection) -> None:
+        self.server = server
+        self.conn = conn
+        self.peer = conn.remote_id
+        self.admin = conn.remote_key in server.admins
+        self.jobs: dict[str, Job] = {}
+        self.streams: set[asyncio.Task[None]] = set()
+        self.strikes = 0
+        self._window_start = time.monotonic()
+        self._window_count = 0
+
+    def send(self, type_: str, payload: Any, request_id: str | None = None) -> None:
+        self.conn.write(p2p.encode(type_, payload, request_id))
+
+    def send_error(self, err: InferError, request_id: str | None = None) -> None:
+        self.send("error", p2p.error_payload(err), request_id)
+
+    async def run(self) -> None:
+        allow = self.server.allow
+        if allow and self.conn.remote_key not in allow:
+            log.info("peer %s refused: not on the allow list", self.peer)
+            self.send_error(InferError(ErrorKind.FORBIDDEN, "this host does not accept your key"))
+            self.conn.close()
+            return
+        log.info("peer %s connected%s", self.peer, " (admin)" if self.admin else "")
+        self.send("server_info", self.server.server_info(self.admin))
+        try:
+            while True:
+                try:
+                    line = await self.conn.reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError:
+                    break  # the peer closed
+                except asyncio.LimitOverrunError:
+                    self.drop(f"a line over {p2p.MAX_LINE_BYTES} bytes")
+                    break
+                if self.flooding():
+                    self.drop(f"more than {FLOOD_LIMIT} messages a second")
+                    break
+                if line.strip() and not self.handle(line):
+                    break
+        finally:
+            for job in self.jobs.values():
+                job.cancel()  # a peer that goes away cancels its jobs
+            for task in self.streams:
+                task.cancel()
+            self.conn.close()
+            log.info("peer %s disconnected", self.peer)
+
+    def flooding(self) -> bool:
+        now = time.monotonic()
+        if now - self._window_start >= 1.0:
+            self._window_start, self._window_count = now, 0
+        self._window_count += 1
+        return self._window_count > FLOOD_LIMIT
+
+    def drop(self, reason: str) -> None:
+        """Say why, end the connection (so the error is delivered), and destroy it if the peer
+        has not closed its side soon after."""
+        log.warning("dropping peer %s: %s", self.peer, reason)
+        self.send_error(InferError(ErrorKind.BAD_MESSAGE, f"dropped: {reason}"))
+        self.conn.close()
+        asyncio.get_running_loop().call_later(DROP_GRACE_S, self.conn.destroy)
+
+    def handle(self, line: bytes) -> bool:
+        """Act on one line; False when the peer must be dropped."""
+        try:
+            envelope, payload = p2p.decode_line(line)
+        except InferError as err:
+            self.send_error(err, err.details.get("request_id"))
+            self.strikes += 1
+            if self.strikes >= MAX_STRIKES:
+                self.drop(f"{self.strikes} malformed messages")
+                return False
+            return True
+        rid = envelope.request_id
+        try:
+            if isinstance(payload, p2p.ChatStart):
+                self.start_chat(rid or "", payload)
+            elif envelope.type == "abort":
+                job = self.jobs.get(rid or "")
+                if job is not None:
+                    job.cancel()
+            elif envelope.type in ADDITIVE_TYPES:
+                self.answer_snapshot(envelope.type, rid)
+            elif payload is None:
+                raise InferError(ErrorKind.BAD_MESSAGE, f"unknown message type '{envelope.type}'")
+        except InferError as err:
+            self.send_error(err, rid)
+        return True
+
+    def start_chat(self, rid: str, start: p2p.ChatStart) -> None:
+        if rid in self.jobs:
+            raise InferError(ErrorKind.BAD_MESSAGE, f"request_id '{rid}' is already running")
+        messages = start.messages or [ChatMessage(role="user", content=start.prompt)]
+        if start.system:
+            messages = [ChatMessage(role="system", content=start.system), *messages]
+        job = self.server.service.submit(
+            model=start.model,
+            messages=messages,
+            params=sampling(start),
+            client_id=f"p2p:{self.peer[:12]}",
+            client_limit=self.server.peer_job_limit,
+        )
+        self.jobs[rid] = job
+        task = asyncio.create_task(self.stream(rid, job))
+        self.streams.add(task)
+        task.add_done_callback(self.streams.discard)
+
+    async def stream(self, rid: str, job: Job) -> None:
+        index = 0
+        try:
+            async for event in job.events():
+                if isinstance(event, TokenText):
+                    self.send("chat_chunk", {"text": event.text, "index": index}, rid)
+                    index += 1
+                    await self.conn.drain()
+                elif isinstance(event, Finished):
+                    if event.error is not None:
+                        self.send_error(event.error, rid)
+                        return
+                    t = event.timings
+                    end = p2p.ChatEnd(
+                        finish_reason=event.finish_reason,
+                        tokens_in=t.tokens_in,
+                        tokens_out=t.tokens_out,
+                        ttft_ms=round(t.ttft_ms, 1) if t.ttft_ms is not None else None,
+                        tokens_per_s=round(t.decode_tps, 1),
+                    )
+                    self.send("chat_end", end, rid)
+        finally:
+            self.jobs.pop(rid, None)
+
+    def answer_snapshot(self, kind: str, rid: str | None) -> None:
+        service = self.server.service
+        body: dict[str, Any]
+        if kind == "engines":
+            body = {"engines": [s.model_dump(mode="json") for s in service.engines()]}
+        elif kind == "metrics":
+            body = {"pools": [m.model_dump(mode="json") for m in service.metrics()]}
+        else:
+            body = {"pools": [q.model_dump(mode="json") for q in service.queues()]}
+        self.send(kind, body, rid)
+
+
+def sampling(start: p2p.ChatStart) -> SamplingParams:
+    given = {
+        name: getattr(start, name)
+        for name in (
+            "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
+            "frequency_penalty", "repeat_penalty", "max_tokens",
+        )
+        if getattr(start, name) is not None
+    }  # fmt: skip
+    if start.stop:
+        given["stop"] = tuple(start.stop)
+    return SamplingParams(**given)

@@ -1,0 +1,260 @@
+"""Spec 000 over real Hyperswarm (loopback testnet): every scenario, plus the misbehaving peers,
+allow list, two clients at once, a key nobody serves, and a host killed mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+
+import pytest
+
+from infertui.core.protocol import p2p
+from infertui.core.protocol.errors import ErrorKind, InferError
+from infertui.core.transport.p2p.bridge import Bridge
+from infertui.core.transport.p2p.client import P2PClient, error_from
+from infertui.core.transport.p2p.ids import parse_server_id, public_key, z32_encode
+
+from .conftest import P2PHost
+
+pytestmark = pytest.mark.model
+
+
+class RawPeer:
+    """A peer that writes raw bytes and reads the host's messages one by one."""
+
+    def __init__(self, bridge: Bridge, conn) -> None:
+        self.bridge, self.conn = bridge, conn
+
+    @classmethod
+    async def open(cls, testnet: list[str], host: P2PHost, seed: bytes | None = None) -> RawPeer:
+        bridge = await Bridge.start(bootstrap=testnet, seed=seed)
+        return cls(bridge, await bridge.connect(parse_server_id(host.server_id)))
+
+    def send(self, raw: bytes) -> None:
+        self.conn.write(raw)
+
+    async def next(self, timeout: float = 20) -> dict:
+        line = await asyncio.wait_for(self.conn.reader.readuntil(b"\n"), timeout)
+        return json.loads(line)
+
+    async def until(self, type_: str, timeout: float = 30) -> dict:
+        while True:
+            message = await self.next(timeout)
+            if message["type"] == type_:
+                return message
+
+    async def close(self) -> None:
+        await self.bridge.close()
+
+
+@pytest.fixture
+async def raw_peer(testnet, p2p_host):
+    peers: list[RawPeer] = []
+
+    async def open_peer(host: P2PHost = p2p_host, seed: bytes | None = None) -> RawPeer:
+        peer = await RawPeer.open(testnet, host, seed)
+        peers.append(peer)
+        return peer
+
+    yield open_peer
+    for peer in peers:
+        await peer.close()
+
+
+def chat_start(rid: str, prompt: str = "Once upon a time", **payload) -> bytes:
+    return p2p.encode("chat_start", {"prompt": prompt, **payload}, rid)
+
+
+async def test_server_info_message_client_connects(p2p_host, raw_peer) -> None:
+    peer = await raw_peer()
+    info = await peer.next()
+    assert info["type"] == "server_info"
+    payload = info["payload"]
+    assert payload["host_name"] == "test-host"
+    assert payload["model"] == "gemma-3-270m"
+    assert payload["status"] == "ready"
+    assert payload["protocol_version"] == p2p.PROTOCOL_VERSION
+    assert payload["server_id"] == p2p_host.server_id
+    assert payload["capabilities"]["max_prompt_bytes"] == 8192
+
+
+async def test_streaming_lifecycle_normal(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(chat_start("req-1", max_tokens=8, temperature=0))
+    messages = []
+    while not messages or messages[-1]["type"] != "chat_end":
+        messages.append(await peer.next())
+    assert messages[0]["type"] == "chat_chunk"
+    assert all(m["type"] == "chat_chunk" for m in messages[:-1])
+    assert all(m["request_id"] == "req-1" for m in messages)
+    assert all(isinstance(m["payload"]["text"], str) for m in messages[:-1])
+    assert messages[-1]["payload"]["finish_reason"] in ("stop", "length")
+
+
+async def test_streaming_lifecycle_aborted(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(chat_start("long", max_tokens=400))
+    await peer.until("chat_chunk")
+    peer.send(p2p.encode("abort", {}, "long"))
+    while (message := await peer.next())["type"] == "chat_chunk":
+        pass
+    assert message["type"] == "chat_end"
+    assert message["request_id"] == "long"
+    assert message["payload"]["finish_reason"] == "abort"
+    peer.send(chat_start("after", max_tokens=2))  # the connection still serves
+    with pytest.raises(TimeoutError):
+        while True:  # no chunk of the aborted request ever follows its chat_end
+            follow = await peer.next(timeout=1.5)
+            assert follow["request_id"] == "after"
+
+
+async def test_error_message_host_busy_is_model_busy(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(chat_start("first", max_tokens=200))
+    await peer.until("chat_chunk")
+    peer.send(chat_start("second", max_tokens=5))
+    error = await peer.until("error")
+    assert error["request_id"] == "second"
+    assert error["payload"]["code"] == "MODEL_BUSY"
+    assert error["payload"]["retry_after_ms"] >= 0
+    peer.send(p2p.encode("abort", {}, "first"))
+
+
+async def test_message_envelope_missing_type_field(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(b'{"payload": {"prompt": "hi"}, "request_id": "x1"}\n')
+    error = await peer.until("error")
+    assert error["payload"]["code"] == "BAD_MESSAGE"
+    assert error["request_id"] == "x1"
+
+
+async def test_chat_start_prompt_exceeds_max_size(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(chat_start("big", prompt="x" * (8 * 1024 + 1)))
+    error = await peer.until("error")
+    assert error["payload"]["code"] == "BAD_MESSAGE"
+    assert "8192" in error["payload"]["message"]
+
+
+async def test_unknown_model_is_model_not_available(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(chat_start("m1", model="no-such-model"))
+    error = await peer.until("error")
+    assert error["payload"]["code"] == "OLLAMA_MODEL_NOT_AVAILABLE"
+
+
+async def test_chat_start_accepts_messages_and_sampling(p2p_host, connect) -> None:
+    client = await connect(p2p_host.server_id)
+    from infertui.core.protocol.common import ChatMessage
+
+    stream = client.chat(
+        messages=[ChatMessage(role="user", content="Say hello.")],
+        max_tokens=6, temperature=0, seed=1, top_k=20,
+    )  # fmt: skip
+    text = await stream.text()
+    assert stream.end is not None and stream.end.tokens_out <= 6
+    assert isinstance(text, str)
+
+
+async def test_two_clients_on_one_host_at_once(p2p_host, connect) -> None:
+    a, b = await asyncio.gather(connect(p2p_host.server_id), connect(p2p_host.server_id))
+    streams = [
+        c.chat(prompt=f"Story {i}:", max_tokens=12, temperature=0) for i, c in enumerate((a, b))
+    ]
+    texts = await asyncio.gather(*(s.text() for s in streams))
+    assert all(texts)
+    assert all(s.end.finish_reason in ("stop", "length") for s in streams)
+
+
+async def test_additive_engine_metrics_and_queue_messages(p2p_host, connect) -> None:
+    client = await connect(p2p_host.server_id)
+    engines = await client.request("engines")
+    assert engines["engines"][0]["engine_id"] == "gemma-3-270m"
+    metrics = await client.request("metrics")
+    assert metrics["pools"][0]["slots_total"] == 2
+    queue = await client.request("queue")
+    assert queue["pools"][0]["capacity"] == 8
+
+
+async def test_invalid_server_id_fails_before_any_network() -> None:
+    with pytest.raises(InferError) as caught:
+        await P2PClient.connect("not-a-server-id", bootstrap=["127.0.0.1:9"])
+    assert caught.value.kind is ErrorKind.INVALID_SERVER_ID
+
+
+async def test_a_key_nobody_serves_is_host_offline(testnet) -> None:
+    nobody = z32_encode(public_key(secrets.token_bytes(32)))
+    with pytest.raises(InferError) as caught:
+        await P2PClient.connect(nobody, bootstrap=testnet, connect_timeout=10)
+    assert caught.value.kind in (ErrorKind.HOST_OFFLINE, ErrorKind.CONNECT_FAILED)
+
+
+async def test_a_host_killed_mid_stream_is_host_disconnected(p2p_host, connect) -> None:
+    client = await connect(p2p_host.server_id)
+    stream = client.chat(prompt="A very long story:", max_tokens=400)
+    with pytest.raises(InferError) as caught:
+        async for _ in stream:
+            p2p_host.server.bridge._proc.kill()  # the host's network process dies
+    assert caught.value.kind is ErrorKind.HOST_DISCONNECTED
+
+
+async def test_the_allow_list_closes_other_peers(start_p2p_host, raw_peer, testnet) -> None:
+    friend = secrets.token_bytes(32)
+    host = await start_p2p_host(allow=[public_key(friend)])
+    stranger = await raw_peer(host)
+    error = await stranger.next()
+    assert error["type"] == "error" and error["payload"]["code"] == "FORBIDDEN"
+    welcome = await raw_peer(host, seed=friend)
+    assert (await welcome.next())["type"] == "server_info"
+
+
+async def test_garbage_gets_errors_then_the_peer_is_dropped_and_others_carry_on(
+    p2p_host, raw_peer, connect
+) -> None:
+    bystander = await connect(p2p_host.server_id)
+    vandal = await raw_peer()
+    await vandal.until("server_info")
+    for junk in (
+        b"\x00\xff\xfe garbage\n",
+        b"{not json\n",
+        b"[1,2]\n",
+        b'{"type": 7}\n',
+        b"\x80\n",
+    ):
+        vandal.send(junk)
+    codes = [(await vandal.until("error"))["payload"]["code"] for _ in range(5)]
+    assert set(codes) == {"BAD_MESSAGE"}
+    await asyncio.wait_for(vandal.conn.closed.wait(), 10)
+    assert await bystander.chat(prompt="Still fine?", max_tokens=4).text() is not None
+
+
+async def test_a_ten_megabyte_line_drops_the_peer(p2p_host, raw_peer, connect) -> None:
+    vandal = await raw_peer()
+    await vandal.until("server_info")
+    vandal.send(b'{"type":"chat_start","payload":{"prompt":"' + b"a" * (10 * 2**20) + b'"}}\n')
+    error = await vandal.until("error", timeout=60)
+    assert error["payload"]["code"] == "BAD_MESSAGE"
+    await asyncio.wait_for(vandal.conn.closed.wait(), 20)
+    client = await connect(p2p_host.server_id)
+    assert client.server_info is not None
+
+
+async def test_a_flood_drops_the_peer(p2p_host, raw_peer) -> None:
+    vandal = await raw_peer()
+    await vandal.until("server_info")
+    vandal.send(b"".join(p2p.encode("queue", {}, f"q{i}") for i in range(1000)))
+    await asyncio.wait_for(vandal.conn.closed.wait(), 20)
+
+
+def test_unknown_error_code_received_is_a_generic_error() -> None:
+    err = error_from(p2p.ErrorPayload(code="BRAND_NEW_CODE", message="something odd"))
+    assert err.kind is ErrorKind.INTERNAL
+    assert err.message == "something odd"
+    assert err.details["code"] == "BRAND_NEW_CODE"
