@@ -100,11 +100,11 @@ class P2PClient:
         bridge = await Bridge.start(bootstrap=bootstrap)
         try:
             try:
-                conn = await asyncio.wait_for(bridge.connect(key), timeout)
+                conn = await asyncio.wait_for(bridge.connect(key), connect_timeout)
             except TimeoutError:
                 raise InferError(
                     ErrorKind.HOST_OFFLINE,
-                    f"no host answered as {server_id} within {timeout:.0f} s",
+                    f"no host answered as {server_id} within {connect_timeout:.0f} s",
                 ) from None
             client = cls(bridge, conn)
             try:
