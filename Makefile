@@ -1,6 +1,7 @@
 # Two commands for a fresh machine: `make run` serves the bundled model, `make test` runs
 # every check. Both create .venv when it is missing. llama-cpp-python compiles llama.cpp
 # from source the first time (~10 min on 2 cores); pip's wheel cache makes later installs fast.
+# The Hyperswarm bridge's npm packages install into the user cache (Node.js >= 18 needed).
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,10 +10,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml core/transport/p2p/bridge/package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m infertui.core.transport.p2p.runtime
 	touch $(STAMP)
 
 run: $(STAMP)
