@@ -1,0 +1,140 @@
+"""Streaming over Hyperswarm vs in-process, on a loopback DHT testnet (issue 4). Prints figures.
+
+    .venv/bin/python bench/bench_p2p.py [--tokens 64] [--threads 2] [--reps 3]
+
+in-process: the Pool/Job path in one process (bench_http.inproc).
+p2p:        `infertui host --headless --bootstrap <testnet>` in its own process; a P2PClient
+            in this one connects by server ID over two Node bridges and the loopback DHT.
+Every figure comes from fresh processes; TTFT is measured from sending chat_start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_http import MESSAGES, TTFT_RUNS, inproc
+
+from infertui.core.protocol.common import ChatMessage
+from infertui.core.transport.p2p.client import P2PClient
+from infertui.core.transport.p2p.ids import load_seed, server_id
+from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
+
+
+async def p2p(concurrency: int, tokens: int, threads: int) -> dict[str, object]:
+    modules = await asyncio.to_thread(ensure_installed)
+    env = {**os.environ, "NODE_PATH": str(modules)}
+    testnet = await asyncio.create_subprocess_exec(
+        node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert testnet.stdout is not None and testnet.stdin is not None
+    bootstrap = json.loads(await testnet.stdout.readline())["bootstrap"]
+    data = tempfile.mkdtemp(prefix="bench-p2p-")
+    host_env = {**os.environ, "INFERTUI_DATA_DIR": data, "PYTHONUNBUFFERED": "1",
+                "INFERTUI_HOST__PEER_JOB_LIMIT": str(concurrency)}  # fmt: skip
+    host_env.pop("INFERTUI_HOST__P2P__ENABLED", None)
+    os.environ["INFERTUI_DATA_DIR"] = data
+    sid = server_id(load_seed())
+    host = subprocess.Popen(
+        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--ctx", "512",
+         "--parallel", str(concurrency), "--threads", str(threads), "--bootstrap", bootstrap[0]],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=host_env,
+    )  # fmt: skip
+    assert host.stderr is not None
+    while f"announced as {sid}" not in await asyncio.to_thread(host.stderr.readline):
+        pass
+    start = time.perf_counter()
+    client = await P2PClient.connect(sid, bootstrap=bootstrap)
+    connect_ms = (time.perf_counter() - start) * 1000
+    messages = [ChatMessage.model_validate(m) for m in MESSAGES]
+
+    async def one(max_tokens: int) -> tuple[float, float, int]:
+        begin = time.perf_counter()
+        stream = client.chat(messages=messages, max_tokens=max_tokens, temperature=0,
+                             ignore_eos=True)  # fmt: skip
+        first = last = 0.0
+        async for _ in stream:
+            last = time.perf_counter()
+            first = first or last
+        n = stream.end.tokens_out if stream.end and stream.end.tokens_out else 0
+        return (first - begin) * 1000, (n - 1) / (last - first) if n > 1 else 0.0, n
+
+    await one(4)
+    ttft = [(await one(2))[0] for _ in range(TTFT_RUNS)] if concurrency == 1 else []
+    begin = time.perf_counter()
+    runs = await asyncio.gather(*(one(tokens) for _ in range(concurrency)))
+    wall = time.perf_counter() - begin
+    await client.close()
+    host.terminate()
+    await asyncio.to_thread(host.wait, 30)
+    testnet.stdin.close()
+    await testnet.wait()
+    produced = sum(n for _, _, n in runs)
+    return {"ttft": ttft, "per_stream": statistics.median(t for _, t, _ in runs),
+            "aggregate": produced / wall, "tokens": produced, "connect_ms": connect_ms}  # fmt: skip
+
+
+def measure(face: str, concurrency: int, args: argparse.Namespace) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", face, "--concurrency", str(concurrency),
+         "--tokens", str(args.tokens), "--threads", str(args.threads)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--one", choices=["inproc", "p2p"], help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    if args.one:
+        run = inproc if args.one == "inproc" else p2p
+        print(json.dumps(asyncio.run(run(args.concurrency, args.tokens, args.threads))))
+        return
+    print(f"bundled model, {args.threads} threads, {args.tokens}-token outputs, loopback testnet, "
+          f"median of {args.reps} fresh processes per figure")  # fmt: skip
+    for concurrency in (1, 8):
+        results = {face: [measure(face, concurrency, args) for _ in range(args.reps)]
+                   for face in ("inproc", "p2p")}  # fmt: skip
+        med = {
+            face: {
+                key: statistics.median(r[key] for r in runs) for key in ("per_stream", "aggregate")
+            }
+            for face, runs in results.items()
+        }
+        print(f"{concurrency} concurrent:")
+        if concurrency == 1:
+            connect = statistics.median(r["connect_ms"] for r in results["p2p"])
+            ttft = {face: statistics.median(t for r in runs for t in r["ttft"])
+                    for face, runs in results.items()}  # fmt: skip
+            added = ttft["p2p"] - ttft["inproc"]
+            print(f"  connect        {connect:6.1f} ms (client bridge spawn + DHT connect"
+                  " + handshake + server_info)")  # fmt: skip
+            print(f"  TTFT p50       in-process {ttft['inproc']:6.1f} ms"
+                  f"   P2P {ttft['p2p']:6.1f} ms   added {added:+.1f} ms")  # fmt: skip
+        for key, label in (("per_stream", "per stream"), ("aggregate", "aggregate")):
+            ratio = med["p2p"][key] / med["inproc"][key]
+            print(
+                f"  {label:<14} in-process {med['inproc'][key]:6.1f} tok/s  "
+                f"P2P {med['p2p'][key]:6.1f} tok/s  ({ratio:.1%})"
+            )
+
+
+if __name__ == "__main__":
+    main()
