@@ -38,7 +38,8 @@ async def p2p(concurrency: int, tokens: int, threads: int) -> dict[str, object]:
         node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
-    assert testnet.stdout is not None and testnet.stdin is not None
+    assert testnet.stdout is not None
+    assert testnet.stdin is not None
     bootstrap = json.loads(await testnet.stdout.readline())["bootstrap"]
     data = tempfile.mkdtemp(prefix="bench-p2p-")
     host_env = {**os.environ, "INFERTUI_DATA_DIR": data, "PYTHONUNBUFFERED": "1",
@@ -46,7 +47,7 @@ async def p2p(concurrency: int, tokens: int, threads: int) -> dict[str, object]:
     host_env.pop("INFERTUI_HOST__P2P__ENABLED", None)
     os.environ["INFERTUI_DATA_DIR"] = data
     sid = server_id(load_seed())
-    host = subprocess.Popen(
+    host = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited here
         [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--ctx", "512",
          "--parallel", str(concurrency), "--threads", str(threads), "--bootstrap", bootstrap[0]],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=host_env,

@@ -19,15 +19,18 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def infertui_id(env: dict[str, str]) -> str:
+    out = subprocess.run([sys.executable, "-m", "infertui.tui.cli", "id"], env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return out.stdout.strip()
+
+
 async def test_infertui_id_is_stable_and_reachable_through_the_headless_host(
     testnet, connect, tmp_path
 ) -> None:
     env = {**os.environ, "INFERTUI_DATA_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     env.pop("INFERTUI_HOST__P2P__ENABLED")  # this test's host listens, on the loopback testnet
-    first = subprocess.run([sys.executable, "-m", "infertui.tui.cli", "id"], env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    again = subprocess.run([sys.executable, "-m", "infertui.tui.cli", "id"], env=env,
-                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    first, again = [await asyncio.to_thread(infertui_id, env) for _ in range(2)]
     assert first == again and len(first) == 52
     assert oct((tmp_path / "host-key.seed").stat().st_mode & 0o777) == "0o600"
 
