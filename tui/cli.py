@@ -48,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ident.add_argument("--reset-id", action="store_true", help="make a new key pair first")
 
+    hosts = commands.add_parser("hosts", help="list the hosts that announce on a topic")
+    hosts.add_argument("--topic", required=True, metavar="NAME", help="the topic to look on")
+    hosts.add_argument(
+        "--bootstrap", action="append", metavar="HOST:PORT", help="a private DHT's node"
+    )
+    hosts.add_argument(
+        "--wait", type=float, default=5.0, metavar="S", help="how long to look (default 5 s)"
+    )
+
     cfg = commands.add_parser("config", help="show where the settings file is")
     cfg.add_argument("action", choices=["path"], help="path: print the config file's location")
     return parser
@@ -164,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         sys.stdout.write(f"{config.config_path()}\n")
         return 0
+    if args.command == "hosts":
+        return list_hosts(args)
     if args.command == "id":
         from infertui.core.transport.p2p.ids import load_seed, server_id
 
@@ -180,6 +191,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_console(settings.log_level)
         return run_headless(settings, reset_id=args.reset_id)
     parser.print_help()
+    return 0
+
+
+def list_hosts(args: argparse.Namespace) -> int:
+    """`infertui hosts --topic NAME`: one line per host found, with its server info."""
+    import asyncio
+
+    from infertui.core.protocol.errors import InferError
+    from infertui.core.transport.p2p.discovery import find_hosts
+
+    bootstrap = args.bootstrap or config.load_settings().bootstrap
+    try:
+        found = asyncio.run(find_hosts(args.topic, bootstrap=bootstrap, wait_s=args.wait))
+    except InferError as exc:
+        sys.stderr.write(f"infertui: {exc.message}\n")
+        return 1
+    if not found:
+        sys.stderr.write(f"no host announces on topic '{args.topic}'\n")
+        return 1
+    for info in found:
+        models = ", ".join(info.models) or info.model
+        sys.stdout.write(f"{info.server_id}  {info.host_name}  {info.status}  {models}\n")
     return 0
 
 

@@ -258,3 +258,14 @@ def test_unknown_error_code_received_is_a_generic_error() -> None:
     assert err.kind is ErrorKind.INTERNAL
     assert err.message == "something odd"
     assert err.details["code"] == "BRAND_NEW_CODE"
+
+
+async def test_hosts_on_a_topic_are_found_with_their_server_info(start_p2p_host, testnet) -> None:
+    from infertui.core.transport.p2p.discovery import find_hosts
+
+    first = await start_p2p_host(topics=["lab"])
+    second = await start_p2p_host(topics=["lab"])
+    await start_p2p_host(topics=["elsewhere"])
+    found = await find_hosts("lab", bootstrap=testnet, wait_s=4)
+    assert {info.server_id for info in found} == {first.server_id, second.server_id}
+    assert all(info.status == "ready" and info.model == "gemma-3-270m" for info in found)

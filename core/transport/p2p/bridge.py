@@ -107,6 +107,7 @@ class Bridge:
         self._by_key: dict[bytes, PeerConnection] = {}
         self._ready: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.public_key = b""
+        # every new connection, both the ones peers open and the ones a topic join opens
         self.on_connection: Callable[[PeerConnection], None] | None = None
         self._tasks = [
             asyncio.create_task(self._read_events(), name="bridge-events"),
@@ -239,8 +240,8 @@ class Bridge:
             opened = PeerConnection(self, event["conn"], key, event["initiator"])
             self._conns[opened.conn] = opened
             if opened.initiator:
-                self._by_key[key] = opened
-            elif self.on_connection is not None:
+                self._by_key[key] = opened  # for connect(), which waits on this key
+            if self.on_connection is not None:
                 self.on_connection(opened)
         elif kind == "end" and conn is not None:
             conn.reader.feed_eof()
