@@ -164,6 +164,9 @@ P2P_CODES: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 
+# Codes infertui adds for access control (additive: other peers treat them as generic errors).
+ADDITIVE_P2P_CODES: frozenset[str] = frozenset({"FORBIDDEN", "UNAUTHORIZED"})
+
 # Spec 002 ErrorKind values (OC-CTRL-2030).
 ORCH_CODES: frozenset[str] = frozenset(
     {
@@ -216,6 +219,6 @@ def kind_for_p2p_code(code: str) -> ErrorKind | None:
     }
     if code in direct:
         return direct[code]
-    if code in P2P_CODES:
+    if code in P2P_CODES or code in ADDITIVE_P2P_CODES:
         return ErrorKind(code)
     return None

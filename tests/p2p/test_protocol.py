@@ -269,3 +269,58 @@ async def test_hosts_on_a_topic_are_found_with_their_server_info(start_p2p_host,
     found = await find_hosts("lab", bootstrap=testnet, wait_s=4)
     assert {info.server_id for info in found} == {first.server_id, second.server_id}
     assert all(info.status == "ready" and info.model == "gemma-3-270m" for info in found)
+
+
+async def test_metrics_subscription_pushes_until_unsubscribed(p2p_host, connect) -> None:
+    client = await connect(p2p_host.server_id)
+    received = []
+    async for snapshot in client.metrics(interval_ms=200):
+        received.append(snapshot)
+        if len(received) == 3:
+            break
+    assert all(r["pools"][0]["pool_id"] == "gemma-3-270m" for r in received)
+    await asyncio.sleep(0.5)
+    assert await client.request("queue")  # and the connection still answers
+
+
+async def test_admin_operations_only_for_admin_peers(
+    start_p2p_host, testnet, model_path, tmp_path
+) -> None:
+    import shutil
+
+    admin_seed = secrets.token_bytes(32)
+    host = await start_p2p_host(admins=[public_key(admin_seed)])
+    stranger = await P2PClient.connect(host.server_id, bootstrap=testnet)
+    try:
+        with pytest.raises(InferError) as refused:
+            await stranger.request("engine_remove", {"engine_id": "gemma-3-270m"})
+        assert refused.value.kind is ErrorKind.FORBIDDEN
+    finally:
+        await stranger.close()
+
+    copy = tmp_path / "extra.gguf"
+    shutil.copy(model_path, copy)
+    peer = await RawPeer.open(testnet, host, seed=admin_seed)
+    try:
+        info = await peer.next()
+        assert info["payload"]["capabilities"]["admin"] is True
+
+        async def ask(kind: str, **payload) -> dict:
+            peer.send(p2p.encode(kind, payload, f"{kind}-1"))
+            while (message := await peer.next(timeout=60))["request_id"] != f"{kind}-1":
+                pass
+            return message
+
+        added = await ask("engine_add", engine_id="extra", model_path=str(copy), n_ctx=512)
+        assert added["payload"]["engine"]["status"] == "loaded"
+        missing = await ask("engine_add", engine_id="nope", model_path="/no/such.gguf")
+        assert missing["type"] == "error" and "not found" in missing["payload"]["message"]
+        reloaded = await ask("engine_reload", engine_id="extra")
+        assert reloaded["payload"]["engine"]["pool_state"] == "ready"
+        drained = await ask("engine_drain", engine_id="extra", deadline_ms=100)
+        assert drained["payload"] == {"engine_id": "extra", "cancelled": 0}
+        removed = await ask("engine_remove", engine_id="extra")
+        assert removed["payload"]["status"] == "removed"
+        assert host.service.registry.ids() == ["gemma-3-270m"]
+    finally:
+        await peer.close()

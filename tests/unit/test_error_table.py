@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infertui.core.protocol.errors import (
+    ADDITIVE_P2P_CODES,
     ERROR_TABLE,
     ORCH_CODES,
     P2P_CODES,
@@ -13,13 +14,12 @@ from infertui.core.protocol.errors import (
 )
 
 OPENAI_TYPES = {"invalid_request_error", "server_error", "not_found_error"}
-ADDITIVE_P2P = {"UNAUTHORIZED", "FORBIDDEN"}  # beyond spec 000: access control of issue 4
 
 
 @pytest.mark.parametrize("kind", list(ErrorKind))
 def test_every_kind_maps_to_each_specs_vocabulary(kind: ErrorKind) -> None:
     mapping = ERROR_TABLE[kind]
-    assert mapping.p2p_code in P2P_CODES | ADDITIVE_P2P
+    assert mapping.p2p_code in P2P_CODES | ADDITIVE_P2P_CODES
     assert mapping.orch_code in ORCH_CODES
     assert mapping.openai_type in OPENAI_TYPES
     assert 400 <= mapping.http_status < 600

@@ -84,6 +84,7 @@ class P2PClient:
         self._ids = itertools.count(1)
         self._streams: dict[str, ChatStream] = {}
         self._replies: dict[str, asyncio.Future[tuple[p2p.Envelope, Any]]] = {}
+        self._subscriptions: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._info: asyncio.Future[p2p.ServerInfo] = asyncio.get_running_loop().create_future()
         self.server_info: p2p.ServerInfo | None = None
         self._reader = asyncio.create_task(self._read(), name="p2p-client-reader")
@@ -163,6 +164,19 @@ class P2PClient:
             raise error_from(reply)
         return envelope.payload
 
+    async def metrics(self, interval_ms: int = 1000) -> AsyncIterator[dict[str, Any]]:
+        """Metrics snapshots pushed by the host every `interval_ms` until the loop stops."""
+        request_id = f"s{next(self._ids)}"
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._subscriptions[request_id] = queue
+        self._send("metrics_subscribe", {"interval_ms": interval_ms}, request_id)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscriptions.pop(request_id, None)
+            self._send("unsubscribe", {}, request_id)
+
     async def _read(self) -> None:
         try:
             while True:
@@ -193,6 +207,8 @@ class P2PClient:
                 self._info.set_result(payload)
         elif rid in self._streams:
             self._streams[rid]._queue.put_nowait((envelope, payload))
+        elif rid in self._subscriptions:
+            self._subscriptions[rid].put_nowait(envelope.payload)
         elif rid in self._replies:
             future = self._replies[rid]
             if not future.done():

@@ -15,8 +15,10 @@ import hashlib
 import logging
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
+
+from pydantic import ValidationError
 
 from ...host import HostService
 from ...protocol import p2p
@@ -24,6 +26,7 @@ from ...protocol.common import ChatMessage, SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...scheduler import Job
+from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin, snapshot
 from .bridge import Bridge, PeerConnection
 from .ids import server_id
 
@@ -32,7 +35,6 @@ log = logging.getLogger(__name__)
 MAX_STRIKES = 5  # malformed messages before a peer is dropped
 FLOOD_LIMIT = 200  # messages per second before a peer is dropped
 DROP_GRACE_S = 2.0  # a dropped peer's connection is destroyed after this
-ADDITIVE_TYPES = ("engines", "metrics", "queue")
 
 
 def topic_key(name: str) -> bytes:
@@ -125,7 +127,7 @@ class P2PServer:
             capabilities={
                 "max_prompt_bytes": p2p.MAX_PROMPT_BYTES,
                 "peer_job_limit": self.peer_job_limit,
-                "additive_types": list(ADDITIVE_TYPES),
+                "additive_types": [*SNAPSHOT_TYPES, "metrics_subscribe", *ADMIN_TYPES],
                 "admin": admin,
             },
         )
@@ -141,6 +143,7 @@ class PeerSession:
         self.admin = conn.remote_key in server.admins
         self.jobs: dict[str, Job] = {}
         self.streams: set[asyncio.Task[None]] = set()
+        self.tasks: dict[str, asyncio.Task[None]] = {}  # subscriptions, admin operations
         self.strikes = 0
         self._window_start = time.monotonic()
         self._window_count = 0
@@ -177,7 +180,7 @@ class PeerSession:
         finally:
             for job in self.jobs.values():
                 job.cancel()  # a peer that goes away cancels its jobs
-            for task in self.streams:
+            for task in [*self.streams, *self.tasks.values()]:
                 task.cancel()
             self.conn.close()
             log.info("peer %s disconnected", self.peer)
@@ -216,13 +219,57 @@ class PeerSession:
                 job = self.jobs.get(rid or "")
                 if job is not None:
                     job.cancel()
-            elif envelope.type in ADDITIVE_TYPES:
-                self.answer_snapshot(envelope.type, rid)
+            elif envelope.type in SNAPSHOT_TYPES:
+                self.send(envelope.type, snapshot(self.server.service, envelope.type), rid)
+            elif envelope.type == "metrics_subscribe":
+                self.subscribe(rid or "", Subscription.model_validate(envelope.payload))
+            elif envelope.type == "unsubscribe":
+                self.cancel_task(rid or "")
+            elif envelope.type in ADMIN_TYPES:
+                self.admin_operation(envelope.type, envelope.payload, rid)
             elif payload is None:
                 raise InferError(ErrorKind.BAD_MESSAGE, f"unknown message type '{envelope.type}'")
         except InferError as err:
             self.send_error(err, rid)
+        except ValidationError as err:
+            self.send_error(InferError(ErrorKind.BAD_MESSAGE, str(err.errors()[0]["msg"])), rid)
         return True
+
+    def spawn(self, key: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self.tasks[key] = task
+        task.add_done_callback(lambda _: self.tasks.pop(key, None))
+
+    def cancel_task(self, key: str) -> None:
+        task = self.tasks.get(key)
+        if task is not None:
+            task.cancel()
+
+    def subscribe(self, rid: str, subscription: Subscription) -> None:
+        async def push() -> None:
+            while True:
+                self.send("metrics", snapshot(self.server.service, "metrics"), rid)
+                await asyncio.sleep(subscription.interval_ms / 1000)
+
+        self.cancel_task(rid)
+        self.spawn(rid, push())
+
+    def admin_operation(self, kind: str, payload: dict[str, Any], rid: str | None) -> None:
+        if not self.admin:
+            raise InferError(
+                ErrorKind.FORBIDDEN, f"'{kind}' needs this peer's key in the host's --admin list"
+            )
+
+        async def run() -> None:
+            try:
+                self.send(kind, await run_admin(self.server.service, kind, payload), rid)
+            except InferError as err:
+                self.send_error(err, rid)
+            except ValidationError as err:
+                self.send_error(InferError(ErrorKind.BAD_MESSAGE, str(err.errors()[0]["msg"])), rid)
+
+        log.info("peer %s (admin): %s %s", self.peer, kind, payload.get("engine_id", ""))
+        self.spawn(f"admin:{rid}", run())
 
     def start_chat(self, rid: str, start: p2p.ChatStart) -> None:
         if rid in self.jobs:
@@ -265,17 +312,6 @@ class PeerSession:
                     self.send("chat_end", end, rid)
         finally:
             self.jobs.pop(rid, None)
-
-    def answer_snapshot(self, kind: str, rid: str | None) -> None:
-        service = self.server.service
-        body: dict[str, Any]
-        if kind == "engines":
-            body = {"engines": [s.model_dump(mode="json") for s in service.engines()]}
-        elif kind == "metrics":
-            body = {"pools": [m.model_dump(mode="json") for m in service.metrics()]}
-        else:
-            body = {"pools": [q.model_dump(mode="json") for q in service.queues()]}
-        self.send(kind, body, rid)
 
 
 def sampling(start: p2p.ChatStart) -> SamplingParams:

@@ -1,0 +1,62 @@
+"""Additive P2P messages for remote dashboards and engine management.
+
+Snapshots (any peer): `engines`, `metrics`, `queue`, and `metrics_subscribe {interval_ms}`
+(pushes `metrics` under the subscription's request_id until `unsubscribe`). Admin operations
+(only peers in the host's --admin list): `engine_add`, `engine_remove`, `engine_reload`,
+`engine_drain`; each answers with its own type and the engine's status, or an `error`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ...host import HostService, engine_spec
+from ...protocol.openai import AddEngineRequest
+
+SNAPSHOT_TYPES = ("engines", "metrics", "queue")
+ADMIN_TYPES = ("engine_add", "engine_remove", "engine_reload", "engine_drain")
+MIN_INTERVAL_MS = 200
+
+
+class EngineTarget(BaseModel):
+    engine_id: str = Field(min_length=1)
+    model_path: str | None = None
+    deadline_ms: int = Field(5000, ge=0, le=3_600_000)
+
+
+class Subscription(BaseModel):
+    interval_ms: int = Field(1000, ge=MIN_INTERVAL_MS, le=60_000)
+
+
+def snapshot(service: HostService, kind: str) -> dict[str, Any]:
+    if kind == "engines":
+        return {"engines": [s.model_dump(mode="json") for s in service.engines()]}
+    if kind == "metrics":
+        return {"pools": [m.model_dump(mode="json") for m in service.metrics()]}
+    return {"pools": [q.model_dump(mode="json") for q in service.queues()]}
+
+
+async def run_admin(service: HostService, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """Carry out one admin operation; InferErrors (and ValidationErrors) go back to the peer."""
+    registry = service.registry
+    if kind == "engine_add":
+        add = AddEngineRequest.model_validate(payload)
+        spec = engine_spec(
+            add.engine_id, add.model_path, service.settings, n_ctx=add.n_ctx,
+            n_gpu_layers=add.n_gpu_layers, main_gpu_id=add.main_gpu_id,
+        )  # fmt: skip
+        pool = await registry.add(spec)
+        return {"engine": registry.status(pool.id).model_dump(mode="json")}
+    target = EngineTarget.model_validate(payload)
+    pool = registry.get(target.engine_id)
+    if kind == "engine_remove":
+        await registry.remove(target.engine_id)
+        return {"engine_id": target.engine_id, "status": "removed"}
+    if kind == "engine_reload":
+        await pool.reload(target.model_path)
+    else:
+        result = await pool.drain(target.deadline_ms)
+        return {"engine_id": pool.id, "cancelled": result["cancelled"]}
+    return {"engine": registry.status(pool.id).model_dump(mode="json")}
