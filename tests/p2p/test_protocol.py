@@ -324,3 +324,12 @@ async def test_admin_operations_only_for_admin_peers(
         assert host.service.registry.ids() == ["gemma-3-270m"]
     finally:
         await peer.close()
+
+
+async def test_a_newer_protocol_version_is_unsupported_version(raw_peer) -> None:
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(chat_start("v9", protocol_version=p2p.PROTOCOL_VERSION + 1))
+    error = await peer.until("error")
+    assert error["request_id"] == "v9"
+    assert error["payload"]["code"] == "UNSUPPORTED_VERSION"

@@ -272,6 +272,12 @@ class PeerSession:
         self.spawn(f"admin:{rid}", run())
 
     def start_chat(self, rid: str, start: p2p.ChatStart) -> None:
+        wanted = start.protocol_version
+        if wanted is not None and wanted > p2p.PROTOCOL_VERSION:
+            raise InferError(
+                ErrorKind.UNSUPPORTED_VERSION,
+                f"protocol version {wanted} requested; this host speaks {p2p.PROTOCOL_VERSION}",
+            )
         if rid in self.jobs:
             raise InferError(ErrorKind.BAD_MESSAGE, f"request_id '{rid}' is already running")
         messages = start.messages or [ChatMessage(role="user", content=start.prompt)]
