@@ -333,3 +333,24 @@ async def test_a_newer_protocol_version_is_unsupported_version(raw_peer) -> None
     error = await peer.until("error")
     assert error["request_id"] == "v9"
     assert error["payload"]["code"] == "UNSUPPORTED_VERSION"
+
+
+async def test_fuzzed_garbage_never_hurts_the_host(p2p_host, raw_peer, connect) -> None:
+    import random
+
+    rng = random.Random(20261122)
+    bystander = await connect(p2p_host.server_id)
+    for _ in range(4):
+        vandal = await raw_peer()
+        await vandal.until("server_info")
+        for _ in range(5):
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+            vandal.send(b"\x01" + junk.replace(b"\n", b"\x02") + b"\n")
+        for _ in range(5):
+            error = await vandal.until("error")
+            assert error["payload"]["code"] == "BAD_MESSAGE"
+            assert isinstance(error["payload"]["message"], str)
+        await asyncio.wait_for(vandal.conn.closed.wait(), 10)
+    stream = bystander.chat(prompt="Still serving?", max_tokens=4)
+    assert isinstance(await stream.text(), str)
+    assert stream.end is not None
