@@ -144,12 +144,22 @@ class PeerSession:
         self.jobs: dict[str, Job] = {}
         self.streams: set[asyncio.Task[None]] = set()
         self.tasks: dict[str, asyncio.Task[None]] = {}  # subscriptions, admin operations
+        self._out: list[bytes] = []
         self.strikes = 0
         self._window_start = time.monotonic()
         self._window_count = 0
 
     def send(self, type_: str, payload: Any, request_id: str | None = None) -> None:
-        self.conn.write(p2p.encode(type_, payload, request_id))
+        """Queue a message; the lines queued in one loop iteration leave in one write, so a
+        decode step's chunks for all of a peer's streams cost one bridge command and packet."""
+        self._out.append(p2p.encode(type_, payload, request_id))
+        if len(self._out) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        if self._out:
+            data, self._out = b"".join(self._out), []
+            self.conn.write(data)
 
     def send_error(self, err: InferError, request_id: str | None = None) -> None:
         self.send("error", p2p.error_payload(err), request_id)
@@ -159,6 +169,7 @@ class PeerSession:
         if allow and self.conn.remote_key not in allow:
             log.info("peer %s refused: not on the allow list", self.peer)
             self.send_error(InferError(ErrorKind.FORBIDDEN, "this host does not accept your key"))
+            self.flush()
             self.conn.close()
             return
         log.info("peer %s connected%s", self.peer, " (admin)" if self.admin else "")
@@ -182,6 +193,7 @@ class PeerSession:
                 job.cancel()  # a peer that goes away cancels its jobs
             for task in [*self.streams, *self.tasks.values()]:
                 task.cancel()
+            self.flush()
             self.conn.close()
             log.info("peer %s disconnected", self.peer)
 
@@ -197,6 +209,7 @@ class PeerSession:
         has not closed its side soon after."""
         log.warning("dropping peer %s: %s", self.peer, reason)
         self.send_error(InferError(ErrorKind.BAD_MESSAGE, f"dropped: {reason}"))
+        self.flush()
         self.conn.close()
         asyncio.get_running_loop().call_later(DROP_GRACE_S, self.conn.destroy)
 
