@@ -6,6 +6,8 @@ in-process: the Pool/Job path in one process (bench_http.inproc).
 p2p:        `infertui host --headless --bootstrap <testnet>` in its own process; a P2PClient
             in this one connects by server ID over two Node bridges and the loopback DHT.
 Every figure comes from fresh processes; TTFT is measured from sending chat_start.
+With --client-nice N the client and its bridge run at that niceness: on a 2-core machine they
+otherwise take their CPU from llama.cpp's threads, which a client on a laptop would not.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from infertui.core.transport.p2p.ids import load_seed, server_id
 from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
 
 
-async def p2p(concurrency: int, tokens: int, threads: int) -> dict[str, object]:
+async def p2p(concurrency: int, tokens: int, threads: int, nice: int = 0) -> dict[str, object]:
     modules = await asyncio.to_thread(ensure_installed)
     env = {**os.environ, "NODE_PATH": str(modules)}
     testnet = await asyncio.create_subprocess_exec(
@@ -55,6 +57,8 @@ async def p2p(concurrency: int, tokens: int, threads: int) -> dict[str, object]:
     assert host.stderr is not None
     while f"announced as {sid}" not in await asyncio.to_thread(host.stderr.readline):
         pass
+    if nice:
+        os.nice(nice)  # this process and the bridge it spawns next: the client side
     start = time.perf_counter()
     client = await P2PClient.connect(sid, bootstrap=bootstrap)
     connect_ms = (time.perf_counter() - start) * 1000
@@ -89,7 +93,8 @@ async def p2p(concurrency: int, tokens: int, threads: int) -> dict[str, object]:
 def measure(face: str, concurrency: int, args: argparse.Namespace) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, __file__, "--one", face, "--concurrency", str(concurrency),
-         "--tokens", str(args.tokens), "--threads", str(args.threads)],
+         "--tokens", str(args.tokens), "--threads", str(args.threads),
+         "--client-nice", str(args.client_nice)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -100,16 +105,22 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--client-nice", type=int, default=0, metavar="N")
     parser.add_argument("--one", choices=["inproc", "p2p"], help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if args.one:
-        run = inproc if args.one == "inproc" else p2p
-        print(json.dumps(asyncio.run(run(args.concurrency, args.tokens, args.threads))))
+        if args.one == "inproc":
+            result = asyncio.run(inproc(args.concurrency, args.tokens, args.threads))
+        else:
+            result = asyncio.run(p2p(args.concurrency, args.tokens, args.threads, args.client_nice))
+        print(json.dumps(result))
         return
-    print(f"bundled model, {args.threads} threads, {args.tokens}-token outputs, loopback testnet, "
-          f"median of {args.reps} fresh processes per figure")  # fmt: skip
+    print(
+        f"bundled model, {args.threads} threads, {args.tokens}-token outputs, loopback testnet, "
+        f"median of {args.reps} fresh processes per figure, client nice {args.client_nice}"
+    )  # fmt: skip
     for concurrency in (1, 8):
         results = {face: [measure(face, concurrency, args) for _ in range(args.reps)]
                    for face in ("inproc", "p2p")}  # fmt: skip
