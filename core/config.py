@@ -56,6 +56,9 @@ class P2PSettings(BaseModel):
     allow: list[str] = Field(
         default_factory=list, description="server IDs of the only peers let in; empty: anyone"
     )
+    allow_file: str | None = Field(
+        None, description="a file of server IDs (one a line, # comments) also let in"
+    )
     admins: list[str] = Field(
         default_factory=list, description="server IDs of peers allowed to manage engines"
     )

@@ -125,6 +125,11 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         help="only let in peers with this key (repeatable); default: anyone",
     )
     host.add_argument(
+        "--allow-file",
+        metavar="PATH",
+        help="let in the peers listed in this file (one server ID a line, # comments)",
+    )
+    host.add_argument(
         "--admin",
         action="append",
         metavar="SERVER_ID",
@@ -150,6 +155,7 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 "enabled": False if args.no_p2p else None,
                 "topics": args.topic,
                 "allow": args.allow,
+                "allow_file": args.allow_file,
                 "admins": args.admin,
             },
             "models": args.model,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 from infertui.core.config import Settings
 from infertui.core.host import HostService
 from infertui.core.protocol.errors import InferError
 from infertui.core.transport.http import HttpServer, create_app
 from infertui.core.transport.p2p.host import P2PServer
-from infertui.core.transport.p2p.ids import load_seed, parse_server_id
+from infertui.core.transport.p2p.ids import load_seed, parse_server_id, read_allow_file
 
 log = logging.getLogger("infertui.host")
 
@@ -27,7 +28,8 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
                 seed=load_seed(reset=reset_id),
                 bootstrap=settings.bootstrap,
                 topics=p2p.topics,
-                allow=[parse_server_id(key) for key in p2p.allow],
+                allow=[parse_server_id(key) for key in p2p.allow]
+                + (read_allow_file(Path(p2p.allow_file)) if p2p.allow_file else []),
                 admins=[parse_server_id(key) for key in p2p.admins],
                 peer_job_limit=settings.host.peer_job_limit,
             )

@@ -56,6 +56,23 @@ def parse_server_id(text: str) -> bytes:
     )
 
 
+def read_allow_file(path: Path) -> list[bytes]:
+    """Server IDs from a file, one per line; `#` starts a comment. A bad line is an error that
+    names it (a typo must not silently let nobody, or everybody, in)."""
+    keys = []
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        entry = raw.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        try:
+            keys.append(parse_server_id(entry))
+        except InferError as err:
+            raise InferError(
+                ErrorKind.INVALID_SERVER_ID, f"{path}:{number}: {err.message}"
+            ) from None
+    return keys
+
+
 def public_key(seed: bytes) -> bytes:
     private = Ed25519PrivateKey.from_private_bytes(seed)
     return private.public_key().public_bytes(
