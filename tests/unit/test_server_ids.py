@@ -56,3 +56,6 @@ def test_an_allow_file_lists_ids_with_comments(tmp_path) -> None:
     with pytest.raises(InferError) as caught:
         ids.read_allow_file(path)
     assert ":2:" in caught.value.message
+    with pytest.raises(InferError) as missing:
+        ids.read_allow_file(tmp_path / "nope")
+    assert missing.value.kind is ErrorKind.INVALID_PARAMS

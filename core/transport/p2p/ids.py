@@ -59,8 +59,14 @@ def parse_server_id(text: str) -> bytes:
 def read_allow_file(path: Path) -> list[bytes]:
     """Server IDs from a file, one per line; `#` starts a comment. A bad line is an error that
     names it (a typo must not silently let nobody, or everybody, in)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS, f"cannot read the allow file {path}: {exc.strerror}"
+        ) from None
     keys = []
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+    for number, raw in enumerate(lines, start=1):
         entry = raw.split("#", 1)[0].strip()
         if not entry:
             continue
