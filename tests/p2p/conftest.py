@@ -28,7 +28,7 @@ async def testnet() -> AsyncIterator[list[str]]:
     proc = await asyncio.create_subprocess_exec(
         node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "NODE_PATH": str(modules)},
+        stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NODE_PATH": str(modules)},
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 30)
