@@ -354,3 +354,10 @@ async def test_fuzzed_garbage_never_hurts_the_host(p2p_host, raw_peer, connect) 
     stream = bystander.chat(prompt="Still serving?", max_tokens=4)
     assert isinstance(await stream.text(), str)
     assert stream.end is not None
+
+
+async def test_our_client_reports_a_refusal_as_forbidden(start_p2p_host, testnet) -> None:
+    host = await start_p2p_host(allow=[public_key(secrets.token_bytes(32))])
+    with pytest.raises(InferError) as caught:
+        await P2PClient.connect(host.server_id, bootstrap=testnet)
+    assert caught.value.kind is ErrorKind.FORBIDDEN

@@ -104,7 +104,7 @@ class Bridge:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._conns: dict[int, PeerConnection] = {}
-        self._by_key: dict[bytes, PeerConnection] = {}
+        self._dialed: dict[bytes, PeerConnection] = {}  # opened by connect(), not yet taken
         self._ready: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.public_key = b""
         # every new connection, both the ones peers open and the ones a topic join opens
@@ -183,10 +183,10 @@ class Bridge:
     async def connect(self, key: bytes) -> PeerConnection:
         """Open a connection to the peer with this public key (errors carry the DHT's reason)."""
         await self.command("connect", key=key.hex())
-        conn = self._by_key.get(key)
+        conn = self._dialed.pop(key, None)
         if conn is None:
-            raise InferError(ErrorKind.CONNECT_FAILED, "the connection closed as it opened")
-        return conn
+            raise InferError(ErrorKind.CONNECT_FAILED, "the bridge reported no connection")
+        return conn  # possibly closed already; its reader still holds what the host said
 
     async def close(self) -> None:
         """Shut the swarm down and wait for the process (it also exits when stdin closes)."""
@@ -240,15 +240,13 @@ class Bridge:
             opened = PeerConnection(self, event["conn"], key, event["initiator"])
             self._conns[opened.conn] = opened
             if opened.initiator:
-                self._by_key[key] = opened  # for connect(), which waits on this key
+                self._dialed[key] = opened  # for connect(), which waits on this key
             if self.on_connection is not None:
                 self.on_connection(opened)
         elif kind == "end" and conn is not None:
             conn.reader.feed_eof()
         elif kind == "close" and conn is not None:
             self._conns.pop(conn.conn, None)
-            if self._by_key.get(conn.remote_key) is conn:
-                del self._by_key[conn.remote_key]
             conn._on_close()
         elif kind == "pressure" and conn is not None:
             conn._on_pressure(bool(event["paused"]))

@@ -214,6 +214,8 @@ class P2PClient:
             if not future.done():
                 future.set_result((envelope, payload))
         elif isinstance(payload, p2p.ErrorPayload):
+            if not self._info.done():  # refused before server_info (the allow list)
+                self._info.set_exception(error_from(payload))
             log.warning("host error %s: %s", payload.code, payload.message)
 
     async def close(self) -> None:

@@ -100,15 +100,17 @@ const commands = {
     // A direct DHT connection, so that a failure comes back with its reason.
     const socket = swarm.dht.connect(b4a.from(key, 'hex'), { keyPair: swarm.keyPair })
     await new Promise((resolve, reject) => {
-      socket.once('open', resolve)
-      socket.once('error', reject)
+      socket.once('open', () => {
+        // listeners go on in this very event: a host that answers and closes at once
+        // (a refusal) must not have its data or close slip by before we listen
+        onConnection(socket, { publicKey: socket.remotePublicKey, client: true })
+        resolve()
+      })
+      socket.once('error', (err) =>
+        reject(Object.assign(new Error(err.message), { code: err.code || 'CONNECT_FAILED' }))
+      )
       socket.once('close', () => reject(Object.assign(new Error('closed'), { code: 'CLOSED' })))
-    }).then(
-      () => onConnection(socket, { publicKey: socket.remotePublicKey, client: true }),
-      (err) => {
-        throw Object.assign(new Error(err.message), { code: err.code || 'CONNECT_FAILED' })
-      }
-    )
+    })
   },
   async write({ conn, data }) {
     const socket = conns.get(conn)
