@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -144,36 +146,34 @@ def main() -> None:
 
     print(f"bundled model, {args.threads} threads, {args.tokens}-token outputs, "
           f"median of {args.reps} fresh processes per figure")  # fmt: skip
+    compare("http", "HTTP", lambda face, n: measure(face, n, args), args.reps)
+
+
+def compare(
+    face: str,
+    label: str,
+    measure_one: Callable[[str, int], dict[str, Any]],
+    reps: int,
+    first_line: Callable[[list[dict[str, Any]]], str] | None = None,
+) -> None:
+    """Measure `face` beside in-process at 1 and 8 concurrent streams and print the ratios."""
     for concurrency in (1, 8):
-        results = {face: [measure(face, concurrency, args) for _ in range(args.reps)]
-                   for face in ("inproc", "http")}  # fmt: skip
-        med = {
-            face: {
-                key: statistics.median(r[key] for r in runs) for key in ("per_stream", "aggregate")
-            }
-            for face, runs in results.items()
-        }
+        results = {name: [measure_one(name, concurrency) for _ in range(reps)]
+                   for name in ("inproc", face)}  # fmt: skip
         print(f"{concurrency} concurrent:")
         if concurrency == 1:
-            ttft = {
-                face: statistics.median(t for r in runs for t in r["ttft"])
-                for face, runs in results.items()
-            }
-            added = ttft["http"] - ttft["inproc"]
-            print(
-                f"  TTFT p50       in-process {ttft['inproc']:6.1f} ms"
-                f"   HTTP {ttft['http']:6.1f} ms   added {added:+.1f} ms"
-            )
-        ratio = med["http"]["per_stream"] / med["inproc"]["per_stream"]
-        print(
-            f"  per stream     in-process {med['inproc']['per_stream']:6.1f} tok/s  "
-            f"HTTP {med['http']['per_stream']:6.1f} tok/s  ({ratio:.1%})"
-        )
-        ratio = med["http"]["aggregate"] / med["inproc"]["aggregate"]
-        print(
-            f"  aggregate      in-process {med['inproc']['aggregate']:6.1f} tok/s  "
-            f"HTTP {med['http']['aggregate']:6.1f} tok/s  ({ratio:.1%})"
-        )
+            if first_line is not None:
+                print(first_line(results[face]))
+            ttft = {name: statistics.median(t for r in runs for t in r["ttft"])
+                    for name, runs in results.items()}  # fmt: skip
+            added = ttft[face] - ttft["inproc"]
+            print(f"  TTFT p50       in-process {ttft['inproc']:6.1f} ms   {label} "
+                  f"{ttft[face]:6.1f} ms   added {added:+.1f} ms")  # fmt: skip
+        for key, name in (("per_stream", "per stream"), ("aggregate", "aggregate")):
+            base = statistics.median(r[key] for r in results["inproc"])
+            over = statistics.median(r[key] for r in results[face])
+            print(f"  {name:<14} in-process {base:6.1f} tok/s  {label} {over:6.1f} tok/s"
+                  f"  ({over / base:.1%})")  # fmt: skip
 
 
 if __name__ == "__main__":

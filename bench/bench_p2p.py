@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_http import MESSAGES, TTFT_RUNS, inproc
+from bench_http import MESSAGES, TTFT_RUNS, compare, inproc
 
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.transport.p2p.client import P2PClient
@@ -121,31 +122,12 @@ def main() -> None:
         f"bundled model, {args.threads} threads, {args.tokens}-token outputs, loopback testnet, "
         f"median of {args.reps} fresh processes per figure, client nice {args.client_nice}"
     )  # fmt: skip
-    for concurrency in (1, 8):
-        results = {face: [measure(face, concurrency, args) for _ in range(args.reps)]
-                   for face in ("inproc", "p2p")}  # fmt: skip
-        med = {
-            face: {
-                key: statistics.median(r[key] for r in runs) for key in ("per_stream", "aggregate")
-            }
-            for face, runs in results.items()
-        }
-        print(f"{concurrency} concurrent:")
-        if concurrency == 1:
-            connect = statistics.median(r["connect_ms"] for r in results["p2p"])
-            ttft = {face: statistics.median(t for r in runs for t in r["ttft"])
-                    for face, runs in results.items()}  # fmt: skip
-            added = ttft["p2p"] - ttft["inproc"]
-            print(f"  connect        {connect:6.1f} ms (client bridge spawn + DHT connect"
-                  " + handshake + server_info)")  # fmt: skip
-            print(f"  TTFT p50       in-process {ttft['inproc']:6.1f} ms"
-                  f"   P2P {ttft['p2p']:6.1f} ms   added {added:+.1f} ms")  # fmt: skip
-        for key, label in (("per_stream", "per stream"), ("aggregate", "aggregate")):
-            ratio = med["p2p"][key] / med["inproc"][key]
-            print(
-                f"  {label:<14} in-process {med['inproc'][key]:6.1f} tok/s  "
-                f"P2P {med['p2p'][key]:6.1f} tok/s  ({ratio:.1%})"
-            )
+
+    def connect_line(runs: list[dict[str, Any]]) -> str:
+        connect = statistics.median(r["connect_ms"] for r in runs)
+        return f"  connect        {connect:6.1f} ms (client bridge spawn, DHT connect, server_info)"
+
+    compare("p2p", "P2P", lambda face, n: measure(face, n, args), args.reps, connect_line)
 
 
 if __name__ == "__main__":
