@@ -121,10 +121,13 @@ async def _throughput(one, concurrency, tokens, ttft, close) -> dict[str, object
             "aggregate": produced / wall, "tokens": produced}  # fmt: skip
 
 
-def measure(face: str, concurrency: int, args: argparse.Namespace) -> dict[str, object]:
+def measure(
+    script: str, face: str, concurrency: int, args: argparse.Namespace, *extra: str
+) -> dict[str, Any]:
+    """One figure from `script --one face` in a fresh interpreter (its last stdout line)."""
     out = subprocess.run(
-        [sys.executable, __file__, "--one", face, "--concurrency", str(concurrency),
-         "--tokens", str(args.tokens), "--threads", str(args.threads)],
+        [sys.executable, script, "--one", face, "--concurrency", str(concurrency),
+         "--tokens", str(args.tokens), "--threads", str(args.threads), *extra],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -146,7 +149,7 @@ def main() -> None:
 
     print(f"bundled model, {args.threads} threads, {args.tokens}-token outputs, "
           f"median of {args.reps} fresh processes per figure")  # fmt: skip
-    compare("http", "HTTP", lambda face, n: measure(face, n, args), args.reps)
+    compare("http", "HTTP", lambda face, n: measure(__file__, face, n, args), args.reps)
 
 
 def compare(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_http import MESSAGES, TTFT_RUNS, compare, inproc
+from bench_http import MESSAGES, TTFT_RUNS, compare, inproc, measure
 
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.transport.p2p.client import P2PClient
@@ -91,16 +91,6 @@ async def p2p(concurrency: int, tokens: int, threads: int, nice: int = 0) -> dic
             "aggregate": produced / wall, "tokens": produced, "connect_ms": connect_ms}  # fmt: skip
 
 
-def measure(face: str, concurrency: int, args: argparse.Namespace) -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--one", face, "--concurrency", str(concurrency),
-         "--tokens", str(args.tokens), "--threads", str(args.threads),
-         "--client-nice", str(args.client_nice)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64)
@@ -127,7 +117,14 @@ def main() -> None:
         connect = statistics.median(r["connect_ms"] for r in runs)
         return f"  connect        {connect:6.1f} ms (client bridge spawn, DHT connect, server_info)"
 
-    compare("p2p", "P2P", lambda face, n: measure(face, n, args), args.reps, connect_line)
+    nice = ("--client-nice", str(args.client_nice))
+    compare(
+        "p2p",
+        "P2P",
+        lambda face, n: measure(__file__, face, n, args, *nice),
+        args.reps,
+        connect_line,
+    )
 
 
 if __name__ == "__main__":

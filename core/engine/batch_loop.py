@@ -79,7 +79,6 @@ class BatchLoop:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopping = False
-        self.steps = 0
         self._thread = threading.Thread(target=self._main, name=f"batch-loop-{name}", daemon=True)
 
     # ---- thread-safe API (called from the event loop) ---------------------------------------
@@ -221,7 +220,6 @@ class BatchLoop:
                 self._finish(slot, "abort", events)
         self._decode_running(events)
         self._prefill_waiting(events)
-        self.steps += 1
 
     def _decode_running(self, events: Events) -> None:
         """One token for every sequence past its prompt, in a single llama_decode."""

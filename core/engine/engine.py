@@ -117,10 +117,6 @@ class Engine:
     def busy_slots(self) -> int:
         return self._loop.busy_slots
 
-    @property
-    def steps(self) -> int:
-        return self._loop.steps
-
     # ---- status ------------------------------------------------------------------------------
 
     @property

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse
 
 from ...host import HostService
@@ -205,7 +204,7 @@ async def models(request: Request) -> ModelList:
 
 
 @router.get("/v1/models/{model_id}", response_model=ModelCard, responses={404: _ERRORS[404]})
-async def model(model_id: str, request: Request) -> ModelCard | JSONResponse:
+async def model(model_id: str, request: Request) -> ModelCard:
     service = service_of(request)
     pool = service.registry.get(model_id)
     return ModelCard(id=pool.id, created=int(service.started_at))
