@@ -8,7 +8,6 @@ and runs non-firewalled.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import ipaddress
 import itertools
@@ -62,7 +61,7 @@ class PeerConnection:
 
     def write(self, data: bytes) -> None:
         if not self.closed.is_set():
-            self._bridge.send("write", conn=self.conn, data=base64.b64encode(data).decode())
+            self._bridge.write(self.conn, data)
 
     async def drain(self) -> None:
         """Wait while the peer's socket is backed up (or until it closes)."""
@@ -155,6 +154,12 @@ class Bridge:
             return
         stdin.write(json.dumps({"cmd": cmd, **fields}).encode() + b"\n")
 
+    def write(self, conn: int, data: bytes) -> None:
+        """Payload bytes go raw after a `W<conn> <length>` header line: no JSON, no base64."""
+        stdin = self._proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.write(b"W%d %d\n%b" % (conn, len(data), data))
+
     async def drain(self) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.is_closing():
             with contextlib.suppress(ConnectionError):
@@ -218,6 +223,16 @@ class Bridge:
                 await stdout.readexactly(err.consumed)
                 log.error("bridge event over %d bytes skipped", err.consumed)
                 continue
+            if line[:1] == b"D":  # `D<conn> <length>` and then that many raw bytes
+                conn_id, _, length = line[1:-1].partition(b" ")
+                try:
+                    data = await stdout.readexactly(int(length))
+                except asyncio.IncompleteReadError:
+                    break
+                conn = self._conns.get(int(conn_id))
+                if conn is not None:
+                    conn.reader.feed_data(data)
+                continue
             try:
                 self._on_event(json.loads(line))
             except Exception:
@@ -233,9 +248,7 @@ class Bridge:
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
         conn = self._conns.get(event.get("conn", -1))
-        if kind == "data" and conn is not None:
-            conn.reader.feed_data(base64.b64decode(event["data"]))
-        elif kind == "open":
+        if kind == "open":
             key = bytes.fromhex(event["remoteKey"])
             opened = PeerConnection(self, event["conn"], key, event["initiator"])
             self._conns[opened.conn] = opened

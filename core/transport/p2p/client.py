@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -59,6 +60,9 @@ class ChatStream:
                         ErrorKind.TIMEOUT_NO_RESPONSE,
                         f"no reply from the host for {self._chunk_timeout:.0f} s",
                     ) from None
+                if isinstance(item, str):
+                    yield item
+                    continue
                 if item is _GONE:
                     raise InferError(ErrorKind.HOST_DISCONNECTED, "the host went away mid-reply")
                 _, payload = item
@@ -184,6 +188,8 @@ class P2PClient:
                     line = await self._conn.reader.readuntil(b"\n")
                 except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                     break
+                if self._route_chunk(line):
+                    continue
                 try:
                     envelope, payload = p2p.decode_line(line)
                 except InferError as err:
@@ -198,6 +204,22 @@ class P2PClient:
                     future.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
             if not self._info.done():
                 self._info.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
+
+    def _route_chunk(self, line: bytes) -> bool:
+        """The hot path: a well-formed chat_chunk goes to its stream as text, skipping model
+        validation (anything else, or anything odd, takes the full path)."""
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(raw, dict) or raw.get("type") != "chat_chunk":
+            return False
+        stream = self._streams.get(str(raw.get("request_id")))
+        text = raw["payload"].get("text") if isinstance(raw.get("payload"), dict) else None
+        if stream is None or not isinstance(text, str):
+            return False
+        stream._queue.put_nowait(text)
+        return True
 
     def _route(self, envelope: p2p.Envelope, payload: Any) -> None:
         rid = envelope.request_id

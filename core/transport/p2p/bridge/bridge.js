@@ -2,17 +2,18 @@
 // Hyperswarm for infertui: NDJSON commands on stdin, NDJSON events on stdout.
 //
 // Commands: init {bootstrap, seed, host, firewalled} · listen · join/leave {topic, server,
-// client} · connect {key} · write {conn, data} · end {conn} · destroy {conn} · shutdown
+// client} · connect {key} · end {conn} · destroy {conn} · shutdown
 // Events:   ready {publicKey} · listening · joined {topic} · open {conn, remoteKey, initiator}
-//           · data {conn, data} · end {conn} · close {conn} · pressure {conn, paused}
+//           · end {conn} · close {conn} · pressure {conn, paused}
 //           · error {conn?, id?, code?, message} · done {id}
-// Keys, topics and seeds travel as hex, payload bytes as base64. The bridge exits when its
-// stdin closes, and pauses every peer socket while its own stdout is full.
+// Payload bytes skip JSON: a write is the header line `W<conn> <length>` and then the raw
+// bytes; a data event likewise `D<conn> <length>` and the bytes. Keys, topics and seeds travel
+// as hex. The bridge exits when its stdin closes, and pauses every peer socket while its own
+// stdout is full.
 
 const Hyperswarm = require('hyperswarm')
 const DHT = require('hyperdht')
 const b4a = require('b4a')
-const readline = require('readline')
 
 let swarm = null
 let nextConn = 1
@@ -21,7 +22,11 @@ let stdoutFull = false
 const CHUNK = 64 * 1024 // bytes per data event and per socket write
 
 function emit(event) {
-  const ok = process.stdout.write(JSON.stringify(event) + '\n')
+  out(JSON.stringify(event) + '\n')
+}
+
+function out(chunk) {
+  const ok = process.stdout.write(chunk)
   if (!ok && !stdoutFull) {
     stdoutFull = true
     for (const socket of conns.values()) socket.pause()
@@ -54,7 +59,8 @@ function onConnection(socket, info) {
   // A peer may send one huge frame; events stay small so no single stdout line is huge.
   socket.on('data', (data) => {
     for (let at = 0; at < data.length; at += CHUNK) {
-      emit({ event: 'data', conn, data: b4a.toString(data.subarray(at, at + CHUNK), 'base64') })
+      const part = data.subarray(at, at + CHUNK)
+      out(b4a.concat([b4a.from(`D${conn} ${part.length}\n`), part]))
     }
   })
   socket.on('end', () => {
@@ -112,10 +118,9 @@ const commands = {
       socket.once('close', () => reject(Object.assign(new Error('closed'), { code: 'CLOSED' })))
     })
   },
-  async write({ conn, data }) {
+  async write({ conn, bytes }) {
     const socket = conns.get(conn)
     if (!socket) return emit({ event: 'close', conn })
-    const bytes = b4a.from(data, 'base64')
     let ok = true
     for (let at = 0; at < bytes.length; at += CHUNK) ok = socket.write(bytes.subarray(at, at + CHUNK))
     if (!ok) emit({ event: 'pressure', conn, paused: true })
@@ -143,21 +148,41 @@ function stop() {
   return stopping
 }
 
-// Commands run one after another, in the order they arrive.
-let queue = Promise.resolve()
-const input = readline.createInterface({ input: process.stdin, crlfDelay: Infinity })
-input.on('line', (line) => {
-  queue = queue.then(() => run(line))
+// Commands run one after another, in the order they arrive. A write runs at once when
+// nothing is queued before it (the hot path: one token's lines, no promise hop).
+let queue = null
+let pending = 0
+function submit(message) {
+  if (pending === 0 && message.cmd === 'write') return commands.write(message)
+  pending++
+  queue = (queue || Promise.resolve()).then(() => run(message)).finally(() => pending--)
+}
+
+let buffered = b4a.alloc(0)
+process.stdin.on('data', (chunk) => {
+  buffered = buffered.length ? b4a.concat([buffered, chunk]) : chunk
+  for (;;) {
+    const nl = buffered.indexOf(10)
+    if (nl < 0) break
+    if (buffered[0] === 87) { // 'W': a header, then raw bytes
+      const [conn, length] = b4a.toString(buffered.subarray(1, nl)).split(' ').map(Number)
+      if (buffered.length < nl + 1 + length) break
+      submit({ cmd: 'write', conn, bytes: buffered.subarray(nl + 1, nl + 1 + length) })
+      buffered = buffered.subarray(nl + 1 + length)
+      continue
+    }
+    const line = b4a.toString(buffered.subarray(0, nl))
+    buffered = buffered.subarray(nl + 1)
+    if (!line.trim()) continue
+    try {
+      submit(JSON.parse(line))
+    } catch (err) {
+      emit({ event: 'error', message: `bad command: ${err.message}` })
+    }
+  }
 })
 
-async function run(line) {
-  if (!line.trim()) return
-  let message
-  try {
-    message = JSON.parse(line)
-  } catch (err) {
-    return emit({ event: 'error', message: `bad command: ${err.message}` })
-  }
+async function run(message) {
   const handler = commands[message.cmd]
   if (!handler) return emit({ event: 'error', id: message.id, message: `unknown command ${message.cmd}` })
   try {
@@ -167,6 +192,6 @@ async function run(line) {
     emit({ event: 'error', id: message.id, code: err.code, message: err.message })
   }
 }
-input.on('close', () => queue.then(stop))
+process.stdin.on('end', () => (queue || Promise.resolve()).then(stop))
 process.on('SIGTERM', stop)
 process.on('SIGINT', stop)
