@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from infertui.core.config import HostSettings
 from infertui.core.engine import EngineSpec, bundled_model_path
+from infertui.core.host import HostService
 from infertui.core.scheduler import Pool
+from infertui.core.transport.http import HttpServer, create_app
+from infertui.core.transport.p2p.host import P2PServer
+from infertui.core.transport.p2p.ids import public_key
+from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
 
 # Tests must never read the developer's own settings or write into their home.
 os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-test-config.toml")
@@ -53,3 +63,85 @@ async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
     yield make
     for pool in pools:
         await pool.close()
+
+
+@pytest.fixture
+async def testnet() -> AsyncIterator[list[str]]:
+    """A 3-node DHT on 127.0.0.1; yields its bootstrap list. Destroyed at teardown."""
+    modules = await asyncio.to_thread(ensure_installed)
+    proc = await asyncio.create_subprocess_exec(
+        node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NODE_PATH": str(modules)},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    yield json.loads(line)["bootstrap"]
+    proc.stdin.close()
+    try:
+        await asyncio.wait_for(proc.wait(), 10)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+@dataclass
+class ServedHost:
+    """A real host on the bundled model, on Hyperswarm (loopback testnet) and HTTP at once."""
+
+    service: HostService
+    http: HttpServer
+    p2p: P2PServer
+    bootstrap: list[str]
+    seed: bytes  # the host's key: restart with it to come back under the same server ID
+    client_seed: bytes  # a client key the host lists as admin
+
+    @property
+    def server_id(self) -> str:
+        return self.p2p.describe()
+
+    @property
+    def url(self) -> str:
+        return self.http.url
+
+    def target(self, transport: str) -> str:
+        return self.url if transport == "http" else self.server_id
+
+    def busy_slots(self) -> int:
+        return sum(m.slots_busy for m in self.service.metrics())
+
+
+ServedHostFactory = Callable[..., Coroutine[Any, Any, ServedHost]]
+
+
+@pytest.fixture
+async def start_served_host(testnet: list[str]) -> AsyncIterator[ServedHostFactory]:
+    """Start (and at teardown stop) hosts; pass `seed` and `port` to bring one back."""
+    hosts: list[ServedHost] = []
+
+    async def start(
+        *, parallel: int = 2, queue: int = 8, seed: bytes | None = None, port: int = 0
+    ) -> ServedHost:
+        settings = HostSettings.model_validate(
+            {"queue": queue, "drain_on_stop_ms": 0, "host_name": "test-host",
+             "engine": {"ctx": 1024, "parallel": parallel, "threads": 2}}
+        )  # fmt: skip
+        service = HostService(settings)
+        seed = seed or secrets.token_bytes(32)
+        client_seed = CLIENT_SEED
+        p2p = P2PServer(service, seed=seed, bootstrap=testnet, admins=[public_key(client_seed)])
+        http = HttpServer(create_app(service), f"127.0.0.1:{port}")
+        service.attach(p2p)
+        service.attach(http)
+        await service.start()
+        await p2p.wait_listening()
+        host = ServedHost(service, http, p2p, testnet, seed, client_seed)
+        hosts.append(host)
+        return host
+
+    yield start
+    for host in hosts:
+        await host.service.stop()
+
+
+CLIENT_SEED = bytes(range(32))  # the tests' client key: admin on every ServedHost

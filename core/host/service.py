@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..config import HostSettings
 from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
@@ -143,3 +143,10 @@ class HostService:
 
     def metrics(self) -> list[MetricsSnapshot]:
         return [pool.metrics_snapshot() for pool in self.registry.pools()]
+
+    def snapshot(self, kind: str) -> dict[str, Any]:
+        """One snapshot as JSON, the same on every transport: "engines", "queue" or "metrics"."""
+        if kind == "engines":
+            return {"engines": [s.model_dump(mode="json") for s in self.engines()]}
+        rows = self.metrics() if kind == "metrics" else self.queues()
+        return {"pools": [row.model_dump(mode="json") for row in rows]}

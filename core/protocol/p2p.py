@@ -166,7 +166,12 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def error_payload(err: InferError) -> ErrorPayload:
-    """An InferError as spec 000's `error` payload (MODEL_BUSY carries retry_after_ms)."""
+    """An InferError as spec 000's `error` payload (MODEL_BUSY carries retry_after_ms). The
+    additive `kind` keeps what spec 000's coarser code merges (a missing file and an unknown
+    model are both OLLAMA_MODEL_NOT_AVAILABLE), for infertui clients."""
     return ErrorPayload(
-        code=err.mapping.p2p_code, message=err.message, retry_after_ms=err.retry_after_ms
+        code=err.mapping.p2p_code,
+        message=err.message,
+        retry_after_ms=err.retry_after_ms,
+        kind=err.kind.value,
     )

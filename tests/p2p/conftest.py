@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -16,29 +13,8 @@ from infertui.core.config import HostSettings
 from infertui.core.host import HostService
 from infertui.core.transport.p2p.client import P2PClient
 from infertui.core.transport.p2p.host import P2PServer
-from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
 
 pytestmark = pytest.mark.model
-
-
-@pytest.fixture
-async def testnet() -> AsyncIterator[list[str]]:
-    """A 3-node DHT on 127.0.0.1; yields its bootstrap list. Destroyed at teardown."""
-    modules = await asyncio.to_thread(ensure_installed)
-    proc = await asyncio.create_subprocess_exec(
-        node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NODE_PATH": str(modules)},
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stdin is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    yield json.loads(line)["bootstrap"]
-    proc.stdin.close()
-    try:
-        await asyncio.wait_for(proc.wait(), 10)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
 
 
 @dataclass

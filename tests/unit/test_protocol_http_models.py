@@ -138,4 +138,5 @@ def test_spec_000_error_payload_for_backpressure() -> None:
         "code": "MODEL_BUSY",
         "message": "one at a time",
         "retry_after_ms": 900,
+        "kind": "CLIENT_BUSY",  # additive: the precise condition, for infertui clients
     }

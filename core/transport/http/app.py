@@ -11,7 +11,15 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from ...host import HostService
 from ...protocol.orchestrator import API_VERSION
-from . import metrics, routes_engines, routes_ollama, routes_openai, routes_pools, routes_tasks
+from . import (
+    metrics,
+    routes_engines,
+    routes_host,
+    routes_ollama,
+    routes_openai,
+    routes_pools,
+    routes_tasks,
+)
 from .errors import install_error_handlers
 from .families import Family, family_of, is_health
 from .middleware import ApiKeyMiddleware, CorrelationMiddleware
@@ -47,6 +55,7 @@ def create_app(
         routes_ollama,
         routes_tasks,
         routes_pools,
+        routes_host,
         metrics,
     ):
         app.include_router(module.router)

@@ -30,14 +30,6 @@ class Subscription(BaseModel):
     interval_ms: int = Field(1000, ge=MIN_INTERVAL_MS, le=60_000)
 
 
-def snapshot(service: HostService, kind: str) -> dict[str, Any]:
-    if kind == "engines":
-        return {"engines": [s.model_dump(mode="json") for s in service.engines()]}
-    if kind == "metrics":
-        return {"pools": [m.model_dump(mode="json") for m in service.metrics()]}
-    return {"pools": [q.model_dump(mode="json") for q in service.queues()]}
-
-
 async def run_admin(service: HostService, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Carry out one admin operation; InferErrors (and ValidationErrors) go back to the peer."""
     registry = service.registry

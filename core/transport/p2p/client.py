@@ -31,7 +31,9 @@ _GONE = object()  # put on every open request's queue when the connection drops
 
 
 def error_from(payload: p2p.ErrorPayload) -> InferError:
-    kind = kind_for_p2p_code(payload.code)
+    precise = str(getattr(payload, "kind", ""))  # additive, from infertui hosts
+    kind = ErrorKind(precise) if precise in ErrorKind.__members__ else None
+    kind = kind or kind_for_p2p_code(payload.code)
     if kind is None:  # spec 000: an unknown code is a generic error showing its message
         return InferError(ErrorKind.INTERNAL, payload.message, details={"code": payload.code})
     return InferError(kind, payload.message, retry_after_ms=payload.retry_after_ms)
@@ -100,9 +102,11 @@ class P2PClient:
         *,
         bootstrap: Sequence[str] = (),
         connect_timeout: float = CONNECT_TIMEOUT_S,
+        seed: bytes | None = None,
     ) -> P2PClient:
+        """`seed` fixes this client's key (what a host's --admin list names); None: a fresh one."""
         key = parse_server_id(server_id)  # INVALID_SERVER_ID before any network
-        bridge = await Bridge.start(bootstrap=bootstrap)
+        bridge = await Bridge.start(bootstrap=bootstrap, seed=seed)
         try:
             try:
                 conn = await asyncio.wait_for(bridge.connect(key), connect_timeout)
@@ -129,6 +133,9 @@ class P2PClient:
     def server_id(self) -> str:
         return self._conn.remote_id
 
+    async def wait_closed(self) -> None:
+        await self._conn.closed.wait()
+
     def _send(self, type_: str, payload: Any, request_id: str | None = None) -> None:
         self._conn.write(p2p.encode(type_, payload, request_id))
 
@@ -150,8 +157,15 @@ class P2PClient:
         self._send("chat_start", {k: v for k, v in payload.items() if v is not None}, request_id)
         return stream
 
-    async def request(self, type_: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-        """An additive request (engines, metrics, queue) and its reply's payload."""
+    async def request(
+        self,
+        type_: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        wait_s: float | None = CONNECT_TIMEOUT_S,
+    ) -> dict[str, Any]:
+        """An additive request (engines, metrics, queue, admin) and its reply's payload;
+        `wait_s=None` for operations as slow as loading a model."""
         request_id = f"q{next(self._ids)}"
         future: asyncio.Future[tuple[p2p.Envelope, Any]] = (
             asyncio.get_running_loop().create_future()
@@ -159,7 +173,7 @@ class P2PClient:
         self._replies[request_id] = future
         self._send(type_, payload or {}, request_id)
         try:
-            envelope, reply = await asyncio.wait_for(future, CONNECT_TIMEOUT_S)
+            envelope, reply = await asyncio.wait_for(future, wait_s)
         except TimeoutError:
             raise InferError(ErrorKind.TIMEOUT_NO_RESPONSE, f"no answer to '{type_}'") from None
         finally:

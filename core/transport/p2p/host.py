@@ -26,7 +26,7 @@ from ...protocol.common import ChatMessage, SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...scheduler import Job
-from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin, snapshot
+from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin
 from .bridge import Bridge, PeerConnection
 from .ids import server_id
 
@@ -233,7 +233,7 @@ class PeerSession:
                 if job is not None:
                     job.cancel()
             elif envelope.type in SNAPSHOT_TYPES:
-                self.send(envelope.type, snapshot(self.server.service, envelope.type), rid)
+                self.send(envelope.type, self.server.service.snapshot(envelope.type), rid)
             elif envelope.type == "metrics_subscribe":
                 self.subscribe(rid or "", Subscription.model_validate(envelope.payload))
             elif envelope.type == "unsubscribe":
@@ -261,7 +261,7 @@ class PeerSession:
     def subscribe(self, rid: str, subscription: Subscription) -> None:
         async def push() -> None:
             while True:
-                self.send("metrics", snapshot(self.server.service, "metrics"), rid)
+                self.send("metrics", self.server.service.snapshot("metrics"), rid)
                 await asyncio.sleep(subscription.interval_ms / 1000)
 
         self.cancel_task(rid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Literal
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -90,13 +91,17 @@ def server_id(seed: bytes) -> str:
     return z32_encode(public_key(seed))
 
 
-def seed_file() -> Path:
-    return data_dir() / "host-key.seed"
+Role = Literal["host", "client"]
 
 
-def load_seed(*, reset: bool = False) -> bytes:
-    """This machine's host seed, created (0600) on first use or when `reset` asks for a new ID."""
-    path = seed_file()
+def seed_file(role: Role = "host") -> Path:
+    return data_dir() / f"{role}-key.seed"
+
+
+def load_seed(*, reset: bool = False, role: Role = "host") -> bytes:
+    """This machine's seed for hosting (its server ID) or as a client (the key a host's
+    --admin and --allow lists name), created (0600) on first use or when `reset` asks."""
+    path = seed_file(role)
     if path.exists() and not reset:
         seed = bytes.fromhex(path.read_text().strip())
         if len(seed) == 32:

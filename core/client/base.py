@@ -1,0 +1,124 @@
+"""One client API over both transports: a chat reply stream, snapshots and admin calls.
+
+Client                      connected to one host (Hyperswarm or HTTP)
+  .info -> HostInfo         who the host is and what it serves
+  .chat(...) -> ChatReply   async iterator of text; .abort(); .stats when it ends
+  .engines() .queue() .metrics() .watch_metrics()
+  .add_engine() .remove_engine() .reload_engine() .drain_engine()   (admin)
+  .wait_closed()            returns when the connection is gone
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..protocol.common import ChatMessage
+from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+
+Transport = Literal["p2p", "http"]
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    """What a host says about itself when a client connects."""
+
+    host_name: str
+    model: str
+    models: tuple[str, ...]
+    status: str
+    address: str  # the server ID or URL this client reached
+    transport: Transport
+    admin: bool  # whether this client may add, remove, reload and drain engines
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatStats:
+    """How a reply ended; timings measured by the host where it reports them."""
+
+    finish_reason: FinishReason
+    tokens_in: int | None
+    tokens_out: int
+    ttft_ms: float | None
+    tokens_per_s: float
+
+
+class ChatReply(ABC):
+    """One streamed reply: iterate for text pieces; `stats` is set once it has ended."""
+
+    request_id: str = ""
+    stats: ChatStats | None = None
+
+    @abstractmethod
+    def __aiter__(self) -> AsyncIterator[str]: ...
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Ask the host to stop generating; the stream then ends with finish_reason "abort"."""
+
+    async def text(self) -> str:
+        return "".join([part async for part in self])
+
+
+class Client(ABC):
+    """A connection to one host."""
+
+    info: HostInfo
+
+    @abstractmethod
+    def chat(
+        self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
+    ) -> ChatReply: ...
+
+    @abstractmethod
+    async def engines(self) -> list[EngineStatus]: ...
+
+    @abstractmethod
+    async def queue(self) -> list[QueueSnapshot]: ...
+
+    @abstractmethod
+    async def metrics(self) -> list[MetricsSnapshot]: ...
+
+    async def watch_metrics(self, interval_ms: int = 1000) -> AsyncIterator[list[MetricsSnapshot]]:
+        """Metrics every `interval_ms` (pushed by the host where the transport can)."""
+        while True:
+            yield await self.metrics()
+            await asyncio.sleep(interval_ms / 1000)
+
+    @abstractmethod
+    async def add_engine(
+        self,
+        engine_id: str,
+        model_path: str,
+        *,
+        n_ctx: int | None = None,
+        n_gpu_layers: int | None = None,
+        main_gpu_id: int | None = None,
+    ) -> None: ...
+
+    @abstractmethod
+    async def remove_engine(self, engine_id: str) -> None: ...
+
+    @abstractmethod
+    async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None: ...
+
+    @abstractmethod
+    async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None: ...
+
+    @abstractmethod
+    async def wait_closed(self) -> None:
+        """Return when the connection to the host is gone."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

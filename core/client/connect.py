@@ -1,0 +1,136 @@
+"""connect(target): a server ID goes over Hyperswarm, an http(s) URL over HTTP; and a
+Reconnector that keeps a connection up with backoff and says what it is doing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..protocol.errors import InferError
+from ..transport.p2p.ids import parse_server_id
+from .base import Client
+from .errors import explain
+from .http import HttpHostClient
+from .p2p import P2PHostClient
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 15.0
+
+
+def is_url(target: str) -> bool:
+    return target.startswith(("http://", "https://"))
+
+
+async def connect(
+    target: str,
+    *,
+    api_key: str | None = None,
+    bootstrap: Sequence[str] = (),
+    connect_timeout: float = 10.0,
+    seed: bytes | None = None,
+) -> Client:
+    """A connected Client. Raises InferError: INVALID_SERVER_ID before any network for a
+    malformed ID; HOST_OFFLINE, CONNECT_FAILED or UNAUTHORIZED when the host is not there."""
+    if is_url(target):
+        return await HttpHostClient.connect(
+            target, api_key=api_key, connect_timeout=connect_timeout
+        )
+    parse_server_id(target)  # INVALID_SERVER_ID, before starting a bridge
+    return await P2PHostClient.connect(
+        target, bootstrap=bootstrap, connect_timeout=connect_timeout, seed=seed
+    )
+
+
+def backoff_delays(first: float = BACKOFF_FIRST_S, limit: float = BACKOFF_MAX_S) -> list[float]:
+    """Doubling delays with ±20 % jitter (so many clients don't retry in step), then `limit`."""
+    delays, delay = [], first
+    while delay < limit:
+        delays.append(delay * random.uniform(0.8, 1.2))
+        delay *= 2
+    return [*delays, limit]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionState:
+    """What a Reconnector is doing, in a form a status line can show as is."""
+
+    phase: Literal["connecting", "connected", "waiting", "closed"]
+    message: str
+    client: Client | None = None
+    retry_in_s: float | None = None
+
+
+class Reconnector:
+    """Keeps one connection to `target` up: connects, waits for it to drop, retries with
+    backoff, and reports every change to `on_state`. `retry_now()` skips the wait."""
+
+    def __init__(
+        self,
+        target: str,
+        on_state: Callable[[ConnectionState], None],
+        *,
+        api_key: str | None = None,
+        bootstrap: Sequence[str] = (),
+        connect_timeout: float = 10.0,
+        seed: bytes | None = None,
+    ) -> None:
+        self.target = target
+        self._on_state = on_state
+        self._connect = functools.partial(
+            connect,
+            target,
+            api_key=api_key,
+            bootstrap=bootstrap,
+            connect_timeout=connect_timeout,
+            seed=seed,
+        )
+        self._wake = asyncio.Event()
+        self.client: Client | None = None
+
+    def retry_now(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        attempt = 0
+        try:
+            while True:
+                self._on_state(ConnectionState("connecting", f"Connecting to {self.target}…"))
+                try:
+                    self.client = await self._connect()
+                except InferError as err:
+                    if err.kind.value == "INVALID_SERVER_ID":
+                        self._on_state(ConnectionState("closed", explain(err)))
+                        return
+                    delays = backoff_delays()
+                    delay = delays[min(attempt, len(delays) - 1)]
+                    attempt += 1
+                    log.info("connect to %s failed: %s", self.target, err.message)
+                    self._on_state(ConnectionState("waiting", explain(err), retry_in_s=delay))
+                    await self._sleep(delay)
+                    continue
+                attempt = 0
+                info = self.client.info
+                self._on_state(
+                    ConnectionState("connected", f"Connected to {info.host_name}", self.client)
+                )
+                await self.client.wait_closed()
+                log.info("connection to %s dropped", self.target)
+                await self.client.close()
+                self.client = None
+        finally:
+            if self.client is not None:
+                await self.client.close()
+                self.client = None
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)

@@ -1,0 +1,271 @@
+"""The Client API over the host's HTTP API: OpenAI-style streaming chat, JSON snapshots.
+
+Abort closes the stream: the host cancels the job as soon as it sees the disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+from httpx import USE_CLIENT_DEFAULT
+
+from ..protocol.common import ChatMessage
+from ..protocol.errors import ErrorKind, InferError
+from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from .base import ChatReply, ChatStats, Client, FinishReason, HostInfo
+from .errors import kind_for_openai_code
+
+HEALTH_POLL_S = 2.0
+_STATUS_KINDS = {
+    401: ErrorKind.UNAUTHORIZED,
+    403: ErrorKind.FORBIDDEN,
+    404: ErrorKind.NOT_FOUND,
+    429: ErrorKind.QUEUE_FULL,
+    503: ErrorKind.POOL_UNREADY,
+}
+_DONE = object()
+
+
+def error_from_response(status: int, body: bytes, headers: httpx.Headers) -> InferError:
+    """An HTTP error answer as an InferError: spec 004's code where the body has one."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = {}
+    inner = data.get("error") if isinstance(data, dict) else None
+    if isinstance(inner, dict):  # spec 004 (and spec 001's `code`)
+        kind = kind_for_openai_code(inner.get("code"))
+        message = str(inner.get("message") or f"HTTP {status}")
+    else:  # spec 002 or a proxy's page
+        kind = _STATUS_KINDS.get(status, ErrorKind.INTERNAL)
+        message = str(data.get("message") if isinstance(data, dict) else "") or f"HTTP {status}"
+    if kind is ErrorKind.INTERNAL and status in _STATUS_KINDS:
+        kind = _STATUS_KINDS[status]
+    backoff = headers.get("x-backoff-ms")
+    return InferError(kind, message, retry_after_ms=int(backoff) if backoff else None)
+
+
+def error_from_exception(err: httpx.HTTPError, *, streaming: bool = False) -> InferError:
+    if isinstance(err, httpx.TimeoutException):
+        return InferError(ErrorKind.TIMEOUT_NO_RESPONSE, "the host did not answer in time")
+    if isinstance(err, httpx.ConnectError):
+        return InferError(ErrorKind.HOST_OFFLINE, f"nothing is listening there ({err})")
+    if streaming:
+        return InferError(ErrorKind.HOST_DISCONNECTED, "the host went away mid-reply")
+    return InferError(ErrorKind.CONNECT_FAILED, str(err) or type(err).__name__)
+
+
+class HttpReply(ChatReply):
+    """Reads the SSE stream in its own task, so that abort() can end it even while the
+    host has not sent a byte yet (the job still queued)."""
+
+    def __init__(self, http: httpx.AsyncClient, body: dict[str, Any]) -> None:
+        self._items: asyncio.Queue[Any] = asyncio.Queue()
+        self._aborted = False
+        self._finish: FinishReason = "stop"
+        self._usage: dict[str, Any] = {}
+        self._reader = asyncio.create_task(self._read(http, body))
+
+    async def _read(self, http: httpx.AsyncClient, body: dict[str, Any]) -> None:
+        try:
+            # no read timeout: a reply may wait in the host's queue for a long time
+            timeout = httpx.Timeout(http.timeout.connect, read=None)
+            stream = http.stream("POST", "/v1/chat/completions", json=body, timeout=timeout)
+            async with stream as response:
+                self.request_id = response.headers.get("x-request-id", "")
+                if response.status_code != 200:
+                    raise error_from_response(
+                        response.status_code, await response.aread(), response.headers
+                    )
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    self._on_event(json.loads(data))
+            self._items.put_nowait(_DONE)
+        except InferError as err:
+            self._items.put_nowait(err)
+        except httpx.HTTPError as err:
+            self._items.put_nowait(error_from_exception(err, streaming=True))
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        if "error" in event:
+            error = event["error"]
+            kind = kind_for_openai_code(error.get("code"))
+            raise InferError(kind, str(error.get("message") or "generation failed"))
+        if event.get("usage"):
+            self._usage = event["usage"]
+        for choice in event.get("choices", ()):
+            text = choice.get("delta", {}).get("content")
+            if text:
+                self._items.put_nowait(text)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        sent = time.perf_counter()
+        first = last = 0.0
+        pieces = 0
+        try:
+            while True:
+                item = await self._items.get()
+                if isinstance(item, str):
+                    last = time.perf_counter()
+                    first = first or last
+                    pieces += 1
+                    yield item
+                    continue
+                if isinstance(item, InferError):
+                    raise item
+                break
+        finally:
+            self._reader.cancel()
+        tokens = int(self._usage.get("completion_tokens", pieces))
+        self.stats = ChatStats(
+            finish_reason="abort" if self._aborted else self._finish,
+            tokens_in=self._usage.get("prompt_tokens"),
+            tokens_out=tokens,
+            ttft_ms=(first - sent) * 1000 if first else None,
+            tokens_per_s=(tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0,
+        )
+
+    def abort(self) -> None:
+        if not self._reader.done():
+            self._aborted = True
+            self._reader.cancel()  # closing the stream is what the host acts on
+            self._items.put_nowait(_DONE)
+
+
+class HttpHostClient(Client):
+    """A host reached by URL, with an optional API key."""
+
+    def __init__(self, http: httpx.AsyncClient, info: HostInfo) -> None:
+        self._http = http
+        self.info = info
+
+    @classmethod
+    async def connect(
+        cls, url: str, *, api_key: str | None = None, connect_timeout: float = 10.0
+    ) -> HttpHostClient:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(connect_timeout),
+        )
+        try:
+            data = await _get(http, "/v1/host")
+        except BaseException:
+            await http.aclose()
+            raise
+        caps = data.get("capabilities", {})
+        info = HostInfo(
+            host_name=data.get("host_name", ""),
+            model=data.get("model", ""),
+            models=tuple(data.get("models", ())),
+            status=data.get("status", ""),
+            address=url,
+            transport="http",
+            admin=bool(caps.get("admin")),
+            extra=caps,
+        )
+        return cls(http, info)
+
+    def chat(
+        self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
+    ) -> ChatReply:
+        body = {
+            "model": model or self.info.model,
+            "messages": [m.model_dump() for m in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **{k: v for k, v in params.items() if v is not None},
+        }
+        return HttpReply(self._http, body)
+
+    async def engines(self) -> list[EngineStatus]:
+        listed = await _get(self._http, "/engines")
+        return [
+            EngineStatus.model_validate(await _get(self._http, f"/engines/{e['engine_id']}/status"))
+            for e in listed.get("engines", ())
+        ]
+
+    async def queue(self) -> list[QueueSnapshot]:
+        data = await _get(self._http, "/v1/host/queue")
+        return [QueueSnapshot.model_validate(q) for q in data.get("pools", ())]
+
+    async def metrics(self) -> list[MetricsSnapshot]:
+        data = await _get(self._http, "/v1/host/metrics")
+        return [MetricsSnapshot.model_validate(m) for m in data.get("pools", ())]
+
+    async def add_engine(
+        self,
+        engine_id: str,
+        model_path: str,
+        *,
+        n_ctx: int | None = None,
+        n_gpu_layers: int | None = None,
+        main_gpu_id: int | None = None,
+    ) -> None:
+        given = {"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "main_gpu_id": main_gpu_id}
+        body: dict[str, Any] = {"engine_id": engine_id, "model_path": model_path}
+        body.update({k: v for k, v in given.items() if v is not None})
+        await _call(self._http, "POST", "/engines", body, slow=True)
+
+    async def remove_engine(self, engine_id: str) -> None:
+        await _call(self._http, "DELETE", f"/engines/{engine_id}")
+
+    async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None:
+        body = {"model_path": model_path} if model_path else {}
+        await _call(self._http, "POST", f"/v1/pools/{engine_id}/reload", body, slow=True)
+
+    async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
+        body = {"deadline_ms": deadline_ms}
+        await _call(self._http, "POST", f"/v1/pools/{engine_id}/drain", body)
+
+    async def wait_closed(self) -> None:
+        """HTTP has no session: the host counts as gone when its health check fails."""
+        while True:
+            await asyncio.sleep(HEALTH_POLL_S)
+            try:
+                await _get(self._http, "/v1/health")
+            except InferError as err:
+                if err.kind in (ErrorKind.UNAUTHORIZED, ErrorKind.FORBIDDEN):
+                    continue
+                return
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._http.aclose()
+
+
+async def _get(http: httpx.AsyncClient, path: str) -> dict[str, Any]:
+    return await _call(http, "GET", path)
+
+
+async def _call(
+    http: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    slow: bool = False,
+) -> dict[str, Any]:
+    """One request; `slow` lifts the read timeout for calls as long as loading a model."""
+    try:
+        timeout = httpx.Timeout(http.timeout.connect, read=None) if slow else USE_CLIENT_DEFAULT
+        response = await http.request(method, path, json=body, timeout=timeout)
+    except httpx.HTTPError as err:
+        raise error_from_exception(err) from None
+    if response.status_code >= 400:
+        raise error_from_response(response.status_code, response.content, response.headers)
+    data = response.json()
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,118 @@
+"""The Client API over Hyperswarm: spec 000 chat plus infertui's additive messages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ..protocol.common import ChatMessage
+from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from ..transport.p2p.client import ChatStream, P2PClient
+from .base import ChatReply, ChatStats, Client, HostInfo
+
+
+class P2PReply(ChatReply):
+    def __init__(self, stream: ChatStream) -> None:
+        self._stream = stream
+        self.request_id = stream.request_id
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for text in self._stream:
+            yield text
+        end = self._stream.end
+        if end is not None:
+            self.stats = ChatStats(
+                finish_reason=end.finish_reason,
+                tokens_in=end.tokens_in,
+                tokens_out=end.tokens_out or 0,
+                ttft_ms=end.ttft_ms,
+                tokens_per_s=end.tokens_per_s or 0.0,
+            )
+
+    def abort(self) -> None:
+        self._stream.abort()
+
+
+class P2PHostClient(Client):
+    """A host reached by server ID."""
+
+    def __init__(self, peer: P2PClient) -> None:
+        self._peer = peer
+        info = peer.server_info
+        assert info is not None  # P2PClient.connect waits for server_info
+        self.info = HostInfo(
+            host_name=info.host_name,
+            model=info.model,
+            models=tuple(info.models or ([info.model] if info.model else [])),
+            status=info.status,
+            address=peer.server_id,
+            transport="p2p",
+            admin=bool(info.capabilities.get("admin")),
+            extra={"protocol_version": info.protocol_version, **info.capabilities},
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        server_id: str,
+        *,
+        bootstrap: Sequence[str] = (),
+        connect_timeout: float = 10.0,
+        seed: bytes | None = None,
+    ) -> P2PHostClient:
+        peer = await P2PClient.connect(
+            server_id, bootstrap=bootstrap, connect_timeout=connect_timeout, seed=seed
+        )
+        return cls(peer)
+
+    def chat(
+        self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
+    ) -> ChatReply:
+        return P2PReply(self._peer.chat(messages=messages, model=model, **params))
+
+    async def engines(self) -> list[EngineStatus]:
+        reply = await self._peer.request("engines")
+        return [EngineStatus.model_validate(e) for e in reply.get("engines", [])]
+
+    async def queue(self) -> list[QueueSnapshot]:
+        reply = await self._peer.request("queue")
+        return [QueueSnapshot.model_validate(q) for q in reply.get("pools", [])]
+
+    async def metrics(self) -> list[MetricsSnapshot]:
+        reply = await self._peer.request("metrics")
+        return [MetricsSnapshot.model_validate(m) for m in reply.get("pools", [])]
+
+    async def watch_metrics(self, interval_ms: int = 1000) -> AsyncIterator[list[MetricsSnapshot]]:
+        async for reply in self._peer.metrics(interval_ms):
+            yield [MetricsSnapshot.model_validate(m) for m in reply.get("pools", [])]
+
+    async def add_engine(
+        self,
+        engine_id: str,
+        model_path: str,
+        *,
+        n_ctx: int | None = None,
+        n_gpu_layers: int | None = None,
+        main_gpu_id: int | None = None,
+    ) -> None:
+        given = {"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "main_gpu_id": main_gpu_id}
+        payload: dict[str, Any] = {"engine_id": engine_id, "model_path": model_path}
+        payload.update({k: v for k, v in given.items() if v is not None})
+        await self._peer.request("engine_add", payload, wait_s=None)
+
+    async def remove_engine(self, engine_id: str) -> None:
+        await self._peer.request("engine_remove", {"engine_id": engine_id})
+
+    async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None:
+        payload = {"engine_id": engine_id, "model_path": model_path}
+        await self._peer.request("engine_reload", payload, wait_s=None)
+
+    async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
+        payload = {"engine_id": engine_id, "deadline_ms": deadline_ms}
+        await self._peer.request("engine_drain", payload, wait_s=None)
+
+    async def wait_closed(self) -> None:
+        await self._peer.wait_closed()
+
+    async def close(self) -> None:
+        await self._peer.close()

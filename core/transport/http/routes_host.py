@@ -1,0 +1,44 @@
+"""infertui's own snapshots over HTTP: what the P2P additive messages give, for dashboards.
+
+GET /v1/host (server info), /v1/host/queue and /v1/host/metrics carry the same payloads as
+spec 000's `server_info` and the additive `queue` and `metrics` messages.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from ...protocol.p2p import PROTOCOL_VERSION, ServerInfo
+from .routes_openai import service_of
+
+router = APIRouter(tags=["Host snapshots (infertui)"])
+
+
+@router.get("/v1/host", response_model=ServerInfo, summary="Host name, models and addresses")
+async def host_info(request: Request) -> ServerInfo:
+    service = service_of(request)
+    engines = service.registry.ids()
+    return ServerInfo(
+        host_name=service.settings.host_name or socket.gethostname(),
+        model=engines[0] if engines else "",
+        status="ready" if engines else "loading",
+        protocol_version=PROTOCOL_VERSION,
+        models=engines,
+        capabilities={
+            "transports": {t.name: t.describe() for t in service.transports},
+            "admin": True,  # whoever holds the API key may manage engines
+        },
+    )
+
+
+@router.get("/v1/host/queue", summary="Per engine: waiting jobs with predicted starts, slots")
+async def host_queue(request: Request) -> dict[str, Any]:
+    return service_of(request).snapshot("queue")
+
+
+@router.get("/v1/host/metrics", summary="Per engine: counters, rates and latency percentiles")
+async def host_metrics(request: Request) -> dict[str, Any]:
+    return service_of(request).snapshot("metrics")

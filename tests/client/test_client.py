@@ -1,0 +1,156 @@
+"""core/client against a real host on both transports: one API, the same behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from infertui.core.client import Client, ConnectionState, Reconnector, connect, explain
+from infertui.core.engine import bundled_model_path
+from infertui.core.protocol.common import ChatMessage
+from infertui.core.protocol.errors import ErrorKind, InferError
+
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+
+pytestmark = pytest.mark.model
+
+HELLO = [ChatMessage(role="user", content="Name three colours.")]
+
+
+@pytest.fixture
+async def host(start_served_host: ServedHostFactory) -> ServedHost:
+    return await start_served_host()
+
+
+@pytest.fixture(params=["http", "p2p"])
+async def client(request: pytest.FixtureRequest, host: ServedHost) -> AsyncIterator[Client]:
+    client = await connect(
+        host.target(request.param), bootstrap=host.bootstrap, seed=CLIENT_SEED
+    )
+    yield client
+    await client.close()
+
+
+async def wait_for(condition: object, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def test_server_info_names_the_host_and_its_model(client: Client) -> None:
+    assert client.info.host_name == "test-host"
+    assert client.info.model == "gemma-3-270m"
+    assert client.info.models == ("gemma-3-270m",)
+    assert client.info.admin  # the tests' client key is on the host's admin list
+
+
+async def test_chat_streams_text_then_reports_stats(client: Client) -> None:
+    reply = client.chat(HELLO, temperature=0, max_tokens=12)
+    pieces = [piece async for piece in reply]
+    assert len(pieces) > 1 and "".join(pieces).strip()
+    assert reply.stats is not None
+    assert reply.stats.finish_reason in ("stop", "length")
+    assert 0 < reply.stats.tokens_out <= 12
+    assert reply.stats.ttft_ms is not None and reply.stats.ttft_ms > 0
+
+
+async def test_both_transports_give_the_same_greedy_text(host: ServedHost) -> None:
+    texts = []
+    for transport in ("http", "p2p"):
+        async with await connect(host.target(transport), bootstrap=host.bootstrap) as client:
+            texts.append(await client.chat(HELLO, temperature=0, max_tokens=16).text())
+    assert texts[0] == texts[1]
+
+
+async def test_abort_stops_the_host_and_frees_its_slot(client: Client, host: ServedHost) -> None:
+    reply = client.chat(HELLO, temperature=0, max_tokens=400)
+    pieces = 0
+    async for _ in reply:
+        pieces += 1
+        if pieces == 3:
+            reply.abort()
+    assert reply.stats is not None and reply.stats.finish_reason == "abort"
+    assert pieces < 50  # nothing like the 400 asked for
+    assert await wait_for(lambda: host.busy_slots() == 0), "the host kept generating"
+
+
+async def test_snapshots_show_engines_queue_and_metrics(client: Client) -> None:
+    await client.chat(HELLO, max_tokens=4).text()
+    (engine,) = await client.engines()
+    assert engine.engine_id == "gemma-3-270m" and engine.status == "loaded"
+    (queue,) = await client.queue()
+    assert queue.pool_id == "gemma-3-270m" and len(queue.slots) == 2
+    (metrics,) = await client.metrics()
+    assert metrics.completed >= 1 and metrics.tokens_out_total >= 1
+
+
+async def test_watch_metrics_delivers_repeatedly(client: Client) -> None:
+    seen = 0
+    async for snapshot in client.watch_metrics(interval_ms=200):
+        assert snapshot[0].pool_id == "gemma-3-270m"
+        seen += 1
+        if seen == 3:
+            break
+
+
+async def test_admin_adds_and_removes_an_engine(client: Client) -> None:
+    await client.add_engine("second", str(bundled_model_path()), n_ctx=512)
+    assert {e.engine_id for e in await client.engines()} == {"gemma-3-270m", "second"}
+    text = await client.chat(HELLO, model="second", max_tokens=4).text()
+    assert text
+    await client.remove_engine("second")
+    assert [e.engine_id for e in await client.engines()] == ["gemma-3-270m"]
+
+
+async def test_errors_carry_the_spec_kind_and_a_sentence(client: Client) -> None:
+    with pytest.raises(InferError) as caught:
+        await client.chat(HELLO, model="no-such-model", max_tokens=4).text()
+    assert caught.value.kind is ErrorKind.MODEL_NOT_FOUND
+    assert explain(caught.value).startswith("The host does not serve that model.")
+    with pytest.raises(InferError) as caught:
+        await client.add_engine("missing", "/nonexistent/model.gguf")
+    assert caught.value.kind is ErrorKind.MODEL_FILE_NOT_FOUND
+
+
+async def test_a_malformed_server_id_fails_before_any_network() -> None:
+    started = time.monotonic()
+    with pytest.raises(InferError) as caught:
+        await connect("not-a-server-id")
+    assert caught.value.kind is ErrorKind.INVALID_SERVER_ID
+    assert time.monotonic() - started < 0.5
+
+
+async def test_nothing_listening_is_host_offline() -> None:
+    with pytest.raises(InferError) as caught:
+        await connect("http://127.0.0.1:9")
+    assert caught.value.kind is ErrorKind.HOST_OFFLINE
+    assert explain(caught.value).startswith("No host is answering")
+
+
+@pytest.mark.parametrize("transport", ["http", "p2p"])
+async def test_reconnector_says_so_and_recovers_when_the_host_returns(
+    transport: str, host: ServedHost, start_served_host: ServedHostFactory
+) -> None:
+    states: list[ConnectionState] = []
+    keeper = Reconnector(host.target(transport), states.append, bootstrap=host.bootstrap)
+    task = asyncio.create_task(keeper.run())
+    try:
+        assert await wait_for(lambda: states and states[-1].phase == "connected", 20)
+        await host.service.stop()
+        assert await wait_for(lambda: states[-1].phase == "waiting", 20), states
+        assert states[-1].retry_in_s is not None and states[-1].message
+        port = int(host.url.rsplit(":", 1)[1])
+        await start_served_host(seed=host.seed, port=port)
+        keeper.retry_now()
+        assert await wait_for(lambda: states[-1].phase == "connected", 30), states
+        assert keeper.client is not None
+        assert await keeper.client.chat(HELLO, max_tokens=4).text()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
