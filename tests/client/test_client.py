@@ -27,9 +27,7 @@ async def host(start_served_host: ServedHostFactory) -> ServedHost:
 
 @pytest.fixture(params=["http", "p2p"])
 async def client(request: pytest.FixtureRequest, host: ServedHost) -> AsyncIterator[Client]:
-    client = await connect(
-        host.target(request.param), bootstrap=host.bootstrap, seed=CLIENT_SEED
-    )
+    client = await connect(host.target(request.param), bootstrap=host.bootstrap, seed=CLIENT_SEED)
     yield client
     await client.close()
 
