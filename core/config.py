@@ -80,6 +80,19 @@ class HostSettings(BaseModel):
     p2p: P2PSettings = P2PSettings()
 
 
+class ClientSettings(BaseModel):
+    """`infertui connect` and `infertui ask`."""
+
+    system_prompt: str = Field("", description="sent first in every conversation; empty: none")
+    temperature: float = Field(0.7, ge=0.0, le=2.0, description="0 is greedy")
+    top_p: float = Field(0.95, ge=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1, description="longest reply, in tokens")
+    connect_timeout_s: float = Field(10.0, gt=0, description="give up connecting after this")
+
+    def sampling(self) -> dict[str, float | int]:
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+
+
 class Settings(BaseSettings):
     """Everything infertui reads from its config file and environment."""
 
@@ -88,7 +101,12 @@ class Settings(BaseSettings):
     )
 
     host: HostSettings = HostSettings()
+    client: ClientSettings = ClientSettings()
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    keymap: dict[str, str] = Field(
+        default_factory=dict,
+        description='[keymap] binding id = keys, e.g. "chat.abort" = "ctrl+k" (see the footer)',
+    )
     api_key: SecretStr | None = Field(
         None, description="INFERTUI_API_KEY: required of HTTP clients (host), sent (client)"
     )

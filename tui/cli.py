@@ -20,6 +20,8 @@ Serve and use a local LLM from a terminal.
   infertui host --model m.gguf  serve your own GGUF model(s)
   infertui host --http          also serve the HTTP API on 127.0.0.1:8080
   infertui id                   this machine's server ID (what clients connect to)
+  infertui connect ID|URL       chat with a host (server ID over Hyperswarm, or http://…)
+  infertui ask ID|URL "prompt"  one answer on stdout, for scripts (`-` reads stdin)
   infertui config path          where the settings file lives
 
 Settings come from the config file, then INFERTUI_* environment variables, then flags.
@@ -47,6 +49,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="print this machine's server ID (for `infertui connect $(ssh gpu-box infertui id)`)",
     )
     ident.add_argument("--reset-id", action="store_true", help="make a new key pair first")
+    ident.add_argument(
+        "--client",
+        action="store_true",
+        help="this machine's client key instead (what a host's --admin or --allow names)",
+    )
+
+    connect = commands.add_parser(
+        "connect",
+        help="chat with a host: streamed replies, abort, queue/metrics dashboards, engines",
+        description="The chat app. TARGET is a server ID (Hyperswarm) or an http(s) URL.",
+    )
+    add_client_flags(connect)
+
+    ask = commands.add_parser(
+        "ask",
+        help="stream one answer to stdout (for scripts and pipes)",
+        description="Ask once and stream the answer to stdout. Exit 1 on an error, 130 on Ctrl-C.",
+    )
+    add_client_flags(ask)
+    ask.add_argument("prompt", help="the question; - reads it from stdin")
+    ask.add_argument("--model", metavar="ID", help="the host's engine to use (default: its first)")
+    ask.add_argument("--json", action="store_true", help="print NDJSON events instead of text")
 
     hosts = commands.add_parser("hosts", help="list the hosts that announce on a topic")
     hosts.add_argument("--topic", required=True, metavar="NAME", help="the topic to look on")
@@ -60,6 +84,30 @@ def build_parser() -> argparse.ArgumentParser:
     cfg = commands.add_parser("config", help="show where the settings file is")
     cfg.add_argument("action", choices=["path"], help="path: print the config file's location")
     return parser
+
+
+def add_client_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="TARGET", help="a server ID, or http(s)://HOST:PORT")
+    parser.add_argument("--api-key", metavar="KEY", help="for an HTTP host that wants one")
+    parser.add_argument(
+        "--bootstrap", action="append", metavar="HOST:PORT", help="a private DHT's node"
+    )
+    parser.add_argument("--system", metavar="TEXT", help="the system prompt")
+    parser.add_argument("--temperature", type=float, metavar="T", help="0 is greedy")
+    parser.add_argument("--max-tokens", type=int, metavar="N", help="longest reply (default 512)")
+
+
+def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "log_level": args.log_level,
+        "api_key": args.api_key,
+        "bootstrap": args.bootstrap,
+        "client": {
+            "system_prompt": args.system,
+            "temperature": args.temperature,
+            "max_tokens": args.max_tokens,
+        },
+    }
 
 
 def add_host_flags(host: argparse.ArgumentParser) -> None:
@@ -184,20 +232,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "id":
         from infertui.core.transport.p2p.ids import load_seed, server_id
 
-        sys.stdout.write(f"{server_id(load_seed(reset=args.reset_id))}\n")
+        role = "client" if args.client else "host"
+        sys.stdout.write(f"{server_id(load_seed(reset=args.reset_id, role=role))}\n")
         return 0
+    if args.command in ("ask", "connect"):
+        try:
+            settings = config.load_settings(**client_overrides(args))
+        except Exception as exc:
+            sys.stderr.write(f"infertui: invalid settings: {exc}\n")
+            return 2
+        if args.command == "ask":
+            return run_ask(args, settings)
+        from .app import run_client_app
+
+        return run_client_app(args.target, settings)
     if args.command == "host":
         try:
             settings = config.load_settings(**host_overrides(args))
         except Exception as exc:  # a malformed config file or variable: say so, no traceback
             sys.stderr.write(f"infertui: invalid settings: {exc}\n")
             return 2
-        from .headless import run_headless
+        if args.headless or not sys.stdout.isatty():
+            from .headless import run_headless
 
-        configure_console(settings.log_level)
-        return run_headless(settings, reset_id=args.reset_id)
+            configure_console(settings.log_level)
+            return run_headless(settings, reset_id=args.reset_id)
+        return run_dashboard(settings, reset_id=args.reset_id)
     parser.print_help()
     return 0
+
+
+def run_dashboard(settings: config.Settings, *, reset_id: bool) -> int:
+    from infertui.core.protocol.errors import InferError
+
+    from .app import run_host_app
+    from .headless import build_service
+
+    try:
+        service = build_service(settings, reset_id=reset_id)
+    except InferError as exc:
+        sys.stderr.write(f"infertui: cannot start: {exc.message}\n")
+        return 2
+    return run_host_app(service, settings)
+
+
+def run_ask(args: argparse.Namespace, settings: config.Settings) -> int:
+    import asyncio
+
+    from .ask import ask
+
+    configure_console(settings.log_level if args.log_level else "WARNING")
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt.strip():
+        sys.stderr.write("infertui: the prompt is empty\n")
+        return 2
+    return asyncio.run(ask(args.target, prompt, settings, model=args.model, as_json=args.json))
 
 
 def list_hosts(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ..protocol.common import ChatMessage
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 
-Transport = Literal["p2p", "http"]
+Transport = Literal["p2p", "http", "local"]  # local: the host's own dashboard
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 

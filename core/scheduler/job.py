@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 _ids = itertools.count(1)
 
 
+TEXT_TAIL = 240
+
+
 def new_job_id() -> str:
     return f"job-{int(time.time() * 1000) % 10**9:09d}-{next(_ids)}"
 
@@ -59,6 +62,7 @@ class Job:
         self.slot: int | None = None
         self.correlation_id: str | None = None
         self.tokens_published = 0  # TokenText events handed to the consumer
+        self.text_tail = ""  # the last TEXT_TAIL characters, for the host's live view
         self._events: asyncio.Queue[JobEvent] = asyncio.Queue()
         self._released = asyncio.Event()  # the engine no longer holds this job
         self._on_closed = on_closed
@@ -144,6 +148,7 @@ class Job:
             self.slot = event.slot
         elif isinstance(event, TokenText):
             self.tokens_published += 1
+            self.text_tail = (self.text_tail + event.text)[-TEXT_TAIL:]
         self._events.put_nowait(event)
 
     def _close(self, final: Finished) -> None:

@@ -1,0 +1,165 @@
+"""`infertui connect` driven by Pilot against a real host (bundled model, loopback testnet)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input, Sparkline, Static
+
+from infertui.core.config import Settings
+from infertui.core.engine import bundled_model_path
+from infertui.tui.app import ClientApp
+from infertui.tui.screens.engines import AddEngineModal, ConfirmModal, EnginesScreen
+from infertui.tui.widgets.message import AssistantMessage
+
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+
+pytestmark = pytest.mark.model
+SIZE = (100, 30)
+
+
+async def until(pilot: Pilot[object], condition: Callable[[], object], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {condition}")
+        await pilot.pause(0.05)
+
+
+def app_for(host: ServedHost, transport: str = "p2p") -> ClientApp:
+    settings = Settings(bootstrap=host.bootstrap, client={"max_tokens": 24})
+    return ClientApp(host.target(transport), settings, client_seed=CLIENT_SEED)
+
+
+async def ask(pilot: Pilot[object], app: ClientApp, text: str) -> AssistantMessage:
+    app.screen.query_one("#prompt", Input).value = text
+    await pilot.press("enter")
+    await until(pilot, lambda: app.screen.query(AssistantMessage))
+    return app.screen.query(AssistantMessage).last()
+
+
+def stats_of(view: AssistantMessage) -> str:
+    return str(view.stats_line.render())
+
+
+@pytest.fixture
+async def host(start_served_host: ServedHostFactory) -> ServedHost:
+    return await start_served_host()
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_a_prompt_streams_a_markdown_reply_with_its_figures(
+    host: ServedHost, transport: str
+) -> None:
+    app = app_for(host, transport)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        bar = str(app.screen.query_one("HostBar", Static).render())
+        assert "test-host" in bar and "gemma-3-270m" in bar
+        view = await ask(pilot, app, "Name three colours.")
+        await until(pilot, lambda: "tok/s" in stats_of(view), 60)
+        assert view.body.source.strip()  # the streamed text
+        assert "stopped at the token limit" in stats_of(view)
+        assert "tokens" in stats_of(view)
+        chat = app.screen
+        assert [m.role for m in chat.history] == ["user", "assistant"]  # type: ignore[attr-defined]
+
+
+async def test_escape_aborts_on_the_host_and_frees_the_slot(host: ServedHost) -> None:
+    app = app_for(host)
+    app.options = app.options.model_copy(update={"max_tokens": 400, "temperature": 0})
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        view = await ask(pilot, app, "Write a long story about the sea.")
+        await until(pilot, lambda: len(view.body.source) > 20)
+        assert host.busy_slots() == 1
+        await pilot.press("escape")
+        await until(pilot, lambda: "aborted" in stats_of(view))
+        await until(pilot, lambda: host.busy_slots() == 0, 5)
+        assert view.has_class("aborted")
+        (metrics,) = host.service.metrics()
+        assert metrics.cancelled == 1
+
+
+async def test_each_dashboard_opens_and_shows_the_host(host: ServedHost) -> None:
+    app = app_for(host)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("f3")
+        await until(pilot, lambda: app.screen.query_one("#slots", DataTable).row_count == 2)
+        await pilot.press("f4")
+        await until(pilot, lambda: app.screen.query_one("#totals", DataTable).row_count == 1)
+        assert app.screen.query(Sparkline)
+        await pilot.press("f5")
+        await until(pilot, lambda: app.screen.query_one("#engines", DataTable).row_count == 1)
+        await pilot.press("f2")
+        assert app.screen.query_one("#prompt", Input)
+
+
+async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -> None:
+    app = app_for(host)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("f5")
+        screen = app.screen
+        assert isinstance(screen, EnginesScreen)
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, AddEngineModal))
+        app.screen.query_one("#engine_id", Input).value = "second"
+        app.screen.query_one("#model_path", Input).value = str(bundled_model_path())
+        app.screen.query_one("#n_ctx", Input).value = "512"
+        await pilot.click("#load")
+        await until(pilot, lambda: "second" in host.service.registry.ids(), 60)
+        await until(pilot, lambda: screen.query_one("#engines", DataTable).row_count == 2)
+        assert "done" in str(screen.query_one("#outcome", Static).render())
+        table = screen.query_one("#engines", DataTable)
+        table.move_cursor(row=table.get_row_index("second"))
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: host.service.registry.ids() == ["gemma-3-270m"], 30)
+        await until(pilot, lambda: table.row_count == 1)
+
+
+async def test_an_engine_error_is_shown_in_place(host: ServedHost) -> None:
+    app = app_for(host)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("f5")
+        screen = app.screen
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, AddEngineModal))
+        app.screen.query_one("#engine_id", Input).value = "ghost"
+        app.screen.query_one("#model_path", Input).value = "/nonexistent/ghost.gguf"
+        await pilot.click("#load")
+        outcome = screen.query_one("#outcome", Static)
+        await until(pilot, lambda: outcome.has_class("error"))
+        assert "failed" in str(outcome.render())
+        assert app.is_running
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_host_down_is_said_in_plain_words_and_recovers(
+    host: ServedHost, start_served_host: ServedHostFactory, transport: str
+) -> None:
+    app = app_for(host, transport)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await host.service.stop()
+        await until(pilot, lambda: app.connection.phase == "waiting", 30)
+        bar = str(app.screen.query_one("HostBar", Static).render())
+        assert "Retrying" in bar and "Traceback" not in bar
+        prompt = app.screen.query_one("#prompt", Input)
+        prompt.value = "hello?"
+        await pilot.press("enter")  # said plainly; the words stay for when the host is back
+        await until(pilot, lambda: any("Not connected" in n.message for n in app._notifications))
+        assert prompt.value == "hello?" and not app.screen.query(AssistantMessage)
+        port = int(host.url.rsplit(":", 1)[1])
+        await start_served_host(seed=host.seed, port=port)
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: app.client is not None, 30)
+        reply = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: "tok/s" in stats_of(reply), 60)

@@ -1,0 +1,207 @@
+"""The two Textual apps: `infertui connect` (chat and remote dashboards) and the host's
+dashboard. Both show the same dashboards through the Client API; the host's reads its own
+HostService through LocalClient."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from infertui.core.client import Client, ConnectionState, Reconnector
+from infertui.core.config import ClientSettings, Settings
+from infertui.core.host import HostService
+from infertui.core.logging import configure_file
+from infertui.core.protocol.errors import InferError
+from infertui.core.transport.p2p.ids import load_seed
+
+from .local import LocalClient
+from .screens.chat import ChatScreen
+from .screens.engines import EnginesScreen
+from .screens.metrics import MetricsScreen
+from .screens.options import OptionsModal
+from .screens.queue import QueueScreen
+from .screens.streams import StreamsScreen
+from .widgets.host_bar import HostBar
+
+log = logging.getLogger(__name__)
+
+
+class InfertuiApp(App[int]):
+    """What both apps share: modes, the connection state on every screen's bar, the palette."""
+
+    CSS_PATH = "infertui.tcss"
+    MODE_TITLES: dict[str, str] = {}
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.client: Client | None = None
+        self.connection = ConnectionState("connecting", "Starting…")
+        if settings.keymap:
+            self.set_keymap(settings.keymap)
+
+    def set_connection(self, state: ConnectionState) -> None:
+        """Attributes down: every screen's bar shows the new state."""
+        self.connection = state
+        self.client = state.client if state.phase == "connected" else None
+        for screen in self._every_screen():
+            for bar in screen.query(HostBar):
+                bar.show(state)
+
+    def _every_screen(self) -> Iterable[Screen[object]]:
+        seen = set()
+        for stack in self._screen_stacks.values():
+            for screen in stack:
+                if id(screen) not in seen:
+                    seen.add(id(screen))
+                    yield screen
+
+    def on_screen_resume(self) -> None:
+        for bar in self.screen.query(HostBar):
+            bar.show(self.connection)
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for mode, title in self.MODE_TITLES.items():
+            yield SystemCommand(title, f"Switch to the {title.lower()} screen", self._go(mode))
+
+    def _go(self, mode: str):  # type: ignore[no-untyped-def]
+        return lambda: self.switch_mode(mode)
+
+
+class ClientApp(InfertuiApp):
+    """`infertui connect TARGET`."""
+
+    TITLE = "infertui"
+    MODES = {
+        "chat": ChatScreen,
+        "queue": QueueScreen,
+        "metrics": MetricsScreen,
+        "engines": EnginesScreen,
+    }
+    MODE_TITLES = {"chat": "Chat", "queue": "Queue", "metrics": "Metrics", "engines": "Engines"}
+    BINDINGS = [
+        Binding("f2", "switch_mode('chat')", "Chat", id="app.chat"),
+        Binding("f3", "switch_mode('queue')", "Queue", id="app.queue"),
+        Binding("f4", "switch_mode('metrics')", "Metrics", id="app.metrics"),
+        Binding("f5", "switch_mode('engines')", "Engines", id="app.engines"),
+        Binding("ctrl+r", "retry", "Reconnect", show=False, id="app.retry"),
+    ]
+
+    def __init__(
+        self, target: str, settings: Settings, *, client_seed: bytes | None = None
+    ) -> None:
+        super().__init__(settings)
+        self.target = target
+        self.options: ClientSettings = settings.client
+        self.reconnector = Reconnector(
+            target,
+            self.set_connection,
+            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            bootstrap=settings.bootstrap,
+            connect_timeout=settings.client.connect_timeout_s,
+            seed=client_seed,
+        )
+
+    def on_mount(self) -> None:
+        self.switch_mode("chat")
+        self.keep_connected()
+
+    @work(group="connection")
+    async def keep_connected(self) -> None:
+        await self.reconnector.run()
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Options", "System prompt and sampling", self.action_options)
+        yield SystemCommand("Reconnect", "Try the host again now", self.action_retry)
+        if isinstance(screen, ChatScreen):
+            yield SystemCommand("New chat", "Start a new conversation", screen.action_new_chat)
+            yield SystemCommand("Stop reply", "Abort the reply on the host", screen.action_abort)
+
+    def action_retry(self) -> None:
+        self.reconnector.retry_now()
+
+    def action_options(self) -> None:
+        def apply(options: ClientSettings | None) -> None:
+            if options is not None:
+                self.options = options
+                self.notify("Options apply from the next message.")
+
+        self.push_screen(OptionsModal(self.options), apply)
+
+
+class HostApp(InfertuiApp):
+    """`infertui host` on a terminal: the host runs inside the app's event loop."""
+
+    TITLE = "infertui host"
+    MODES = {
+        "streams": StreamsScreen,
+        "queue": QueueScreen,
+        "metrics": MetricsScreen,
+        "engines": EnginesScreen,
+    }
+    MODE_TITLES = {
+        "streams": "Streams",
+        "queue": "Queue",
+        "metrics": "Metrics",
+        "engines": "Engines",
+    }
+    BINDINGS = [
+        Binding("f2", "switch_mode('streams')", "Streams", id="app.streams"),
+        Binding("f3", "switch_mode('queue')", "Queue", id="app.queue"),
+        Binding("f4", "switch_mode('metrics')", "Metrics", id="app.metrics"),
+        Binding("f5", "switch_mode('engines')", "Engines", id="app.engines"),
+    ]
+
+    def __init__(self, settings: Settings, local: LocalClient, *, start: bool = True) -> None:
+        super().__init__(settings)
+        self.live = local
+        self._start = start
+        self.exit_code = 0
+
+    def on_mount(self) -> None:
+        self.switch_mode("streams")
+        if self._start:
+            self.start_host()
+        else:
+            self.set_connection(ConnectionState("connected", "Serving", self.live))
+
+    @work(group="host")
+    async def start_host(self) -> None:
+        self.set_connection(ConnectionState("connecting", "Loading the model…"))
+        try:
+            await self.live.service.start()
+        except InferError as err:
+            log.error("cannot start: %s", err.message)
+            self.set_connection(ConnectionState("closed", f"Cannot start: {err.message}"))
+            self.exit_code = 1
+            return
+        self.live.refresh_info()
+        self.set_connection(ConnectionState("connected", "Serving", self.live))
+
+    async def action_quit(self) -> None:
+        self.set_connection(ConnectionState("closed", "Stopping: finishing running jobs…"))
+        if self._start:
+            await self.live.service.stop()
+        self.exit(self.exit_code)
+
+
+def run_client_app(target: str, settings: Settings) -> int:
+    log_file = configure_file(settings.log_level)
+    log.info("connect %s (logs: %s)", target, log_file)
+    app = ClientApp(target, settings, client_seed=load_seed(role="client"))
+    return app.run() or 0
+
+
+def run_host_app(service: HostService, settings: Settings) -> int:
+    log_file = configure_file(settings.log_level)
+    log.info("host dashboard (logs: %s)", log_file)
+    app = HostApp(settings, LocalClient(service))
+    code = app.run()
+    return code or 0

@@ -1,0 +1,82 @@
+"""`infertui ask TARGET PROMPT`: one reply streamed to stdout, for scripts and pipes.
+
+Text goes to stdout as it arrives; with --json each event is one NDJSON line instead. On an
+error: one line on stderr and exit 1. Ctrl-C aborts the reply on the host and exits 130.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from infertui.core.client import connect, explain
+from infertui.core.config import Settings
+from infertui.core.protocol.common import ChatMessage
+from infertui.core.protocol.errors import InferError
+from infertui.core.transport.p2p.ids import load_seed
+
+
+def conversation(prompt: str, system: str) -> list[ChatMessage]:
+    messages = [ChatMessage(role="system", content=system)] if system else []
+    return [*messages, ChatMessage(role="user", content=prompt)]
+
+
+async def ask(
+    target: str,
+    prompt: str,
+    settings: Settings,
+    *,
+    model: str | None = None,
+    as_json: bool = False,
+    out: TextIO = sys.stdout,
+) -> int:
+    def emit(event: str, **fields: Any) -> None:
+        out.write(json.dumps({"event": event, **fields}, ensure_ascii=False) + "\n")
+        out.flush()
+
+    try:
+        client = await connect(
+            target,
+            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            bootstrap=settings.bootstrap,
+            connect_timeout=settings.client.connect_timeout_s,
+            seed=load_seed(role="client"),
+        )
+    except InferError as err:
+        return fail(err, emit if as_json else None)
+    reply = client.chat(
+        conversation(prompt, settings.client.system_prompt),
+        model=model,
+        **settings.client.sampling(),
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, reply.abort)
+    try:
+        async for text in reply:
+            if as_json:
+                emit("chunk", text=text, request_id=reply.request_id)
+            else:
+                out.write(text)
+                out.flush()
+    except InferError as err:
+        return fail(err, emit if as_json else None)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        await client.close()
+    stats = reply.stats
+    if as_json:
+        emit("end", request_id=reply.request_id, **(asdict(stats) if stats else {}))
+    else:
+        out.write("\n")
+    return 130 if stats is not None and stats.finish_reason == "abort" else 0
+
+
+def fail(err: InferError, emit: Any) -> int:
+    if emit is not None:
+        emit("error", code=err.mapping.p2p_code, kind=err.kind.value, message=explain(err))
+    sys.stderr.write(f"infertui: {explain(err)}\n")
+    return 1

@@ -1,0 +1,136 @@
+"""The Client API on the host's own HostService, so the host dashboard shows the same
+screens as a remote client without a network hop."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from infertui.core.client import ChatReply, ChatStats, Client, HostInfo
+from infertui.core.host import HostService, engine_spec
+from infertui.core.protocol.common import ChatMessage, SamplingParams
+from infertui.core.protocol.events import Finished, TokenText
+from infertui.core.protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from infertui.core.scheduler import Job
+
+from .screens.streams import LiveJob
+
+
+class LocalReply(ChatReply):
+    def __init__(self, job: Job) -> None:
+        self._job = job
+        self.request_id = job.id
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for event in self._job.events():
+            if isinstance(event, TokenText):
+                yield event.text
+            elif isinstance(event, Finished):
+                if event.error is not None:
+                    raise event.error
+                t = event.timings
+                self.stats = ChatStats(
+                    finish_reason=event.finish_reason,
+                    tokens_in=t.tokens_in,
+                    tokens_out=t.tokens_out,
+                    ttft_ms=t.ttft_ms,
+                    tokens_per_s=t.decode_tps,
+                )
+
+    def abort(self) -> None:
+        self._job.cancel()
+
+
+class LocalClient(Client):
+    """This process's host, as a Client that is always admin."""
+
+    def __init__(self, service: HostService) -> None:
+        self.service = service
+        self._closed = asyncio.Event()
+        self.refresh_info()
+
+    def refresh_info(self) -> None:
+        ids = self.service.registry.ids()
+        self.info = HostInfo(
+            host_name=self.service.settings.host_name or socket.gethostname(),
+            model=ids[0] if ids else "",
+            models=tuple(ids),
+            status="ready" if ids else "loading",
+            address="local",
+            transport="local",
+            admin=True,
+            extra={"transports": {t.name: t.describe() for t in self.service.transports}},
+        )
+
+    def addresses(self) -> dict[str, str]:
+        return {t.name: t.describe() for t in self.service.transports}
+
+    def live_jobs(self) -> list[LiveJob]:
+        """Every job in flight on every engine, with its latest text."""
+        rows = []
+        for pool in self.service.registry.pools():
+            rates = {s.job_id: s.tps for s in pool.slots() if s.job_id}
+            for job in pool.jobs():
+                rows.append(
+                    LiveJob(
+                        job_id=job.id,
+                        engine=pool.id,
+                        client=job.client_id or "",
+                        state="running" if job.id in rates else "queued",
+                        tokens_out=job.tokens_published,
+                        tokens_per_s=rates.get(job.id, 0.0),
+                        text_tail=job.text_tail,
+                    )
+                )
+        return rows
+
+    def chat(
+        self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
+    ) -> ChatReply:
+        job = self.service.submit(
+            model=model, messages=messages, params=SamplingParams(**params), client_id="local"
+        )
+        return LocalReply(job)
+
+    async def engines(self) -> list[EngineStatus]:
+        return self.service.engines()
+
+    async def queue(self) -> list[QueueSnapshot]:
+        return self.service.queues()
+
+    async def metrics(self) -> list[MetricsSnapshot]:
+        return self.service.metrics()
+
+    async def add_engine(
+        self,
+        engine_id: str,
+        model_path: str,
+        *,
+        n_ctx: int | None = None,
+        n_gpu_layers: int | None = None,
+        main_gpu_id: int | None = None,
+    ) -> None:
+        spec = engine_spec(
+            engine_id, model_path, self.service.settings,
+            n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, main_gpu_id=main_gpu_id,
+        )  # fmt: skip
+        await self.service.registry.add(spec)
+        self.refresh_info()
+
+    async def remove_engine(self, engine_id: str) -> None:
+        await self.service.registry.remove(engine_id)
+        self.refresh_info()
+
+    async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None:
+        await self.service.pool(engine_id).reload(model_path)
+
+    async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
+        await self.service.pool(engine_id).drain(deadline_ms)
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def close(self) -> None:
+        self._closed.set()

@@ -1,0 +1,52 @@
+"""What every dashboard screen shares: the host bar, a refresh timer, and plain-words
+trouble instead of tracebacks when the host is away."""
+
+from __future__ import annotations
+
+from textual.screen import Screen
+from textual.widgets import Static
+
+from infertui.core.client import Client, explain
+from infertui.core.protocol.errors import InferError
+
+
+class DashboardScreen(Screen[None]):
+    """Calls `refresh_data(client)` every REFRESH_S while the screen is shown."""
+
+    REFRESH_S = 1.0
+    _busy = False  # a slow host must not stack refreshes up
+
+    def on_mount(self) -> None:
+        self.set_interval(self.REFRESH_S, self._tick)
+        self.call_after_refresh(self._tick)
+
+    def on_screen_resume(self) -> None:
+        self.call_after_refresh(self._tick)
+
+    async def _tick(self) -> None:
+        if not self.is_current or self._busy:
+            return
+        self._busy = True
+        try:
+            await self._refresh()
+        finally:
+            self._busy = False
+
+    async def _refresh(self) -> None:
+        client: Client | None = getattr(self.app, "client", None)
+        trouble = self.query_one("#trouble", Static)
+        if client is None:
+            state = getattr(self.app, "connection", None)
+            trouble.update(state.message if state is not None else "Not connected.")
+            trouble.display = True
+            return
+        try:
+            await self.refresh_data(client)
+        except InferError as err:
+            trouble.update(explain(err))
+            trouble.display = True
+            return
+        trouble.display = False
+
+    async def refresh_data(self, client: Client) -> None:
+        raise NotImplementedError

@@ -1,0 +1,187 @@
+"""The engine manager: every engine with its state and memory; add, remove, reload, drain.
+
+Long operations run in workers; their outcome (or error, in plain words) shows in place."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Footer, Input, Label, Static
+
+from infertui.core.client import Client, explain
+from infertui.core.protocol.errors import InferError
+
+from ..widgets.host_bar import HostBar
+from .dashboard import DashboardScreen
+
+
+class EnginesScreen(DashboardScreen):
+    REFRESH_S = 1.0
+    BINDINGS = [
+        Binding("a", "add", "Add", id="engines.add", tooltip="Load a GGUF as a new engine"),
+        Binding("d", "remove", "Remove", id="engines.remove"),
+        Binding("r", "reload", "Reload", id="engines.reload"),
+        Binding("x", "drain", "Drain", id="engines.drain", tooltip="Finish jobs, then refuse"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield HostBar()
+        yield Static("", id="trouble", classes="trouble", markup=False)
+        yield DataTable(id="engines", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="outcome", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#engines", DataTable).add_columns(
+            "engine", "status", "model", "ctx", "slots", "gpu layers", "memory", "tok/s",
+            "requests",
+        )  # fmt: skip
+        super().on_mount()
+
+    async def refresh_data(self, client: Client) -> None:
+        engines = await client.engines()
+        table = self.query_one("#engines", DataTable)
+        row = table.cursor_row
+        table.clear()
+        for e in engines:
+            p, m, perf = e.parameters, e.memory_usage, e.performance
+            memory = f"{m.model_size_mb + m.context_size_mb:,.0f} MB" if m else "–"
+            status = f"{e.status.value}: {e.error}" if e.error else e.status.value
+            table.add_row(
+                e.engine_id, status, _file(e.model_path), p.n_ctx, p.n_parallel,
+                p.n_gpu_layers, memory, f"{perf.last_inference_tps:.1f}", perf.total_requests,
+                key=e.engine_id,
+            )  # fmt: skip
+        if table.row_count:
+            table.move_cursor(row=min(row, table.row_count - 1))
+        if not client.info.admin:
+            self.say(
+                "Read-only: the host does not list you as admin. Give its owner the key from "
+                "`infertui id --client` for --admin."
+            )
+
+    def selected(self) -> str | None:
+        table = self.query_one("#engines", DataTable)
+        if not table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    def say(self, text: str, *, error: bool = False) -> None:
+        outcome = self.query_one("#outcome", Static)
+        outcome.set_class(error, "error")
+        outcome.update(text)
+
+    def action_add(self) -> None:
+        self.app.push_screen(AddEngineModal(), self.add_engine)
+
+    def action_remove(self) -> None:
+        engine = self.selected()
+        if engine is not None:
+            question = f"Remove engine {engine}? Its running jobs are cancelled."
+            self.app.push_screen(ConfirmModal(question), lambda yes: yes and self.remove(engine))
+
+    def action_reload(self) -> None:
+        engine = self.selected()
+        if engine is not None:
+            self.operate(f"Reloading {engine}…", "reload_engine", engine)
+
+    def action_drain(self) -> None:
+        engine = self.selected()
+        if engine is not None:
+            self.operate(f"Draining {engine} (5 s deadline)…", "drain_engine", engine)
+
+    def remove(self, engine: str) -> None:
+        self.operate(f"Removing {engine}…", "remove_engine", engine)
+
+    def add_engine(self, form: dict[str, str | int | None] | None) -> None:
+        if form:
+            engine, path = str(form.pop("engine_id")), str(form.pop("model_path"))
+            self.operate(f"Loading {engine} from {path}…", "add_engine", engine, path, **form)
+
+    @work(group="engine-ops")
+    async def operate(self, doing: str, method: str, *args: object, **kwargs: object) -> None:
+        client: Client | None = getattr(self.app, "client", None)
+        if client is None:
+            self.say("Not connected.", error=True)
+            return
+        self.say(doing)
+        try:
+            await getattr(client, method)(*args, **kwargs)
+        except InferError as err:
+            self.say(f"{doing.rstrip('…')} failed: {explain(err)}", error=True)
+            return
+        self.say(f"{doing.rstrip('…')}: done.")
+        await self._tick()
+
+
+def _file(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+class AddEngineModal(ModalScreen[dict[str, str | int | None] | None]):
+    """A form for a new engine; Escape cancels."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="add.cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label("Add an engine", classes="title")
+            with Grid(id="form"):
+                yield Label("engine id")
+                yield Input(placeholder="e.g. qwen-7b", id="engine_id")
+                yield Label("GGUF path (on the host)")
+                yield Input(placeholder="/models/model.gguf", id="model_path")
+                yield Label("context tokens")
+                yield Input(placeholder="default 4096", id="n_ctx", type="integer")
+                yield Label("GPU layers")
+                yield Input(placeholder="default: all", id="n_gpu_layers", type="integer")
+                yield Label("main GPU")
+                yield Input(placeholder="0", id="main_gpu_id", type="integer")
+            yield Static("", id="form-error", classes="error", markup=False)
+            with Horizontal(classes="buttons"):
+                yield Button("Load", variant="primary", id="load")
+                yield Button("Cancel", id="cancel")
+
+    @on(Button.Pressed, "#cancel")
+    def cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#load")
+    @on(Input.Submitted)
+    def load(self) -> None:
+        values = {i.id or "": i.value.strip() for i in self.query(Input)}
+        if not values["engine_id"] or not values["model_path"]:
+            self.query_one("#form-error", Static).update("An engine id and a path are needed.")
+            return
+        form: dict[str, str | int | None] = {
+            "engine_id": values["engine_id"],
+            "model_path": values["model_path"],
+        }
+        for key in ("n_ctx", "n_gpu_layers", "main_gpu_id"):
+            form[key] = int(values[key]) if values[key] else None
+        self.dismiss(form)
+
+
+class ConfirmModal(ModalScreen[bool]):
+    BINDINGS = [
+        Binding("escape", "dismiss(False)", "No", id="confirm.no"),
+        Binding("y", "dismiss(True)", "Yes", id="confirm.yes"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.question, classes="title")
+            with Horizontal(classes="buttons"):
+                yield Button("Yes", variant="error", id="yes")
+                yield Button("No", id="no")
+
+    @on(Button.Pressed)
+    def answer(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")

@@ -1,0 +1,84 @@
+"""Live metrics: sparklines of throughput, queue depth, latency and load, and the totals."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from textual.app import ComposeResult
+from textual.containers import Grid, Vertical
+from textual.widgets import DataTable, Footer, Label, Sparkline, Static
+
+from infertui.core.client import Client
+from infertui.core.protocol.snapshots import MetricsSnapshot
+
+from ..widgets.host_bar import HostBar
+from .dashboard import DashboardScreen
+
+HISTORY = 60  # samples kept per plot (a minute at one a second)
+PLOTS = {
+    "tps": "tokens/s",
+    "depth": "queue depth",
+    "ttft": "TTFT p50 ms",
+    "ttft95": "TTFT p95 ms",
+    "busy": "busy slots",
+    "errors": "errors (failed + rejected)",
+}
+
+
+def host_totals(pools: list[MetricsSnapshot]) -> dict[str, float]:
+    """One figure per plot for the whole host (latency: the worst engine's)."""
+    return {
+        "tps": sum(p.decode_tps_recent for p in pools),
+        "depth": sum(p.queue_depth for p in pools),
+        "ttft": max((p.ttft_ms.p50 or 0.0 for p in pools), default=0.0),
+        "ttft95": max((p.ttft_ms.p95 or 0.0 for p in pools), default=0.0),
+        "busy": sum(p.slots_busy for p in pools),
+        "errors": sum(p.failed + p.rejected for p in pools),
+    }
+
+
+class MetricsScreen(DashboardScreen):
+    REFRESH_S = 1.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in PLOTS}
+
+    def compose(self) -> ComposeResult:
+        yield HostBar()
+        yield Static("", id="trouble", classes="trouble", markup=False)
+        with Grid(id="plots"):
+            for key, title in PLOTS.items():
+                with Vertical(classes="plot"):
+                    yield Label(title, id=f"label-{key}", classes="plot-title")
+                    yield Sparkline([], id=f"plot-{key}", summary_function=max)
+        yield DataTable(id="totals", cursor_type="none", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#totals", DataTable).add_columns(
+            "engine", "accepted", "completed", "cancelled", "failed", "rejected",
+            "tokens out", "TTFT p50/p95", "latency p50/p95", "tok/s",
+        )  # fmt: skip
+        super().on_mount()
+
+    async def refresh_data(self, client: Client) -> None:
+        pools = await client.metrics()
+        for key, value in host_totals(pools).items():
+            self.history[key].append(value)
+            self.query_one(f"#plot-{key}", Sparkline).data = list(self.history[key])
+            self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {value:,.1f}")
+        table = self.query_one("#totals", DataTable)
+        table.clear()
+        for p in pools:
+            table.add_row(
+                p.pool_id, p.accepted, p.completed, p.cancelled, p.failed, p.rejected,
+                p.tokens_out_total, _pair(p.ttft_ms.p50, p.ttft_ms.p95),
+                _pair(p.latency_ms.p50, p.latency_ms.p95), f"{p.decode_tps_recent:.1f}",
+            )  # fmt: skip
+
+
+def _pair(a: float | None, b: float | None) -> str:
+    if a is None:
+        return "–"
+    return f"{a:.0f} / {b or 0:.0f} ms"

@@ -1,0 +1,58 @@
+"""The conversation's options: system prompt and sampling, edited in place."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, TextArea
+
+from infertui.core.config import ClientSettings
+
+
+class OptionsModal(ModalScreen[ClientSettings | None]):
+    BINDINGS = [
+        Binding("escape", "dismiss(None)", "Cancel", id="options.cancel"),
+        Binding("ctrl+s", "save", "Apply", id="options.apply"),
+    ]
+
+    def __init__(self, current: ClientSettings) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        c = self.current
+        with Vertical(id="dialog"):
+            yield Label("Conversation options", classes="title")
+            yield Label("System prompt")
+            yield TextArea(c.system_prompt, id="system_prompt", soft_wrap=True)
+            with Grid(id="form"):
+                yield Label("temperature (0 greedy – 2)")
+                yield Input(str(c.temperature), id="temperature", type="number")
+                yield Label("top p (0 – 1)")
+                yield Input(str(c.top_p), id="top_p", type="number")
+                yield Label("max tokens")
+                yield Input(str(c.max_tokens), id="max_tokens", type="integer")
+            yield Static("", id="form-error", classes="error", markup=False)
+            with Horizontal(classes="buttons"):
+                yield Button("Apply", variant="primary", id="apply")
+                yield Button("Cancel", id="cancel")
+
+    @on(Button.Pressed, "#cancel")
+    def cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#apply")
+    @on(Input.Submitted)
+    def action_save(self) -> None:
+        fields = {i.id: i.value for i in self.query(Input) if i.id}
+        fields["system_prompt"] = self.query_one("#system_prompt", TextArea).text
+        try:
+            self.dismiss(ClientSettings.model_validate({**self.current.model_dump(), **fields}))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            self.query_one("#form-error", Static).update(f"{where}: {first['msg']}")

@@ -1,0 +1,55 @@
+"""The host's queue: every slot and what runs in it, every waiting job and its predicted start."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widgets import DataTable, Footer, Label, Static
+
+from infertui.core.client import Client
+
+from ..widgets.host_bar import HostBar
+from .dashboard import DashboardScreen
+
+
+class QueueScreen(DashboardScreen):
+    REFRESH_S = 0.5
+
+    def compose(self) -> ComposeResult:
+        yield HostBar()
+        yield Static("", id="trouble", classes="trouble", markup=False)
+        yield Label("Slots", classes="section")
+        yield DataTable(id="slots", cursor_type="row", zebra_stripes=True)
+        yield Label("Waiting", classes="section")
+        yield DataTable(id="waiting", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        slots = self.query_one("#slots", DataTable)
+        slots.add_columns("engine", "slot", "phase", "job", "client", "in", "out", "tok/s")
+        waiting = self.query_one("#waiting", DataTable)
+        waiting.add_columns("engine", "#", "job", "client", "tokens in", "waited", "starts in")
+        super().on_mount()
+
+    async def refresh_data(self, client: Client) -> None:
+        pools = await client.queue()
+        slots = self.query_one("#slots", DataTable)
+        slots.clear()
+        for pool in pools:
+            for s in pool.slots:
+                busy = s.phase != "idle"
+                slots.add_row(
+                    pool.pool_id, s.slot, s.phase, s.job_id or "", s.client_id or "",
+                    s.tokens_in if busy else "", s.tokens_out if busy else "",
+                    f"{s.tps:.1f}" if busy else "",
+                )  # fmt: skip
+        waiting = self.query_one("#waiting", DataTable)
+        waiting.clear()
+        for pool in pools:
+            for e in pool.waiting:
+                waiting.add_row(
+                    pool.pool_id, e.position + 1, e.job_id, e.client_id or "", e.tokens_in,
+                    f"{e.waited_ms / 1000:.1f} s", f"≈ {e.predicted_start_ms / 1000:.1f} s",
+                )  # fmt: skip
+        depth = sum(p.depth for p in pools)
+        capacity = sum(p.capacity for p in pools)
+        self.query_one("#waiting", DataTable).border_title = f"{depth} of {capacity} queued"

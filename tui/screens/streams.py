@@ -1,0 +1,99 @@
+"""The host's front page: who it is, how to reach it, and every stream it is writing now."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Footer, Label, Static
+
+from infertui.core.client import Client
+
+from ..widgets.host_bar import HostBar
+from .dashboard import DashboardScreen
+from .qr import QrModal
+
+TAIL_CHARS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    job_id: str
+    engine: str
+    client: str
+    state: str  # queued | running
+    tokens_out: int
+    tokens_per_s: float
+    text_tail: str
+
+
+class LiveSource(Protocol):
+    """What the host screen reads beyond the Client API: the jobs in flight, their text."""
+
+    def live_jobs(self) -> list[LiveJob]: ...
+    def addresses(self) -> dict[str, str]: ...
+
+
+class StreamsScreen(DashboardScreen):
+    REFRESH_S = 0.25
+    BINDINGS = [
+        Binding("c", "copy_id", "Copy ID", id="host.copy_id", tooltip="Server ID to clipboard"),
+        Binding("g", "qr", "QR code", id="host.qr"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield HostBar()
+        yield Static("", id="trouble", classes="trouble", markup=False)
+        yield Static("", id="addresses")
+        yield Label("Live streams", classes="section")
+        yield DataTable(id="streams", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#streams", DataTable).add_columns(
+            "job", "engine", "client", "state", "tokens", "tok/s", "latest text"
+        )
+        super().on_mount()
+
+    def server_id(self) -> str | None:
+        source: LiveSource | None = getattr(self.app, "live", None)
+        return source.addresses().get("p2p") if source else None
+
+    async def refresh_data(self, client: Client) -> None:
+        source: LiveSource | None = getattr(self.app, "live", None)
+        if source is None:
+            return
+        lines = Text()
+        for name, address in source.addresses().items():
+            label = {"p2p": "server ID", "http": "HTTP API"}.get(name, name)
+            lines.append(f"{label:>10}  ", style="dim")
+            lines.append(f"{address}\n", style="bold")
+        models = ", ".join(client.info.models) or "none loaded"
+        lines.append(f"{'models':>10}  ", style="dim")
+        lines.append(models)
+        self.query_one("#addresses", Static).update(lines)
+        table = self.query_one("#streams", DataTable)
+        table.clear()
+        for job in source.live_jobs():
+            tail = job.text_tail.replace("\n", " ⏎ ")[-TAIL_CHARS:]
+            table.add_row(
+                job.job_id, job.engine, job.client, job.state, job.tokens_out,
+                f"{job.tokens_per_s:.1f}" if job.state == "running" else "", tail,
+            )  # fmt: skip
+        table.border_title = f"{table.row_count} in flight"
+
+    def action_copy_id(self) -> None:
+        server_id = self.server_id()
+        if server_id:
+            self.app.copy_to_clipboard(server_id)
+            self.notify("Server ID copied (your terminal must allow OSC 52).")
+        else:
+            self.notify("This host is not on Hyperswarm (--no-p2p).", severity="warning")
+
+    def action_qr(self) -> None:
+        server_id = self.server_id()
+        if server_id:
+            self.app.push_screen(QrModal(server_id))

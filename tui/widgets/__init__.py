@@ -1,0 +1,1 @@
+"""Widgets shared by the client app and the host dashboard."""

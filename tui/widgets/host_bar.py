@@ -1,0 +1,48 @@
+"""The one-line bar at the top of every screen: which host, over what, and its state."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from infertui.core.client import ConnectionState
+
+PHASE_STYLE = {
+    "connected": ("●", "green"),
+    "connecting": ("◌", "yellow"),
+    "waiting": ("○", "red"),
+    "closed": ("✕", "red"),
+}
+
+
+def short_id(address: str) -> str:
+    """A server ID shortened for a narrow bar (URLs stay whole)."""
+    if address.startswith(("http://", "https://")) or len(address) <= 16:
+        return address
+    return f"{address[:8]}…{address[-4:]}"
+
+
+class HostBar(Static):
+    """Shows the app's connection state; the app calls `show()` whenever it changes."""
+
+    DEFAULT_CSS = """
+    HostBar { dock: top; height: 1; background: $panel; padding: 0 1; }
+    """
+
+    def show(self, state: ConnectionState) -> None:
+        dot, colour = PHASE_STYLE[state.phase]
+        line = Text.assemble((f"{dot} ", colour))
+        client = state.client
+        if client is not None:
+            info = client.info
+            line.append(info.host_name, style="bold")
+            line.append(f" · {info.model or 'no model'}")
+            if info.transport != "local":
+                line.append(f" · {info.transport} {short_id(info.address)}", style="dim")
+            if not info.admin:
+                line.append(" · read-only", style="dim")
+        else:
+            line.append(state.message)
+            if state.retry_in_s is not None:
+                line.append(f" Retrying in {state.retry_in_s:.0f} s (Ctrl+R now).", style="dim")
+        self.update(line)

@@ -1,0 +1,62 @@
+"""One turn of the chat transcript: the user's words, or the host's streamed reply."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Markdown, Static
+
+from infertui.core.client import ChatStats
+
+
+class UserMessage(Static):
+    DEFAULT_CSS = """
+    UserMessage { margin: 1 0 0 8; padding: 0 1; background: $boost; border-left: thick $accent; }
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, markup=False)
+
+
+class AssistantMessage(Vertical):
+    """A reply: Markdown that grows as chunks arrive, then a line of stats (or why it ended)."""
+
+    DEFAULT_CSS = """
+    AssistantMessage { height: auto; margin: 1 8 0 0; border-left: thick $success; }
+    AssistantMessage Markdown { margin: 0; padding: 0 1; }
+    AssistantMessage .stats { color: $text-muted; padding: 0 1; }
+    AssistantMessage.aborted { border-left: thick $warning; }
+    AssistantMessage.failed { border-left: thick $error; }
+    AssistantMessage.failed .stats { color: $error; }
+    """
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.border_title = model
+        self.body = Markdown()
+        self.stats_line = Static("waiting for the host…", classes="stats", markup=False)
+
+    def compose(self) -> ComposeResult:
+        yield self.body
+        yield self.stats_line
+
+    def note(self, text: str) -> None:
+        self.stats_line.update(text)
+
+    def finished(self, stats: ChatStats | None) -> None:
+        if stats is None:
+            self.note("")
+            return
+        ttft = f" · first token {stats.ttft_ms:.0f} ms" if stats.ttft_ms is not None else ""
+        figures = f"{stats.tokens_out} tokens · {stats.tokens_per_s:.1f} tok/s{ttft}"
+        if stats.finish_reason == "abort":
+            self.add_class("aborted")
+            self.note(f"aborted · {figures}")
+        elif stats.finish_reason == "length":
+            self.note(f"{figures} · stopped at the token limit")
+        else:
+            self.note(figures)
+
+    def failed(self, message: str) -> None:
+        self.add_class("failed")
+        self.note(message)
