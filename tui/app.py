@@ -5,7 +5,9 @@ HostService through LocalClient."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -21,6 +23,7 @@ from infertui.core.transport.p2p.ids import load_seed
 
 from .local import LocalClient
 from .screens.chat import ChatScreen
+from .screens.dashboard import DashboardScreen
 from .screens.engines import EnginesScreen
 from .screens.metrics import MetricsScreen
 from .screens.options import OptionsModal
@@ -34,7 +37,7 @@ log = logging.getLogger(__name__)
 class InfertuiApp(App[int]):
     """What both apps share: modes, the connection state on every screen's bar, the palette."""
 
-    CSS_PATH = "infertui.tcss"
+    CSS_PATH = Path(__file__).parent / "infertui.tcss"  # absolute: subclasses live elsewhere
     MODE_TITLES: dict[str, str] = {}
 
     def __init__(self, settings: Settings) -> None:
@@ -52,6 +55,8 @@ class InfertuiApp(App[int]):
         for screen in self._every_screen():
             for bar in screen.query(HostBar):
                 bar.show(state)
+        if isinstance(self.screen, DashboardScreen):
+            self.call_later(self.screen.refresh_now)
 
     def _every_screen(self) -> Iterable[Screen[object]]:
         seen = set()
@@ -61,16 +66,29 @@ class InfertuiApp(App[int]):
                     seen.add(id(screen))
                     yield screen
 
-    def on_screen_resume(self) -> None:
-        for bar in self.screen.query(HostBar):
-            bar.show(self.connection)
-
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """Every action is in the palette: the screens, then what the current screen's keys do."""
         yield from super().get_system_commands(screen)
         for mode, title in self.MODE_TITLES.items():
             yield SystemCommand(title, f"Switch to the {title.lower()} screen", self._go(mode))
+        app_wide = {command.title for command in self.app_commands()}
+        yield from self.app_commands()
+        for binding in screen.BINDINGS:
+            if (
+                isinstance(binding, Binding)
+                and binding.show
+                and binding.description
+                and binding.description not in app_wide
+            ):
+                help_text = binding.tooltip or f"{binding.description} ({binding.key})"
+                action = partial(self.run_action, binding.action, screen)
+                yield SystemCommand(binding.description, help_text, action)
 
-    def _go(self, mode: str):  # type: ignore[no-untyped-def]
+    def app_commands(self) -> list[SystemCommand]:
+        """Palette entries that work on every screen."""
+        return []
+
+    def _go(self, mode: str) -> Callable[[], object]:
         return lambda: self.switch_mode(mode)
 
 
@@ -116,13 +134,11 @@ class ClientApp(InfertuiApp):
     async def keep_connected(self) -> None:
         await self.reconnector.run()
 
-    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("Options", "System prompt and sampling", self.action_options)
-        yield SystemCommand("Reconnect", "Try the host again now", self.action_retry)
-        if isinstance(screen, ChatScreen):
-            yield SystemCommand("New chat", "Start a new conversation", screen.action_new_chat)
-            yield SystemCommand("Stop reply", "Abort the reply on the host", screen.action_abort)
+    def app_commands(self) -> list[SystemCommand]:
+        return [
+            SystemCommand("Options", "System prompt and sampling", self.action_options),
+            SystemCommand("Reconnect", "Try the host again now", self.action_retry),
+        ]
 
     def action_retry(self) -> None:
         self.reconnector.retry_now()

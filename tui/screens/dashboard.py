@@ -23,6 +23,9 @@ class DashboardScreen(Screen[None]):
     def on_screen_resume(self) -> None:
         self.call_after_refresh(self._tick)
 
+    async def refresh_now(self) -> None:
+        await self._tick()
+
     async def _tick(self) -> None:
         if not self.is_current or self._busy:
             return

@@ -131,19 +131,21 @@ class AddEngineModal(ModalScreen[dict[str, str | int | None] | None]):
             yield Label("Add an engine", classes="title")
             with Grid(id="form"):
                 yield Label("engine id")
-                yield Input(placeholder="e.g. qwen-7b", id="engine_id")
+                yield Input(placeholder="e.g. qwen-7b", id="engine_id", compact=True)
                 yield Label("GGUF path (on the host)")
-                yield Input(placeholder="/models/model.gguf", id="model_path")
+                yield Input(placeholder="/models/model.gguf", id="model_path", compact=True)
                 yield Label("context tokens")
-                yield Input(placeholder="default 4096", id="n_ctx", type="integer")
+                yield Input(placeholder="default 4096", id="n_ctx", type="integer", compact=True)
                 yield Label("GPU layers")
-                yield Input(placeholder="default: all", id="n_gpu_layers", type="integer")
+                yield Input(
+                    placeholder="default: all", id="n_gpu_layers", type="integer", compact=True
+                )
                 yield Label("main GPU")
-                yield Input(placeholder="0", id="main_gpu_id", type="integer")
+                yield Input(placeholder="0", id="main_gpu_id", type="integer", compact=True)
             yield Static("", id="form-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
-                yield Button("Load", variant="primary", id="load")
-                yield Button("Cancel", id="cancel")
+                yield Button("Load", variant="primary", id="load", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
 
     @on(Button.Pressed, "#cancel")
     def cancel(self) -> None:
@@ -179,8 +181,8 @@ class ConfirmModal(ModalScreen[bool]):
         with Vertical(id="dialog"):
             yield Label(self.question, classes="title")
             with Horizontal(classes="buttons"):
-                yield Button("Yes", variant="error", id="yes")
-                yield Button("No", id="no")
+                yield Button("Yes", variant="error", id="yes", compact=True)
+                yield Button("No", id="no", compact=True)
 
     @on(Button.Pressed)
     def answer(self, event: Button.Pressed) -> None:

@@ -28,18 +28,18 @@ class OptionsModal(ModalScreen[ClientSettings | None]):
         with Vertical(id="dialog"):
             yield Label("Conversation options", classes="title")
             yield Label("System prompt")
-            yield TextArea(c.system_prompt, id="system_prompt", soft_wrap=True)
+            yield TextArea(c.system_prompt, id="system_prompt", soft_wrap=True, compact=True)
             with Grid(id="form"):
-                yield Label("temperature (0 greedy – 2)")
-                yield Input(str(c.temperature), id="temperature", type="number")
+                yield Label("temperature (0: greedy)")
+                yield Input(str(c.temperature), id="temperature", type="number", compact=True)
                 yield Label("top p (0 – 1)")
-                yield Input(str(c.top_p), id="top_p", type="number")
+                yield Input(str(c.top_p), id="top_p", type="number", compact=True)
                 yield Label("max tokens")
-                yield Input(str(c.max_tokens), id="max_tokens", type="integer")
+                yield Input(str(c.max_tokens), id="max_tokens", type="integer", compact=True)
             yield Static("", id="form-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
-                yield Button("Apply", variant="primary", id="apply")
-                yield Button("Cancel", id="cancel")
+                yield Button("Apply", variant="primary", id="apply", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
 
     @on(Button.Pressed, "#cancel")
     def cancel(self) -> None:

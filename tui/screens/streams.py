@@ -16,7 +16,7 @@ from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
 from .qr import QrModal
 
-TAIL_CHARS = 48
+TAIL_CHARS = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class StreamsScreen(DashboardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#streams", DataTable).add_columns(
-            "job", "engine", "client", "state", "tokens", "tok/s", "latest text"
+            "job", "client", "state", "tokens", "tok/s", "latest text", "engine"
         )
         super().on_mount()
 
@@ -80,8 +80,8 @@ class StreamsScreen(DashboardScreen):
         for job in source.live_jobs():
             tail = job.text_tail.replace("\n", " ⏎ ")[-TAIL_CHARS:]
             table.add_row(
-                job.job_id, job.engine, job.client, job.state, job.tokens_out,
-                f"{job.tokens_per_s:.1f}" if job.state == "running" else "", tail,
+                job.job_id, job.client, job.state, job.tokens_out,
+                f"{job.tokens_per_s:.1f}" if job.state == "running" else "", tail, job.engine,
             )  # fmt: skip
         table.border_title = f"{table.row_count} in flight"
 

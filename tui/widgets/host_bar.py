@@ -29,6 +29,11 @@ class HostBar(Static):
     HostBar { dock: top; height: 1; background: $panel; padding: 0 1; }
     """
 
+    def on_mount(self) -> None:
+        state = getattr(self.app, "connection", None)
+        if state is not None:
+            self.show(state)
+
     def show(self, state: ConnectionState) -> None:
         dot, colour = PHASE_STYLE[state.phase]
         line = Text.assemble((f"{dot} ", colour))
@@ -42,7 +47,7 @@ class HostBar(Static):
             if not info.admin:
                 line.append(" · read-only", style="dim")
         else:
-            line.append(state.message)
             if state.retry_in_s is not None:
-                line.append(f" Retrying in {state.retry_in_s:.0f} s (Ctrl+R now).", style="dim")
+                line.append(f"Retrying in {state.retry_in_s:.0f} s (Ctrl+R: now) · ", style="bold")
+            line.append(state.message)
         self.update(line)

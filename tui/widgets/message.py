@@ -32,7 +32,7 @@ class AssistantMessage(Vertical):
 
     def __init__(self, model: str) -> None:
         super().__init__()
-        self.border_title = model
+        self.model = model
         self.body = Markdown()
         self.stats_line = Static("waiting for the host…", classes="stats", markup=False)
 
@@ -48,7 +48,7 @@ class AssistantMessage(Vertical):
             self.note("")
             return
         ttft = f" · first token {stats.ttft_ms:.0f} ms" if stats.ttft_ms is not None else ""
-        figures = f"{stats.tokens_out} tokens · {stats.tokens_per_s:.1f} tok/s{ttft}"
+        figures = f"{self.model} · {stats.tokens_out} tokens · {stats.tokens_per_s:.1f} tok/s{ttft}"
         if stats.finish_reason == "abort":
             self.add_class("aborted")
             self.note(f"aborted · {figures}")

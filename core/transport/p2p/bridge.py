@@ -64,7 +64,9 @@ class PeerConnection:
             self._bridge.write(self.conn, data)
 
     async def drain(self) -> None:
-        """Wait while the peer's socket is backed up (or until it closes)."""
+        """Wait while the peer's socket or the bridge's stdin is backed up (or until closed)."""
+        if self._writable.is_set() and not self._bridge.backed_up():
+            return  # the per-token path: nothing to wait for
         if not self._writable.is_set():
             closed = asyncio.ensure_future(self.closed.wait())
             writable = asyncio.ensure_future(self._writable.wait())
@@ -159,6 +161,10 @@ class Bridge:
         stdin = self._proc.stdin
         if stdin is not None and not stdin.is_closing():
             stdin.write(b"W%d %d\n%b" % (conn, len(data), data))
+
+    def backed_up(self) -> bool:
+        stdin = self._proc.stdin
+        return stdin is not None and stdin.transport.get_write_buffer_size() > 0
 
     async def drain(self) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.is_closing():

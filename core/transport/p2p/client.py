@@ -56,7 +56,12 @@ class ChatStream:
         try:
             while self.end is None:
                 try:
-                    item = await asyncio.wait_for(self._queue.get(), self._chunk_timeout)
+                    # wait_for costs a task per call: only pay it when there is a wait
+                    item = (
+                        self._queue.get_nowait()
+                        if not self._queue.empty()
+                        else await asyncio.wait_for(self._queue.get(), self._chunk_timeout)
+                    )
                 except TimeoutError:
                     raise InferError(
                         ErrorKind.TIMEOUT_NO_RESPONSE,

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 MAX_STRIKES = 5  # malformed messages before a peer is dropped
 FLOOD_LIMIT = 200  # messages per second before a peer is dropped
 DROP_GRACE_S = 2.0  # a dropped peer's connection is destroyed after this
+# Chunks leave at most this often per peer (the first one of a burst at once): every write
+# wakes four processes (host bridge, UDX, client bridge, client), and on a box whose cores run
+# llama.cpp those wake-ups cost decode speed. Ten updates a second still reads as smooth.
+CHUNK_FLUSH_S = 0.1
 
 
 def topic_key(name: str) -> bytes:
@@ -145,21 +149,38 @@ class PeerSession:
         self.streams: set[asyncio.Task[None]] = set()
         self.tasks: dict[str, asyncio.Task[None]] = {}  # subscriptions, admin operations
         self._out: list[bytes] = []
+        self._flush_at: asyncio.Handle | None = None
+        self._last_flush = 0.0
         self.strikes = 0
         self._window_start = time.monotonic()
         self._window_count = 0
 
-    def send(self, type_: str, payload: Any, request_id: str | None = None) -> None:
-        """Queue a message; the lines queued in one loop iteration leave in one write, so a
-        decode step's chunks for all of a peer's streams cost one bridge command and packet."""
+    def send(
+        self, type_: str, payload: Any, request_id: str | None = None, *, at_once: bool = True
+    ) -> None:
+        """Queue a message. Lines leave together: a decode step's chunks for all of a peer's
+        streams in one write, and with `at_once=False` (chunks after a reply's first) at most
+        every CHUNK_FLUSH_S; anything else at once, with the chunks queued before it."""
         self._out.append(p2p.encode(type_, payload, request_id))
-        if len(self._out) == 1:
-            asyncio.get_running_loop().call_soon(self.flush)
+        loop = asyncio.get_running_loop()
+        if at_once:
+            if self._flush_at is not None:
+                self._flush_at.cancel()
+            self._flush_at = loop.call_soon(self.flush)
+        elif self._flush_at is None:
+            wait = self._last_flush + CHUNK_FLUSH_S - loop.time()
+            self._flush_at = (
+                loop.call_later(wait, self.flush) if wait > 0 else loop.call_soon(self.flush)
+            )
 
     def flush(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
         if self._out:
             data, self._out = b"".join(self._out), []
             self.conn.write(data)
+            self._last_flush = asyncio.get_running_loop().time()
 
     def send_error(self, err: InferError, request_id: str | None = None) -> None:
         self.send("error", p2p.error_payload(err), request_id)
@@ -313,7 +334,8 @@ class PeerSession:
         try:
             async for event in job.events():
                 if isinstance(event, TokenText):
-                    self.send("chat_chunk", {"text": event.text, "index": index}, rid)
+                    chunk = {"text": event.text, "index": index}
+                    self.send("chat_chunk", chunk, rid, at_once=index == 0)  # fast first token
                     index += 1
                     await self.conn.drain()
                 elif isinstance(event, Finished):

@@ -1,0 +1,166 @@
+"""A scripted host for snapshots: fixed info, snapshots and replies, so pictures never drift."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from infertui.core.client import ChatReply, ChatStats, Client, ConnectionState, HostInfo
+from infertui.core.protocol.common import ChatMessage
+from infertui.core.protocol.snapshots import (
+    EngineParameters,
+    EngineState,
+    EngineStatus,
+    MemoryUsage,
+    MetricsSnapshot,
+    Percentiles,
+    Performance,
+    PoolState,
+    QueueEntry,
+    QueueSnapshot,
+    SlotSnapshot,
+)
+from infertui.tui.app import ClientApp, HostApp
+from infertui.tui.screens.streams import LiveJob
+
+REPLY = [
+    "Here are three colours:\n\n",
+    "1. **Red**, like a ripe tomato\n",
+    "2. **Green**, like fresh grass\n",
+    "3. **Blue**, like a clear sky\n\n",
+    "```python\ncolours = ['red', 'green', 'blue']\n```\n",
+]
+SERVER_ID = "yry" * 17 + "a"
+
+
+class ScriptedReply(ChatReply):
+    def __init__(self) -> None:
+        self.request_id = "r1"
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        for piece in REPLY:
+            await asyncio.sleep(0)
+            yield piece
+        self.stats = ChatStats("stop", 18, 42, 38.0, 51.2)
+
+    def abort(self) -> None:
+        pass
+
+
+class ScriptedClient(Client):
+    def __init__(self, *, admin: bool = True) -> None:
+        self.info = HostInfo(
+            host_name="gpu-box",
+            model="gemma-3-270m",
+            models=("gemma-3-270m", "qwen-7b"),
+            status="ready",
+            address=SERVER_ID,
+            transport="p2p",
+            admin=admin,
+        )
+
+    def chat(
+        self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
+    ) -> ChatReply:
+        return ScriptedReply()
+
+    async def engines(self) -> list[EngineStatus]:
+        return [
+            _engine("gemma-3-270m", "/models/gemma-3-270m-q4_k_m.gguf", 4096, 4, 53.9, 12),
+            _engine("qwen-7b", "/models/qwen2.5-7b-q4_k_m.gguf", 8192, 8, 31.4, 3),
+        ]
+
+    async def queue(self) -> list[QueueSnapshot]:
+        slots = (
+            SlotSnapshot(slot=0, job_id="job-7f3a", client_id="p2p:8nd3kq1wzt5e",
+                         phase="decode", tokens_in=48, tokens_out=130, tps=24.8),
+            SlotSnapshot(slot=1, job_id="job-91c2", client_id="http:127.0.0.1",
+                         phase="decode", tokens_in=312, tokens_out=12, tps=25.1),
+            SlotSnapshot(slot=2),
+            SlotSnapshot(slot=3),
+        )  # fmt: skip
+        waiting = (
+            QueueEntry(job_id="job-a001", client_id="p2p:c4xq9hdy1m0p", position=0,
+                       predicted_start_ms=1400, tokens_in=64, waited_ms=800.0),
+        )  # fmt: skip
+        return [
+            QueueSnapshot(pool_id="gemma-3-270m", capacity=64, depth=1, waiting=waiting,
+                          slots=slots),
+        ]  # fmt: skip
+
+    async def metrics(self) -> list[MetricsSnapshot]:
+        return [
+            MetricsSnapshot(
+                pool_id="gemma-3-270m", timestamp=0.0, queue_depth=1, queue_capacity=64,
+                slots_busy=2, slots_total=4, accepted=120, rejected=2, completed=112,
+                cancelled=5, failed=0, tokens_in_total=9100, tokens_out_total=15230,
+                ttft_ms=Percentiles(p50=44.0, p95=120.0, p99=180.0),
+                latency_ms=Percentiles(p50=1900.0, p95=4100.0, p99=5200.0),
+                decode_tps_recent=49.9, decode_tps_lifetime=47.2,
+            )
+        ]  # fmt: skip
+
+    async def add_engine(self, engine_id: str, model_path: str, **_: Any) -> None:
+        pass
+
+    async def remove_engine(self, engine_id: str) -> None:
+        pass
+
+    async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None:
+        pass
+
+    async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
+        pass
+
+    async def wait_closed(self) -> None:
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        pass
+
+
+class ScriptedLocal(ScriptedClient):
+    """The host dashboard's view of its own jobs."""
+
+    def addresses(self) -> dict[str, str]:
+        return {"p2p": SERVER_ID, "http": "http://127.0.0.1:8080"}
+
+    def live_jobs(self) -> list[LiveJob]:
+        return [
+            LiveJob("job-7f3a", "gemma-3-270m", "p2p:8nd3kq1wzt5e", "running", 130, 24.8,
+                    "the sea was calm that morning, and the boats"),
+            LiveJob("job-91c2", "gemma-3-270m", "http:127.0.0.1", "running", 12, 25.1,
+                    "SELECT name FROM users WHERE"),
+            LiveJob("job-a001", "gemma-3-270m", "p2p:c4xq9hdy1m0p", "queued", 0, 0.0, ""),
+        ]  # fmt: skip
+
+
+def _engine(
+    engine_id: str, path: str, ctx: int, slots: int, tps: float, requests: int
+) -> EngineStatus:
+    return EngineStatus(
+        engine_id=engine_id,
+        status=EngineState.LOADED,
+        model_path=path,
+        parameters=EngineParameters(n_ctx=ctx, n_gpu_layers=0, n_parallel=slots),
+        memory_usage=MemoryUsage(model_size_mb=241.0, context_size_mb=ctx / 16),
+        performance=Performance(last_inference_tps=tps, total_requests=requests),
+        pool_state=PoolState.READY,
+    )
+
+
+class ScriptedClientApp(ClientApp):
+    """The real ClientApp, connected to the scripted host instead of a network."""
+
+    def __init__(self, settings: Any, *, admin: bool = True) -> None:
+        super().__init__(SERVER_ID, settings)
+        self.scripted = ScriptedClient(admin=admin)
+
+    def keep_connected(self) -> None:  # type: ignore[override]
+        self.set_connection(ConnectionState("connected", "Connected", self.scripted))
+
+
+class ScriptedHostApp(HostApp):
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings, ScriptedLocal(), start=False)  # type: ignore[arg-type]

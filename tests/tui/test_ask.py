@@ -1,0 +1,71 @@
+"""`infertui ask`: the answer on stdout for scripts, NDJSON with --json, one line on error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import ServedHost, ServedHostFactory
+
+pytestmark = pytest.mark.model
+
+
+async def ask(*args: str, stdin: str | None = None, data: Path) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infertui.tui.cli", "ask", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "INFERTUI_DATA_DIR": str(data)},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def host(start_served_host: ServedHostFactory) -> ServedHost:
+    return await start_served_host()
+
+
+async def test_the_answer_streams_to_stdout(host: ServedHost, tmp_path: Path) -> None:
+    code, out, err = await ask(
+        host.url, "Name three colours.", "--max-tokens", "8", "--temperature", "0", data=tmp_path
+    )
+    assert code == 0, err
+    assert out.strip() and out.endswith("\n")
+    assert err == ""
+
+
+async def test_json_prints_ndjson_events_over_hyperswarm(host: ServedHost, tmp_path: Path) -> None:
+    code, out, err = await ask(
+        host.server_id, "Name three colours.", "--json", "--max-tokens", "8",
+        "--bootstrap", host.bootstrap[0], data=tmp_path,
+    )  # fmt: skip
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert {e["event"] for e in events[:-1]} == {"chunk"}
+    end = events[-1]
+    assert end["event"] == "end" and end["finish_reason"] == "length" and end["tokens_out"] == 8
+    assert all(e["request_id"] == end["request_id"] for e in events)
+
+
+async def test_a_dash_reads_the_prompt_from_stdin(host: ServedHost, tmp_path: Path) -> None:
+    code, out, _ = await ask(host.url, "-", "--max-tokens", "4", stdin="Hello", data=tmp_path)
+    assert code == 0 and out.strip()
+
+
+async def test_an_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    code, out, err = await ask("http://127.0.0.1:9", "hi", data=tmp_path)
+    assert code == 1 and out == ""
+    assert err.startswith("infertui: No host is answering") and err.count("\n") == 1
+    code, out, err = await ask("http://127.0.0.1:9", "hi", "--json", data=tmp_path)
+    assert code == 1 and json.loads(out)["code"] == "HOST_OFFLINE"
+
+
+async def test_a_malformed_server_id_is_refused_before_any_network(tmp_path: Path) -> None:
+    code, _, err = await ask("not-an-id", "hi", data=tmp_path)
+    assert code == 1 and "not a server ID" in err
