@@ -64,7 +64,8 @@ async def main() -> None:
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "NODE_PATH": str(modules)},
     )  # fmt: skip
-    assert testnet.stdout is not None and testnet.stdin is not None
+    assert testnet.stdout is not None
+    assert testnet.stdin is not None
     bootstrap = json.loads(await testnet.stdout.readline())["bootstrap"]
     client_seed = secrets.token_bytes(32)
     host_settings = HostSettings.model_validate(
