@@ -4,6 +4,7 @@ HostService through LocalClient."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -25,13 +26,15 @@ from .local import LocalClient
 from .screens.chat import ChatScreen
 from .screens.dashboard import DashboardScreen
 from .screens.engines import EnginesScreen
-from .screens.metrics import MetricsScreen
+from .screens.metrics import MetricsHistory, MetricsScreen
 from .screens.options import OptionsModal
 from .screens.queue import QueueScreen
 from .screens.streams import StreamsScreen
 from .widgets.host_bar import HostBar
 
 log = logging.getLogger(__name__)
+
+METRICS_EVERY_MS = 1000
 
 
 class InfertuiApp(App[int]):
@@ -45,6 +48,7 @@ class InfertuiApp(App[int]):
         self.settings = settings
         self.client: Client | None = None
         self.connection = ConnectionState("connecting", "Starting…")
+        self.metrics_history = MetricsHistory()
         if settings.keymap:
             self.set_keymap(settings.keymap)
 
@@ -55,8 +59,18 @@ class InfertuiApp(App[int]):
         for screen in self._every_screen():
             for bar in screen.query(HostBar):
                 bar.show(state)
+        if state.phase == "connected" and state.client is not None:
+            self.collect_metrics(state.client)
         if isinstance(self.screen, DashboardScreen):
             self.call_later(self.screen.refresh_now)
+
+    @work(exclusive=True, group="metrics")
+    async def collect_metrics(self, client: Client) -> None:
+        """Metrics history from connect on (pushed by the host over Hyperswarm, polled over
+        HTTP); a new connection's collector replaces the old one."""
+        with contextlib.suppress(InferError):
+            async for pools in client.watch_metrics(METRICS_EVERY_MS):
+                self.metrics_history.add(pools)
 
     def _every_screen(self) -> Iterable[Screen[object]]:
         seen = set()

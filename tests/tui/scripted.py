@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from infertui.core.protocol.snapshots import (
     SlotSnapshot,
 )
 from infertui.tui.app import ClientApp, HostApp
+from infertui.tui.screens.metrics import MetricsHistory, host_totals
 from infertui.tui.screens.streams import LiveJob
 
 REPLY = [
@@ -90,6 +92,10 @@ class ScriptedClient(Client):
         ]  # fmt: skip
 
     async def metrics(self) -> list[MetricsSnapshot]:
+        return self.metrics_now()
+
+    @staticmethod
+    def metrics_now() -> list[MetricsSnapshot]:
         return [
             MetricsSnapshot(
                 pool_id="gemma-3-270m", timestamp=0.0, queue_depth=1, queue_capacity=64,
@@ -160,7 +166,23 @@ class ScriptedClientApp(ClientApp):
     def keep_connected(self) -> None:  # type: ignore[override]
         self.set_connection(ConnectionState("connected", "Connected", self.scripted))
 
+    def collect_metrics(self, client: Client) -> None:  # type: ignore[override]
+        fixed_history(self)
+
+
+def fixed_history(app: Any) -> None:
+    """A fixed minute of history (a wave around the scripted figures), with no timer."""
+    pools = ScriptedClient.metrics_now()
+    history: MetricsHistory = app.metrics_history
+    history.latest = pools
+    for key, value in host_totals(pools).items():
+        history.series[key].clear()
+        history.series[key].extend(value * (0.6 + 0.4 * math.sin(i / 5)) for i in range(40))
+
 
 class ScriptedHostApp(HostApp):
     def __init__(self, settings: Any) -> None:
         super().__init__(settings, ScriptedLocal(), start=False)  # type: ignore[arg-type]
+
+    def collect_metrics(self, client: Client) -> None:  # type: ignore[override]
+        fixed_history(self)

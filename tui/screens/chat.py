@@ -18,6 +18,15 @@ from infertui.core.protocol.errors import InferError
 from ..widgets.host_bar import HostBar
 from ..widgets.message import AssistantMessage, UserMessage
 
+WELCOME = "\n".join(
+    [
+        "[b]Type a message and press Enter.[/b]",
+        "",
+        "[b]Esc[/b] stops a reply on the host    [b]Ctrl+N[/b] new chat",
+        "[b]Ctrl+O[/b] system prompt and sampling    [b]Ctrl+P[/b] every action",
+        "[b]F3 F4 F5[/b] the host's queue, metrics and engines",
+    ]
+)
 STATUS_EVERY_S = 0.1  # the status line's refresh while streaming (not per token)
 QUEUE_POLL_S = 0.5
 
@@ -43,7 +52,9 @@ class ChatScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#transcript", VerticalScroll).anchor()
+        transcript = self.query_one("#transcript", VerticalScroll)
+        transcript.anchor()
+        transcript.mount(Static(WELCOME, id="welcome"))
         self.query_one("#prompt", Input).focus()
 
     @property
@@ -68,6 +79,7 @@ class ChatScreen(Screen[None]):
             self.notify("A reply is still coming: Esc stops it.", severity="warning")
             return
         event.input.clear()
+        self.query("#welcome").remove()
         transcript = self.query_one("#transcript", VerticalScroll)
         view = AssistantMessage(client.info.model)
         transcript.mount(UserMessage(text), view)
@@ -146,5 +158,6 @@ class ChatScreen(Screen[None]):
         if self.generating:
             self.action_abort()
         self.history.clear()
-        self.query_one("#transcript", VerticalScroll).remove_children()
-        self.notify("New conversation.")
+        transcript = self.query_one("#transcript", VerticalScroll)
+        transcript.remove_children()
+        transcript.mount(Static(WELCOME, id="welcome"))

@@ -80,7 +80,7 @@ class EnginesScreen(DashboardScreen):
     def action_remove(self) -> None:
         engine = self.selected()
         if engine is not None:
-            question = f"Remove engine {engine}? Its running jobs are cancelled."
+            question = f"Remove engine {engine}? Its running jobs are cancelled. (y / Esc)"
             self.app.push_screen(ConfirmModal(question), lambda yes: yes and self.remove(engine))
 
     def action_reload(self) -> None:
@@ -117,8 +117,9 @@ class EnginesScreen(DashboardScreen):
         await self._tick()
 
 
-def _file(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
+def _file(path: str, width: int = 22) -> str:
+    name = path.rsplit("/", 1)[-1]
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 class AddEngineModal(ModalScreen[dict[str, str | int | None] | None]):

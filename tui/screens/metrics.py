@@ -37,12 +37,22 @@ def host_totals(pools: list[MetricsSnapshot]) -> dict[str, float]:
     }
 
 
-class MetricsScreen(DashboardScreen):
-    REFRESH_S = 1.0
+class MetricsHistory:
+    """The last minute of host-wide figures. The app keeps it from the moment it connects,
+    so the plots are already full when the screen opens."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.history: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in PLOTS}
+        self.series: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in PLOTS}
+        self.latest: list[MetricsSnapshot] = []
+
+    def add(self, pools: list[MetricsSnapshot]) -> None:
+        self.latest = pools
+        for key, value in host_totals(pools).items():
+            self.series[key].append(value)
+
+
+class MetricsScreen(DashboardScreen):
+    REFRESH_S = 1.0
 
     def compose(self) -> ComposeResult:
         yield HostBar()
@@ -63,14 +73,17 @@ class MetricsScreen(DashboardScreen):
         super().on_mount()
 
     async def refresh_data(self, client: Client) -> None:
-        pools = await client.metrics()
-        for key, value in host_totals(pools).items():
-            self.history[key].append(value)
-            self.query_one(f"#plot-{key}", Sparkline).data = list(self.history[key])
-            self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {value:,.1f}")
+        history: MetricsHistory = getattr(self.app, "metrics_history", None) or MetricsHistory()
+        if not history.latest:
+            history.add(await client.metrics())
+        for key, series in history.series.items():
+            # a leading zero pins the scale's floor, so a steady load does not draw as flat
+            self.query_one(f"#plot-{key}", Sparkline).data = [0.0, *series]
+            latest = series[-1] if series else 0.0
+            self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {latest:,.1f}")
         table = self.query_one("#totals", DataTable)
         table.clear()
-        for p in pools:
+        for p in history.latest:
             table.add_row(
                 p.pool_id, p.accepted, p.completed, p.cancelled, p.failed, p.rejected,
                 p.tokens_out_total, _pair(p.ttft_ms.p50, p.ttft_ms.p95),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import segno
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -27,5 +28,6 @@ class QrModal(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="qr"):
-            yield Static(qr_text(self.server_id), id="qr", markup=False)
+            # dark modules on a light ground, whatever the terminal's theme: scanners want that
+            yield Static(Text(qr_text(self.server_id), style="black on white"), id="qr")
             yield Label(self.server_id)

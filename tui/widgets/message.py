@@ -47,8 +47,11 @@ class AssistantMessage(Vertical):
         if stats is None:
             self.note("")
             return
-        ttft = f" · first token {stats.ttft_ms:.0f} ms" if stats.ttft_ms is not None else ""
-        figures = f"{self.model} · {stats.tokens_out} tokens · {stats.tokens_per_s:.1f} tok/s{ttft}"
+        figures = f"{self.model} · {stats.tokens_out} tokens"
+        if stats.tokens_per_s > 0:
+            figures += f" · {stats.tokens_per_s:.1f} tok/s"
+        if stats.ttft_ms is not None:
+            figures += f" · first token {stats.ttft_ms:.0f} ms"
         if stats.finish_reason == "abort":
             self.add_class("aborted")
             self.note(f"aborted · {figures}")
