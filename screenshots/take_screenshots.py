@@ -86,13 +86,14 @@ async def main() -> None:
     await service.start()
     server_id = service.transports[0].describe()
 
-    settings = Settings(bootstrap=bootstrap, client={"max_tokens": 160, "temperature": 0})
+    settings = Settings(bootstrap=bootstrap, client={"max_tokens": 64, "temperature": 0})
     app = ClientApp(server_id, settings, client_seed=client_seed)
     stop = asyncio.Event()
     async with app.run_test(size=SIZE) as pilot:
         while app.client is None:
             await pilot.pause(0.1)
-        app.screen.query_one("#prompt", Input).value = "Explain what a context window is."
+        prompt = app.screen.query_one("#prompt", Input)
+        prompt.value = "Give me three tips for writing clean Python code."
         await pilot.press("enter")
         await wait_reply(pilot)
         await settle(pilot, 0.5)

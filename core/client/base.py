@@ -69,6 +69,8 @@ class Client(ABC):
     """A connection to one host."""
 
     info: HostInfo
+    # how the host's queue snapshots name this client's jobs, where the client can know it
+    queue_client_id: str | None = None
 
     @abstractmethod
     def chat(

@@ -50,6 +50,7 @@ class P2PHostClient(Client):
             admin=bool(info.capabilities.get("admin")),
             extra={"protocol_version": info.protocol_version, **info.capabilities},
         )
+        self.queue_client_id = f"p2p:{peer.own_id[:12]}"
 
     @classmethod
     async def connect(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -9,10 +10,12 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Sparkline, Static
 
+from infertui.core.client import connect
 from infertui.core.config import Settings
 from infertui.core.engine import bundled_model_path
+from infertui.core.protocol.common import ChatMessage
 from infertui.tui.app import ClientApp
-from infertui.tui.screens.engines import AddEngineModal, ConfirmModal, EnginesScreen
+from infertui.tui.screens.engines import AddEngineModal, ConfirmModal, DrainModal, EnginesScreen
 from infertui.tui.widgets.message import AssistantMessage
 
 from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
@@ -163,3 +166,42 @@ async def test_host_down_is_said_in_plain_words_and_recovers(
         await until(pilot, lambda: app.client is not None, 30)
         reply = await ask(pilot, app, "Name a colour.")
         await until(pilot, lambda: "tok/s" in stats_of(reply), 60)
+
+
+async def test_before_the_first_token_the_app_shows_its_place_in_the_queue(
+    start_served_host: ServedHostFactory,
+) -> None:
+    host = await start_served_host(parallel=1)
+    other = await connect(host.url)
+    busy = other.chat([ChatMessage(role="user", content="A long story.")], max_tokens=400)
+    reader = asyncio.create_task(busy.text())
+    app = app_for(host)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.client is not None and host.busy_slots() == 1)
+            view = await ask(pilot, app, "Name a colour.")
+            status = app.screen.query_one("#reply-status", Static)
+            await until(pilot, lambda: "Queued: position 1 of 1" in str(status.render()))
+            busy.abort()
+            await until(pilot, lambda: "tok/s" in stats_of(view), 60)
+    finally:
+        await asyncio.gather(reader, return_exceptions=True)
+        await other.close()
+
+
+async def test_draining_an_engine_refuses_new_chats_in_plain_words(host: ServedHost) -> None:
+    app = app_for(host)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("f5")
+        table = app.screen.query_one("#engines", DataTable)
+        await until(pilot, lambda: table.row_count == 1)
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, DrainModal))
+        app.screen.query_one("#deadline", Input).value = "1"
+        await pilot.press("enter")
+        await until(pilot, lambda: "drain" in str(table.get_row_at(0)[1]))
+        await pilot.press("f2")
+        view = await ask(pilot, app, "Hello?")
+        await until(pilot, lambda: view.has_class("failed"))
+        assert stats_of(view).startswith("The model is still loading or is draining.")

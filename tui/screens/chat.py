@@ -140,13 +140,24 @@ class ChatScreen(Screen[None]):
             queues = await client.queue()
         except InferError:
             return
-        waiting = sum(q.depth for q in queues)
-        busy = sum(1 for q in queues for s in q.slots if s.phase != "idle")
-        eta = max((e.predicted_start_ms for q in queues for e in q.waiting), default=0)
         status = self.query_one("#reply-status", Static)
-        if waiting:
-            status.update(f"Queued on the host · {waiting} waiting · start in ≈ {eta / 1000:.1f} s")
+        entries = [e for q in queues for e in q.waiting]
+        mine = [
+            e for e in entries if client.queue_client_id and e.client_id == client.queue_client_id
+        ]
+        if mine:  # this client's own place in the queue
+            e = mine[0]
+            status.update(
+                f"Queued: position {e.position + 1} of {len(entries)} · "
+                f"starts in ≈ {e.predicted_start_ms / 1000:.1f} s · Esc cancels"
+            )
+        elif entries:
+            eta = max(e.predicted_start_ms for e in entries)
+            status.update(
+                f"Queued on the host · {len(entries)} waiting · start in ≤ {eta / 1000:.1f} s"
+            )
         else:
+            busy = sum(1 for q in queues for s in q.slots if s.phase != "idle")
             status.update(f"Starting · {busy} slot(s) busy on the host")
 
     def action_abort(self) -> None:

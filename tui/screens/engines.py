@@ -49,7 +49,11 @@ class EnginesScreen(DashboardScreen):
         for e in engines:
             p, m, perf = e.parameters, e.memory_usage, e.performance
             memory = f"{m.model_size_mb + m.context_size_mb:,.0f} MB" if m else "–"
-            status = f"{e.status.value}: {e.error}" if e.error else e.status.value
+            status = e.status.value
+            if e.pool_state.value not in ("ready", "loading"):
+                status = f"{status}, {e.pool_state.value}"  # draining, failed
+            if e.error:
+                status = f"{status}: {e.error}"
             table.add_row(
                 e.engine_id, status, _file(e.model_path), p.n_ctx, p.n_parallel,
                 p.n_gpu_layers, memory, f"{perf.last_inference_tps:.1f}", perf.total_requests,
@@ -90,8 +94,15 @@ class EnginesScreen(DashboardScreen):
 
     def action_drain(self) -> None:
         engine = self.selected()
-        if engine is not None:
-            self.operate(f"Draining {engine} (5 s deadline)…", "drain_engine", engine)
+        if engine is None:
+            return
+
+        def drain(seconds: float | None) -> None:
+            if seconds is not None:
+                doing = f"Draining {engine} ({seconds:g} s deadline)…"
+                self.operate(doing, "drain_engine", engine, deadline_ms=int(seconds * 1000))
+
+        self.app.push_screen(DrainModal(engine), drain)
 
     def remove(self, engine: str) -> None:
         self.operate(f"Removing {engine}…", "remove_engine", engine)
@@ -188,3 +199,42 @@ class ConfirmModal(ModalScreen[bool]):
     @on(Button.Pressed)
     def answer(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
+
+
+class DrainModal(ModalScreen[float | None]):
+    """How long running jobs may take to finish before the rest are cancelled."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="drain.cancel")]
+
+    def __init__(self, engine: str) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(f"Drain {self.engine}", classes="title")
+            yield Label("It stops taking jobs; running ones may finish within the deadline.")
+            with Grid(id="form"):
+                yield Label("deadline, seconds")
+                yield Input("5", id="deadline", type="number", compact=True)
+            yield Static("", id="form-error", classes="error", markup=False)
+            with Horizontal(classes="buttons"):
+                yield Button("Drain", variant="warning", id="drain", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
+
+    @on(Button.Pressed, "#cancel")
+    def cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#drain")
+    @on(Input.Submitted)
+    def drain(self) -> None:
+        text = self.query_one("#deadline", Input).value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= 3600:
+            self.query_one("#form-error", Static).update("A deadline from 0 to 3600 seconds.")
+            return
+        self.dismiss(seconds)

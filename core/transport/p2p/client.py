@@ -138,6 +138,11 @@ class P2PClient:
     def server_id(self) -> str:
         return self._conn.remote_id
 
+    @property
+    def own_id(self) -> str:
+        """This client's key as a server ID (what the host's queue snapshots name it by)."""
+        return self._bridge.server_id
+
     async def wait_closed(self) -> None:
         await self._conn.closed.wait()
 
