@@ -12,6 +12,7 @@ from infertui.core.client import ChatReply, ChatStats, Client, HostInfo
 from infertui.core.host import HostService, engine_spec
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import Finished, TokenText
+from infertui.core.protocol.openai import AddEngineRequest
 from infertui.core.protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 from infertui.core.scheduler import Job
 
@@ -103,18 +104,12 @@ class LocalClient(Client):
     async def metrics(self) -> list[MetricsSnapshot]:
         return self.service.metrics()
 
-    async def add_engine(
-        self,
-        engine_id: str,
-        model_path: str,
-        *,
-        n_ctx: int | None = None,
-        n_gpu_layers: int | None = None,
-        main_gpu_id: int | None = None,
-    ) -> None:
+    async def add_engine(self, request: AddEngineRequest) -> None:
+        given = request.model_dump(exclude_unset=True)
         spec = engine_spec(
-            engine_id, model_path, self.service.settings,
-            n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, main_gpu_id=main_gpu_id,
+            request.engine_id, request.model_path, self.service.settings,
+            n_ctx=given.get("n_ctx"), n_gpu_layers=given.get("n_gpu_layers"),
+            main_gpu_id=given.get("main_gpu_id"),
         )  # fmt: skip
         await self.service.registry.add(spec)
         self.refresh_info()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..protocol.common import ChatMessage
+from ..protocol.openai import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 
 Transport = Literal["p2p", "http", "local"]  # local: the host's own dashboard
@@ -93,15 +94,8 @@ class Client(ABC):
             await asyncio.sleep(interval_ms / 1000)
 
     @abstractmethod
-    async def add_engine(
-        self,
-        engine_id: str,
-        model_path: str,
-        *,
-        n_ctx: int | None = None,
-        n_gpu_layers: int | None = None,
-        main_gpu_id: int | None = None,
-    ) -> None: ...
+    async def add_engine(self, request: AddEngineRequest) -> None:
+        """Load a GGUF on the host as a new engine; returns once it is loaded."""
 
     @abstractmethod
     async def remove_engine(self, engine_id: str) -> None: ...

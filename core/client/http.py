@@ -17,6 +17,7 @@ from httpx import USE_CLIENT_DEFAULT
 
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
+from ..protocol.openai import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 from .base import ChatReply, ChatStats, Client, FinishReason, HostInfo
 from .errors import kind_for_openai_code
@@ -206,18 +207,8 @@ class HttpHostClient(Client):
         data = await _get(self._http, "/v1/host/metrics")
         return [MetricsSnapshot.model_validate(m) for m in data.get("pools", ())]
 
-    async def add_engine(
-        self,
-        engine_id: str,
-        model_path: str,
-        *,
-        n_ctx: int | None = None,
-        n_gpu_layers: int | None = None,
-        main_gpu_id: int | None = None,
-    ) -> None:
-        given = {"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "main_gpu_id": main_gpu_id}
-        body: dict[str, Any] = {"engine_id": engine_id, "model_path": model_path}
-        body.update({k: v for k, v in given.items() if v is not None})
+    async def add_engine(self, request: AddEngineRequest) -> None:
+        body = request.model_dump(exclude_unset=True)
         await _call(self._http, "POST", "/engines", body, slow=True)
 
     async def remove_engine(self, engine_id: str) -> None:

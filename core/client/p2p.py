@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..protocol.common import ChatMessage
+from ..protocol.openai import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 from ..transport.p2p.client import ChatStream, P2PClient
 from .base import ChatReply, ChatStats, Client, HostInfo
@@ -87,18 +88,8 @@ class P2PHostClient(Client):
         async for reply in self._peer.metrics(interval_ms):
             yield [MetricsSnapshot.model_validate(m) for m in reply.get("pools", [])]
 
-    async def add_engine(
-        self,
-        engine_id: str,
-        model_path: str,
-        *,
-        n_ctx: int | None = None,
-        n_gpu_layers: int | None = None,
-        main_gpu_id: int | None = None,
-    ) -> None:
-        given = {"n_ctx": n_ctx, "n_gpu_layers": n_gpu_layers, "main_gpu_id": main_gpu_id}
-        payload: dict[str, Any] = {"engine_id": engine_id, "model_path": model_path}
-        payload.update({k: v for k, v in given.items() if v is not None})
+    async def add_engine(self, request: AddEngineRequest) -> None:
+        payload = request.model_dump(exclude_unset=True)
         await self._peer.request("engine_add", payload, wait_s=None)
 
     async def remove_engine(self, engine_id: str) -> None:

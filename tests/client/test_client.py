@@ -12,6 +12,7 @@ from infertui.core.client import Client, ConnectionState, Reconnector, connect, 
 from infertui.core.engine import bundled_model_path
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.protocol.errors import ErrorKind, InferError
+from infertui.core.protocol.openai import AddEngineRequest
 
 from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
 
@@ -98,7 +99,9 @@ async def test_watch_metrics_delivers_repeatedly(client: Client) -> None:
 
 
 async def test_admin_adds_and_removes_an_engine(client: Client) -> None:
-    await client.add_engine("second", str(bundled_model_path()), n_ctx=512)
+    await client.add_engine(
+        AddEngineRequest(engine_id="second", model_path=str(bundled_model_path()), n_ctx=512)
+    )
     assert {e.engine_id for e in await client.engines()} == {"gemma-3-270m", "second"}
     text = await client.chat(HELLO, model="second", max_tokens=4).text()
     assert text
@@ -112,7 +115,9 @@ async def test_errors_carry_the_spec_kind_and_a_sentence(client: Client) -> None
     assert caught.value.kind is ErrorKind.MODEL_NOT_FOUND
     assert explain(caught.value).startswith("The host does not serve that model.")
     with pytest.raises(InferError) as caught:
-        await client.add_engine("missing", "/nonexistent/model.gguf")
+        await client.add_engine(
+            AddEngineRequest(engine_id="missing", model_path="/nonexistent/model.gguf")
+        )
     assert caught.value.kind is ErrorKind.MODEL_FILE_NOT_FOUND
 
 

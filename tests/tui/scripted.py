@@ -9,6 +9,7 @@ from typing import Any
 
 from infertui.core.client import ChatReply, ChatStats, Client, ConnectionState, HostInfo
 from infertui.core.protocol.common import ChatMessage
+from infertui.core.protocol.openai import AddEngineRequest
 from infertui.core.protocol.snapshots import (
     EngineParameters,
     EngineState,
@@ -107,7 +108,7 @@ class ScriptedClient(Client):
             )
         ]  # fmt: skip
 
-    async def add_engine(self, engine_id: str, model_path: str, **_: Any) -> None:
+    async def add_engine(self, request: AddEngineRequest) -> None:
         pass
 
     async def remove_engine(self, engine_id: str) -> None:

@@ -4,6 +4,7 @@ Long operations run in workers; their outcome (or error, in plain words) shows i
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,9 +14,11 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from infertui.core.client import Client, explain
 from infertui.core.protocol.errors import InferError
+from infertui.core.protocol.openai import AddEngineRequest
 
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
+from .forms import FormModal, first_problem
 
 
 class EnginesScreen(DashboardScreen):
@@ -107,10 +110,10 @@ class EnginesScreen(DashboardScreen):
     def remove(self, engine: str) -> None:
         self.operate(f"Removing {engine}…", "remove_engine", engine)
 
-    def add_engine(self, form: dict[str, str | int | None] | None) -> None:
-        if form:
-            engine, path = str(form.pop("engine_id")), str(form.pop("model_path"))
-            self.operate(f"Loading {engine} from {path}…", "add_engine", engine, path, **form)
+    def add_engine(self, request: AddEngineRequest | None) -> None:
+        if request is not None:
+            doing = f"Loading {request.engine_id} from {request.model_path}…"
+            self.operate(doing, "add_engine", request)
 
     @work(group="engine-ops")
     async def operate(self, doing: str, method: str, *args: object, **kwargs: object) -> None:
@@ -133,10 +136,8 @@ def _file(path: str, width: int = 22) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-class AddEngineModal(ModalScreen[dict[str, str | int | None] | None]):
-    """A form for a new engine; Escape cancels."""
-
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="add.cancel")]
+class AddEngineModal(FormModal[AddEngineRequest | None]):
+    """A form for a new engine, checked here with the same model the host uses."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -159,24 +160,14 @@ class AddEngineModal(ModalScreen[dict[str, str | int | None] | None]):
                 yield Button("Load", variant="primary", id="load", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
 
-    @on(Button.Pressed, "#cancel")
-    def cancel(self) -> None:
-        self.dismiss(None)
-
     @on(Button.Pressed, "#load")
     @on(Input.Submitted)
     def load(self) -> None:
-        values = {i.id or "": i.value.strip() for i in self.query(Input)}
-        if not values["engine_id"] or not values["model_path"]:
-            self.query_one("#form-error", Static).update("An engine id and a path are needed.")
-            return
-        form: dict[str, str | int | None] = {
-            "engine_id": values["engine_id"],
-            "model_path": values["model_path"],
-        }
-        for key in ("n_ctx", "n_gpu_layers", "main_gpu_id"):
-            form[key] = int(values[key]) if values[key] else None
-        self.dismiss(form)
+        given = {i.id: i.value.strip() for i in self.query(Input) if i.id and i.value.strip()}
+        try:
+            self.dismiss(AddEngineRequest.model_validate(given))
+        except ValidationError as err:
+            self.show_error(first_problem(err))
 
 
 class ConfirmModal(ModalScreen[bool]):
@@ -201,10 +192,8 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
-class DrainModal(ModalScreen[float | None]):
+class DrainModal(FormModal[float | None]):
     """How long running jobs may take to finish before the rest are cancelled."""
-
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", id="drain.cancel")]
 
     def __init__(self, engine: str) -> None:
         super().__init__()
@@ -222,10 +211,6 @@ class DrainModal(ModalScreen[float | None]):
                 yield Button("Drain", variant="warning", id="drain", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
 
-    @on(Button.Pressed, "#cancel")
-    def cancel(self) -> None:
-        self.dismiss(None)
-
     @on(Button.Pressed, "#drain")
     @on(Input.Submitted)
     def drain(self) -> None:
@@ -235,6 +220,6 @@ class DrainModal(ModalScreen[float | None]):
         except ValueError:
             seconds = -1.0
         if not 0 <= seconds <= 3600:
-            self.query_one("#form-error", Static).update("A deadline from 0 to 3600 seconds.")
+            self.show_error("A deadline from 0 to 3600 seconds.")
             return
         self.dismiss(seconds)

@@ -7,17 +7,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
 from infertui.core.config import ClientSettings
 
+from .forms import FormModal, first_problem
 
-class OptionsModal(ModalScreen[ClientSettings | None]):
-    BINDINGS = [
-        Binding("escape", "dismiss(None)", "Cancel", id="options.cancel"),
-        Binding("ctrl+s", "save", "Apply", id="options.apply"),
-    ]
+
+class OptionsModal(FormModal[ClientSettings | None]):
+    BINDINGS = [Binding("ctrl+s", "save", "Apply", id="options.apply")]
 
     def __init__(self, current: ClientSettings) -> None:
         super().__init__()
@@ -41,10 +39,6 @@ class OptionsModal(ModalScreen[ClientSettings | None]):
                 yield Button("Apply", variant="primary", id="apply", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
 
-    @on(Button.Pressed, "#cancel")
-    def cancel(self) -> None:
-        self.dismiss(None)
-
     @on(Button.Pressed, "#apply")
     @on(Input.Submitted)
     def action_save(self) -> None:
@@ -53,6 +47,4 @@ class OptionsModal(ModalScreen[ClientSettings | None]):
         try:
             self.dismiss(ClientSettings.model_validate({**self.current.model_dump(), **fields}))
         except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            self.query_one("#form-error", Static).update(f"{where}: {first['msg']}")
+            self.show_error(first_problem(err))
