@@ -39,3 +39,20 @@ def test_defaults_without_a_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> N
     assert settings.host.engine.parallel == 4
     assert settings.host.queue == 64
     assert settings.host.models == []
+
+
+def test_client_settings_and_keymap_follow_the_same_order(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "config.toml"
+    file.write_text(
+        '[client]\nsystem_prompt = "Be terse."\ntemperature = 0.2\n'
+        '[keymap]\n"chat.abort" = "ctrl+k"\n'
+    )
+    monkeypatch.setenv("INFERTUI_CONFIG", str(file))
+    monkeypatch.setenv("INFERTUI_CLIENT__MAX_TOKENS", "64")
+    settings = load_settings(client={"temperature": 0.0, "system_prompt": None})
+    assert settings.client.system_prompt == "Be terse."
+    assert settings.client.temperature == 0.0  # the flag
+    assert settings.client.sampling() == {"temperature": 0.0, "top_p": 0.95, "max_tokens": 64}
+    assert settings.keymap == {"chat.abort": "ctrl+k"}

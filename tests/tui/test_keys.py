@@ -1,0 +1,30 @@
+"""Keys and the command palette: remappable by binding id; every action listed."""
+
+from __future__ import annotations
+
+from infertui.core.config import Settings
+from infertui.tui.screens.engines import EnginesScreen
+from infertui.tui.screens.queue import QueueScreen
+
+from .scripted import ScriptedClientApp
+
+
+async def test_a_binding_id_remaps_its_key_from_the_config() -> None:
+    app = ScriptedClientApp(Settings(keymap={"app.queue": "f9"}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        assert not isinstance(app.screen, QueueScreen)
+        await pilot.press("f9")
+        assert isinstance(app.screen, QueueScreen)
+
+
+async def test_the_palette_lists_the_screens_and_the_current_screens_actions() -> None:
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        chat = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Chat", "Queue", "Metrics", "Engines", "Options", "Reconnect"} <= chat
+        assert {"Stop reply", "New chat"} <= chat
+        await pilot.press("f5")
+        assert isinstance(app.screen, EnginesScreen)
+        engines = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Add", "Remove", "Reload", "Drain"} <= engines
