@@ -31,6 +31,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
 	$(BIN)/python bench/bench_http.py
+	$(BIN)/python bench/bench_p2p.py
+	$(BIN)/python bench/bench_tui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

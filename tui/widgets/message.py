@@ -33,6 +33,7 @@ class AssistantMessage(Vertical):
     def __init__(self, model: str) -> None:
         super().__init__()
         self.model = model
+        self.stats: ChatStats | None = None
         self.body = Markdown()
         self.stats_line = Static("waiting for the host…", classes="stats", markup=False)
 
@@ -44,6 +45,7 @@ class AssistantMessage(Vertical):
         self.stats_line.update(text)
 
     def finished(self, stats: ChatStats | None) -> None:
+        self.stats = stats
         if stats is None:
             self.note("")
             return
