@@ -28,3 +28,13 @@ async def test_the_palette_lists_the_screens_and_the_current_screens_actions() -
         assert isinstance(app.screen, EnginesScreen)
         engines = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Add", "Remove", "Reload", "Drain"} <= engines
+
+
+async def test_engine_actions_are_disabled_for_a_client_that_is_not_admin() -> None:
+    app = ScriptedClientApp(Settings(), admin=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, EnginesScreen)  # no add form opened

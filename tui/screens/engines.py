@@ -64,11 +64,19 @@ class EnginesScreen(DashboardScreen):
             )  # fmt: skip
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
+        self.refresh_bindings()
         if not client.info.admin:
             self.say(
                 "Read-only: the host does not list you as admin. Give its owner the key from "
                 "`infertui id --client` for --admin."
             )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Engine actions show greyed out for a client the host does not list as admin."""
+        if action in ("add", "remove", "reload", "drain"):
+            client: Client | None = getattr(self.app, "client", None)
+            return True if client is not None and client.info.admin else None
+        return True
 
     def selected(self) -> str | None:
         table = self.query_one("#engines", DataTable)
