@@ -1,10 +1,14 @@
-"""Keys and the command palette: remappable by binding id; every action listed."""
+"""Keys, the command palette (remappable by binding id; every action listed) and the bar."""
 
 from __future__ import annotations
 
+import pytest
+
+from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
 from infertui.tui.screens.engines import EnginesScreen
 from infertui.tui.screens.queue import QueueScreen
+from infertui.tui.widgets.host_bar import HostBar
 
 from .scripted import ScriptedClientApp
 
@@ -38,3 +42,20 @@ async def test_engine_actions_are_disabled_for_a_client_that_is_not_admin() -> N
         await pilot.press("a")
         await pilot.pause()
         assert isinstance(app.screen, EnginesScreen)  # no add form opened
+
+
+async def test_the_retry_countdown_moves_while_the_host_is_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(HostBar, "clock", staticmethod(lambda: now[0]))
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.set_connection(ConnectionState("waiting", "Host offline.", retry_in_s=5.0))
+        bar = app.screen.query_one(HostBar)
+        assert "Retrying in 5 s" in str(bar.render())
+        now[0] += 2.5
+        await pilot.pause(1.2)  # the bar's one-second tick
+        assert "Retrying in 3 s" in str(bar.render())
+        app.set_connection(ConnectionState("connecting", "Connecting…"))
+        assert "Retrying" not in str(bar.render())

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
 
 from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
 from infertui.tui.screens.dashboard import DashboardScreen
+from infertui.tui.widgets.host_bar import HostBar
 from infertui.tui.widgets.message import AssistantMessage
 
 from .scripted import ScriptedClientApp, ScriptedHostApp
@@ -79,7 +81,9 @@ def test_options(snap_compare: Snap) -> None:
     assert snap_compare(ScriptedClientApp(Settings()), terminal_size=SIZE, run_before=go("ctrl+o"))
 
 
-def test_host_down(snap_compare: Snap) -> None:
+def test_host_down(snap_compare: Snap, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(HostBar, "clock", staticmethod(lambda: 100.0))  # the countdown holds still
+
     async def run_before(pilot: Pilot[object]) -> None:
         app = pilot.app
         assert isinstance(app, ScriptedClientApp)

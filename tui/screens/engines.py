@@ -93,10 +93,17 @@ class EnginesScreen(DashboardScreen):
         self.app.push_screen(AddEngineModal(), self.add_engine)
 
     def action_remove(self) -> None:
+        # Not `remove`: that name is Widget.remove, which Textual calls to unmount a screen.
         engine = self.selected()
-        if engine is not None:
-            question = f"Remove engine {engine}? Its running jobs are cancelled. (y / Esc)"
-            self.app.push_screen(ConfirmModal(question), lambda yes: yes and self.remove(engine))
+        if engine is None:
+            return
+
+        def remove(yes: bool | None) -> None:
+            if yes:
+                self.operate(f"Removing {engine}…", "remove_engine", engine)
+
+        question = f"Remove engine {engine}? Its running jobs are cancelled. (y / Esc)"
+        self.app.push_screen(ConfirmModal(question), remove)
 
     def action_reload(self) -> None:
         engine = self.selected()
@@ -114,9 +121,6 @@ class EnginesScreen(DashboardScreen):
                 self.operate(doing, "drain_engine", engine, deadline_ms=int(seconds * 1000))
 
         self.app.push_screen(DrainModal(engine), drain)
-
-    def remove(self, engine: str) -> None:
-        self.operate(f"Removing {engine}…", "remove_engine", engine)
 
     def add_engine(self, request: AddEngineRequest | None) -> None:
         if request is not None:
@@ -163,10 +167,7 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
                 )
                 yield Label("main GPU")
                 yield Input(placeholder="0", id="main_gpu_id", type="integer", compact=True)
-            yield Static("", id="form-error", classes="error", markup=False)
-            with Horizontal(classes="buttons"):
-                yield Button("Load", variant="primary", id="load", compact=True)
-                yield Button("Cancel", id="cancel", compact=True)
+            yield from self.footer("Load", "load")
 
     @on(Button.Pressed, "#load")
     @on(Input.Submitted)
@@ -214,10 +215,7 @@ class DrainModal(FormModal[float | None]):
             with Grid(id="form"):
                 yield Label("deadline, seconds")
                 yield Input("5", id="deadline", type="number", compact=True)
-            yield Static("", id="form-error", classes="error", markup=False)
-            with Horizontal(classes="buttons"):
-                yield Button("Drain", variant="warning", id="drain", compact=True)
-                yield Button("Cancel", id="cancel", compact=True)
+            yield from self.footer("Drain", "drain", "warning")
 
     @on(Button.Pressed, "#drain")
     @on(Input.Submitted)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TypeVar
 
 from pydantic import ValidationError
 from textual import on
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Static
+from textual.widgets.button import ButtonVariant
 
 T = TypeVar("T")
 
@@ -21,6 +25,17 @@ class FormModal(ModalScreen[T]):
     @on(Button.Pressed, "#cancel")
     def cancel(self) -> None:
         self.dismiss(None)
+
+    def footer(
+        self, label: str, button_id: str, variant: ButtonVariant = "primary"
+    ) -> Iterator[Widget]:
+        """The error line, then the submit and Cancel buttons, the same in every dialog."""
+        yield Static("", id="form-error", classes="error", markup=False)
+        yield Horizontal(
+            Button(label, variant=variant, id=button_id, compact=True),
+            Button("Cancel", id="cancel", compact=True),
+            classes="buttons",
+        )
 
     def show_error(self, text: str) -> None:
         self.query_one("#form-error", Static).update(text)

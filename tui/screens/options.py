@@ -6,8 +6,8 @@ from pydantic import ValidationError
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Button, Input, Label, Static, TextArea
+from textual.containers import Grid, Vertical
+from textual.widgets import Button, Input, Label, TextArea
 
 from infertui.core.config import ClientSettings
 
@@ -34,10 +34,7 @@ class OptionsModal(FormModal[ClientSettings | None]):
                 yield Input(str(c.top_p), id="top_p", type="number", compact=True)
                 yield Label("max tokens")
                 yield Input(str(c.max_tokens), id="max_tokens", type="integer", compact=True)
-            yield Static("", id="form-error", classes="error", markup=False)
-            with Horizontal(classes="buttons"):
-                yield Button("Apply", variant="primary", id="apply", compact=True)
-                yield Button("Cancel", id="cancel", compact=True)
+            yield from self.footer("Apply", "apply")
 
     @on(Button.Pressed, "#apply")
     @on(Input.Submitted)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 from rich.text import Text
+from textual.timer import Timer
 from textual.widgets import Static
 
 from infertui.core.client import ConnectionState
@@ -29,12 +33,36 @@ class HostBar(Static):
     HostBar { dock: top; height: 1; background: $panel; padding: 0 1; }
     """
 
+    clock = staticmethod(time.monotonic)  # snapshot tests freeze it
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state: ConnectionState | None = None
+        self.retry_at = 0.0
+        self.countdown: Timer | None = None
+
     def on_mount(self) -> None:
+        self.countdown = self.set_interval(1, self.render_state, pause=True)
         state = getattr(self.app, "connection", None)
         if state is not None:
             self.show(state)
 
     def show(self, state: ConnectionState) -> None:
+        self.state = state
+        if state.retry_in_s is not None:
+            self.retry_at = self.clock() + state.retry_in_s
+        if self.countdown is not None:
+            # While waiting to retry, tick once a second so the countdown moves.
+            if state.retry_in_s is not None:
+                self.countdown.resume()
+            else:
+                self.countdown.pause()
+        self.render_state()
+
+    def render_state(self) -> None:
+        state = self.state
+        if state is None:
+            return
         dot, colour = PHASE_STYLE[state.phase]
         line = Text.assemble((f"{dot} ", colour))
         client = state.client
@@ -48,6 +76,7 @@ class HostBar(Static):
                 line.append(" · read-only", style="dim")
         else:
             if state.retry_in_s is not None:
-                line.append(f"Retrying in {state.retry_in_s:.0f} s (Ctrl+R: now) · ", style="bold")
+                left = max(0, math.ceil(self.retry_at - self.clock()))
+                line.append(f"Retrying in {left} s (Ctrl+R: now) · ", style="bold")
             line.append(state.message)
         self.update(line)
