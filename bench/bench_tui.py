@@ -3,8 +3,10 @@
     .venv/bin/python bench/bench_tui.py [--tokens 256] [--threads 2] [--reps 3]
 
 plain: core/client reads the reply (what `infertui ask` does, minus printing).
-app:   the real ClientApp (headless, 100x30) sends the same prompt and renders the reply
-       through Markdown.get_stream.
+app:   the real ClientApp (headless, 100x30) sends the same prompt and renders the reply,
+       its Markdown growing at most once a frame (message.FRAME_S).
+app, a frame per token: the same with FRAME_S = 0, as Textual's MarkdownStream does when it
+       keeps up (what the app did before pacing).
 Both talk to `infertui host --headless --http` in its own process over 127.0.0.1, greedy,
 each figure from a fresh client process. tok/s is measured as the tokens arrive in the client
 (a UI that blocks its event loop delays them); CPU is the client process's, per token.
@@ -30,6 +32,7 @@ from infertui.core.client import connect
 from infertui.core.config import Settings
 from infertui.core.protocol.common import ChatMessage
 from infertui.tui.app import ClientApp
+from infertui.tui.widgets import message
 from infertui.tui.widgets.message import AssistantMessage
 
 
@@ -56,11 +59,9 @@ async def app(url: str, tokens: int) -> dict[str, float]:
         cpu = time.process_time()
         prompt.value = MESSAGES[0]["content"]  # type: ignore[attr-defined]
         await pilot.press("enter")
-        while (
-            not ui.screen.query(AssistantMessage)
-            or ui.screen.query(AssistantMessage).last().stats is None
-        ):
-            await pilot.pause(0.01)
+        # Await the reply's worker; polling with pilot.pause would force a refresh per call.
+        (reply,) = [w for w in ui.workers if w.group == "reply"]
+        await reply.wait()
         cpu = time.process_time() - cpu
         stats = ui.screen.query(AssistantMessage).last().stats
     assert stats is not None
@@ -68,22 +69,31 @@ async def app(url: str, tokens: int) -> dict[str, float]:
             "tokens": stats.tokens_out}  # fmt: skip
 
 
+FACES = {
+    "plain": "no UI (core/client)",
+    "app": "chat app",
+    "unpaced": "chat app, frame/token",
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--one", choices=["plain", "app"], help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=FACES, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if args.one:
+        if args.one == "unpaced":
+            message.FRAME_S = 0
         run = plain if args.one == "plain" else app
         print(json.dumps(asyncio.run(run(args.url, args.tokens))))
         return
     host, url = start_host(1, args.threads)
     try:
-        results: dict[str, list[dict[str, float]]] = {"plain": [], "app": []}
+        results: dict[str, list[dict[str, float]]] = {face: [] for face in FACES}
         for _ in range(args.reps):
             for face in results:
                 out = subprocess.run(
@@ -98,7 +108,7 @@ def main() -> None:
     print(f"bundled model, {args.threads} threads, greedy reply of up to {args.tokens} tokens "
           f"over HTTP, median of {args.reps} fresh client processes")  # fmt: skip
     base = {k: statistics.median(r[k] for r in results["plain"]) for k in ("tps", "cpu_ms")}
-    for face, label in (("plain", "no UI (core/client)"), ("app", "chat app (Textual)")):
+    for face, label in FACES.items():
         tps = statistics.median(r["tps"] for r in results[face])
         cpu = statistics.median(r["cpu_ms"] for r in results[face])
         tokens = statistics.median(r["tokens"] for r in results[face])

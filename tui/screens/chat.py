@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Markdown, Static
+from textual.widgets import Footer, Input, Static
 
 from infertui.core.client import ChatReply, explain
 from infertui.core.protocol.common import ChatMessage
@@ -97,7 +97,7 @@ class ChatScreen(Screen[None]):
         reply = client.chat(messages, **options.sampling())
         self.reply = reply
         self.refresh_bindings()
-        stream = Markdown.get_stream(view.body)
+        stream = view.stream()
         status = self.query_one("#reply-status", Static)
         parts: list[str] = []
         queue_timer = self.set_interval(QUEUE_POLL_S, self.show_queue_position)
@@ -109,20 +109,21 @@ class ChatScreen(Screen[None]):
                     queue_timer.stop()
                     view.note("")
                 parts.append(piece)
-                await stream.write(piece)
+                stream.write(piece)
                 now = time.monotonic()
                 if now - shown >= STATUS_EVERY_S:
                     rate = len(parts) / (now - started)
-                    status.update(
-                        f"Generating · {len(parts)} tokens · {rate:.0f} tok/s · Esc stops"
-                    )
+                    text = f"Generating · {len(parts)} tokens · {rate:.0f} tok/s · Esc stops"
+                    status.update(text, layout=False)  # one fixed line: no layout pass
                     shown = now
+            await stream.close()  # the whole text first, then the stats under it
             view.finished(reply.stats)
         except InferError as err:
+            await stream.close()
             view.failed(explain(err))
         finally:
             queue_timer.stop()
-            await stream.stop()
+            await stream.close()
             self.reply = None
             self.refresh_bindings()
             status.update("")

@@ -2,11 +2,59 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Markdown, Static
 
 from infertui.core.client import ChatStats
+
+FRAME_S = 1 / 20  # a reply's Markdown grows at most this often: smooth to read, cheap to lay out
+
+
+class PacedStream:
+    """Appends streamed text to a Markdown at most once a frame.
+
+    Textual's MarkdownStream coalesces only while it is behind, so a host that outpaces
+    nobody still costs a full layout and render per token; here the first piece shows at
+    once and later ones wait for the next frame, a few tokens at a time.
+    """
+
+    def __init__(self, body: Markdown) -> None:
+        self.body = body
+        self.pending: list[str] = []
+        self.wake = asyncio.Event()
+        self.closing = asyncio.Event()
+        self.task = asyncio.create_task(self.run())
+
+    def write(self, text: str) -> None:
+        self.pending.append(text)
+        self.wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            await self.flush()
+            if self.closing.is_set():
+                await self.flush()  # what came while the last append ran
+                return
+            with contextlib.suppress(TimeoutError):  # a frame, cut short by close()
+                await asyncio.wait_for(self.closing.wait(), FRAME_S)
+
+    async def flush(self) -> None:
+        if self.pending:
+            text = "".join(self.pending)
+            self.pending.clear()
+            await self.body.append(text)
+
+    async def close(self) -> None:
+        """Show what is still pending at once, then stop. Safe to call twice."""
+        self.closing.set()
+        self.wake.set()
+        await asyncio.shield(self.task)
 
 
 class UserMessage(Static):
@@ -40,6 +88,9 @@ class AssistantMessage(Vertical):
     def compose(self) -> ComposeResult:
         yield self.body
         yield self.stats_line
+
+    def stream(self) -> PacedStream:
+        return PacedStream(self.body)
 
     def note(self, text: str) -> None:
         self.stats_line.update(text)

@@ -1,0 +1,76 @@
+"""A streamed reply grows a frame at a time and loses nothing, however the writes interleave."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.app import App, ComposeResult
+from textual.widgets import Markdown
+
+from infertui.tui.widgets.message import FRAME_S, PacedStream
+
+
+class SlowMarkdown:
+    """Records what is appended; each append takes a while, as a real layout does."""
+
+    def __init__(self) -> None:
+        self.appends: list[str] = []
+
+    async def append(self, text: str) -> None:
+        self.appends.append(text)
+        await asyncio.sleep(0.005)
+
+
+async def test_the_first_piece_shows_at_once_and_later_ones_a_frame_at_a_time() -> None:
+    body = SlowMarkdown()
+    stream = PacedStream(body)  # type: ignore[arg-type]
+    pieces = [f"token{i} " for i in range(40)]
+    stream.write(pieces[0])
+    await asyncio.sleep(0.001)
+    assert body.appends == [pieces[0]]  # no frame's wait before the first token
+    for piece in pieces[1:]:
+        stream.write(piece)
+        await asyncio.sleep(0.002)  # 40 tokens in about 80 ms: about two frames
+    await stream.close()
+    assert "".join(body.appends) == "".join(pieces)
+    assert len(body.appends) <= 2 + 0.08 / FRAME_S + 1
+
+
+async def test_close_shows_text_written_while_an_append_runs() -> None:
+    body = SlowMarkdown()
+    stream = PacedStream(body)  # type: ignore[arg-type]
+    stream.write("a")
+    await asyncio.sleep(0)  # the first append is now running
+    stream.write("b")
+    stream.write("c")
+    await stream.close()
+    await stream.close()  # twice is harmless
+    assert "".join(body.appends) == "abc"
+
+
+async def test_close_does_not_wait_out_a_frame() -> None:
+    body = SlowMarkdown()
+    stream = PacedStream(body)  # type: ignore[arg-type]
+    stream.write("a")
+    await asyncio.sleep(0.01)  # appended; now waiting for the next frame
+    stream.write("b")
+    started = asyncio.get_running_loop().time()
+    await stream.close()
+    assert asyncio.get_running_loop().time() - started < FRAME_S
+    assert body.appends == ["a", "b"]
+
+
+async def test_a_real_markdown_gets_the_whole_reply() -> None:
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Markdown()
+
+    reply = ["# Title\n\n", "1. one\n", "2. two\n\n", "```py\nx = 1\n", "```\n"]
+    async with One().run_test() as pilot:
+        body = pilot.app.query_one(Markdown)
+        stream = PacedStream(body)
+        for piece in reply:
+            stream.write(piece)
+            await asyncio.sleep(0)
+        await stream.close()
+        assert body.source == "".join(reply)
