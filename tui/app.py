@@ -4,8 +4,10 @@ HostService through LocalClient."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -35,6 +37,7 @@ from .widgets.host_bar import HostBar
 log = logging.getLogger(__name__)
 
 METRICS_EVERY_MS = 1000
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class InfertuiApp(App[int]):
@@ -194,13 +197,29 @@ class HostApp(InfertuiApp):
         self.live = local
         self._start = start
         self.exit_code = 0
+        self.stopping = False
 
     def on_mount(self) -> None:
         self.switch_mode("streams")
         if self._start:
             self.start_host()
+            self.handle_signals(STOP_SIGNALS)
         else:
             self.set_connection(ConnectionState("connected", "Serving", self.live))
+
+    def on_unmount(self) -> None:
+        self.handle_signals(())
+
+    def handle_signals(self, signals: Iterable[signal.Signals]) -> None:
+        """SIGTERM (kill, systemd) and SIGHUP (the SSH session closed) stop the host as `q`
+        does, letting running jobs finish; without this the process died mid-reply."""
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                if sig in signals:
+                    loop.add_signal_handler(sig, self.call_later, self.action_quit)
+                else:
+                    loop.remove_signal_handler(sig)
 
     @work(group="host")
     async def start_host(self) -> None:
@@ -214,8 +233,12 @@ class HostApp(InfertuiApp):
             return
         self.live.refresh_info()
         self.set_connection(ConnectionState("connected", "Serving", self.live))
+        log.info("host dashboard ready: serving %s", ", ".join(self.live.service.registry.ids()))
 
     async def action_quit(self) -> None:
+        if self.stopping:  # a second q or signal while the first one drains
+            return
+        self.stopping = True
         self.set_connection(ConnectionState("closed", "Stopping: finishing running jobs…"))
         if self._start:
             await self.live.service.stop()

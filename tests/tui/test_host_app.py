@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
+import pty
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
 
 import pytest
 from textual.widgets import DataTable, Static
@@ -66,3 +77,39 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
         await pilot.press("ctrl+q")
         await until(pilot, lambda: not app.is_running, 20)
     assert service.registry.ids() == []  # quitting stopped the host and freed its engines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig) -> None:
+    """`infertui host` on a real terminal (a pty): kill or a closed SSH session drains it."""
+    env = {**os.environ, "INFERTUI_STATE_DIR": str(tmp_path), "INFERTUI_CONFIG_DIR": str(tmp_path),
+           "INFERTUI_DATA_DIR": str(tmp_path), "TERM": "xterm-256color"}  # fmt: skip
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infertui.tui.cli", "host", "--no-p2p", "--parallel", "1"],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    screen = bytearray()
+    drain = threading.Thread(target=read_all, args=(master, screen), daemon=True)
+    drain.start()  # the app blocks if nobody reads its terminal
+    log = tmp_path / "infertui.log"
+    try:
+        deadline = time.monotonic() + 90
+        while "host dashboard ready" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        os.close(master)
+    assert "host stopped" in log.read_text()
+    assert b"Traceback" not in screen
+
+
+def read_all(fd: int, into: bytearray) -> None:
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 65536):
+            into.extend(chunk)
