@@ -128,7 +128,7 @@ class HttpReply(ChatReply):
                     raise item
                 break
         finally:
-            self._reader.cancel()
+            self._stop_reading()
         tokens = int(self._usage.get("completion_tokens", pieces))
         self.stats = ChatStats(
             finish_reason="abort" if self._aborted else self._finish,
@@ -141,8 +141,15 @@ class HttpReply(ChatReply):
     def abort(self) -> None:
         if not self._reader.done():
             self._aborted = True
-            self._reader.cancel()  # closing the stream is what the host acts on
+            self._stop_reading()
             self._items.put_nowait(_DONE)
+
+    def _stop_reading(self) -> None:
+        """Cancel the reader once: its cancellation closes the connection, which is what the
+        host acts on. A second cancel would interrupt that close and leave the socket open,
+        and the host generating for nobody."""
+        if not self._reader.done() and not self._reader.cancelling():
+            self._reader.cancel()
 
 
 class HttpHostClient(Client):

@@ -79,6 +79,33 @@ async def test_abort_stops_the_host_and_frees_its_slot(client: Client, host: Ser
     assert await wait_for(lambda: host.busy_slots() == 0), "the host kept generating"
 
 
+async def test_abort_from_another_task_while_the_reader_waits_cancels_on_the_host(
+    client: Client, host: ServedHost
+) -> None:
+    """The app's pattern: Esc calls abort() while the chat loop awaits the next piece. Over
+    HTTP this once left the connection open (a second cancel interrupted its close), so the
+    host generated all 400 tokens for nobody while the app showed "aborted"."""
+    reply = client.chat(HELLO, temperature=0, max_tokens=400)
+    started = asyncio.Event()
+
+    async def read() -> int:
+        pieces = 0
+        async for _ in reply:
+            pieces += 1
+            started.set()
+        return pieces
+
+    reader = asyncio.create_task(read())
+    await started.wait()
+    reply.abort()
+    await reader
+    assert reply.stats is not None and reply.stats.finish_reason == "abort"
+    assert await wait_for(lambda: host.busy_slots() == 0)
+    (metrics,) = host.service.metrics()
+    assert metrics.cancelled == 1 and metrics.completed == 0
+    assert metrics.tokens_out_total < 100
+
+
 async def test_snapshots_show_engines_queue_and_metrics(client: Client) -> None:
     await client.chat(HELLO, max_tokens=4).text()
     (engine,) = await client.engines()

@@ -71,8 +71,11 @@ async def test_a_prompt_streams_a_markdown_reply_with_its_figures(
         assert [m.role for m in chat.history] == ["user", "assistant"]  # type: ignore[attr-defined]
 
 
-async def test_escape_aborts_on_the_host_and_frees_the_slot(host: ServedHost) -> None:
-    app = app_for(host)
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_escape_aborts_on_the_host_and_frees_the_slot(
+    host: ServedHost, transport: str
+) -> None:
+    app = app_for(host, transport)
     app.options = app.options.model_copy(update={"max_tokens": 400, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
@@ -84,7 +87,7 @@ async def test_escape_aborts_on_the_host_and_frees_the_slot(host: ServedHost) ->
         await until(pilot, lambda: host.busy_slots() == 0, 5)
         assert view.has_class("aborted")
         (metrics,) = host.service.metrics()
-        assert metrics.cancelled == 1
+        assert metrics.cancelled == 1 and metrics.completed == 0
 
 
 async def test_each_dashboard_opens_and_shows_the_host(host: ServedHost) -> None:
