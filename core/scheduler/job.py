@@ -62,6 +62,7 @@ class Job:
         self.slot: int | None = None
         self.correlation_id: str | None = None
         self.tokens_published = 0  # TokenText events handed to the consumer
+        self.first_token_at: float | None = None  # perf_counter, as the event loop saw it
         self.text_tail = ""  # the last TEXT_TAIL characters, for the host's live view
         self._events: asyncio.Queue[JobEvent] = asyncio.Queue()
         self._released = asyncio.Event()  # the engine no longer holds this job
@@ -114,10 +115,14 @@ class Job:
             self._released.set()  # it never reached a slot
         else:
             self.engine.wake()  # the batch loop frees the slot at its next step
+        # The engine's own timings arrive later; the consumer's figures come from here.
+        now, first = time.perf_counter(), self.first_token_at
         timings = TimingStats(
+            ttft_ms=(first - self.request.enqueued_at) * 1000 if first else None,
+            decode_ms=(now - first) * 1000 if first else 0.0,
+            total_ms=(now - self.request.enqueued_at) * 1000,
             tokens_in=self.tokens_in,
             tokens_out=self.request.tokens_out,
-            total_ms=(time.perf_counter() - self.request.enqueued_at) * 1000,
         )
         self._close(Finished("abort", timings))
         return True
@@ -148,6 +153,7 @@ class Job:
             self.slot = event.slot
         elif isinstance(event, TokenText):
             self.tokens_published += 1
+            self.first_token_at = self.first_token_at or time.perf_counter()
             self.text_tail = (self.text_tail + event.text)[-TEXT_TAIL:]
         self._events.put_nowait(event)
 

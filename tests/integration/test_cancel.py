@@ -129,3 +129,21 @@ async def test_a_consumer_that_goes_away_cancels_its_job(make_pool) -> None:
     assert job.cancelled
     await asyncio.wait_for(job.wait_released(), 5)
     assert pool.engine.busy_slots == 0
+
+
+async def test_an_aborted_job_reports_its_ttft_and_decode_rate(make_pool) -> None:
+    """What the host logs and what chat_end carries for an abort: the figures so far."""
+    pool = await make_pool(parallel=1)
+    job = pool.submit(prompt="A very long story:", params=SamplingParams(max_tokens=400))
+    seen, final = 0, None
+    async for event in job.events():
+        if isinstance(event, TokenText):
+            seen += 1
+            if seen == 10:
+                job.cancel()
+        elif isinstance(event, Finished):
+            final = event  # the consumer's end, made by cancel() itself
+    assert final is not None and final.finish_reason == "abort"
+    timings = final.timings
+    assert timings.ttft_ms is not None and timings.ttft_ms > 0
+    assert timings.tokens_out >= 10 and timings.decode_tps > 0
