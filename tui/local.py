@@ -124,6 +124,9 @@ class LocalClient(Client):
     async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
         await self.service.pool(engine_id).drain(deadline_ms)
 
+    async def resume_engine(self, engine_id: str) -> None:
+        self.service.pool(engine_id).resume()
+
     async def wait_closed(self) -> None:
         await self._closed.wait()
 

@@ -4,7 +4,7 @@ Client                      connected to one host (Hyperswarm or HTTP)
   .info -> HostInfo         who the host is and what it serves
   .chat(...) -> ChatReply   async iterator of text; .abort(); .stats when it ends
   .engines() .queue() .metrics() .watch_metrics()
-  .add_engine() .remove_engine() .reload_engine() .drain_engine()   (admin)
+  .add_engine() .remove_engine() .reload_engine() .drain_engine() .resume_engine()  (admin)
   .wait_closed()            returns when the connection is gone
 """
 
@@ -105,6 +105,10 @@ class Client(ABC):
 
     @abstractmethod
     async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None: ...
+
+    @abstractmethod
+    async def resume_engine(self, engine_id: str) -> None:
+        """Admit jobs again after a drain."""
 
     @abstractmethod
     async def wait_closed(self) -> None:

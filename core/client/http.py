@@ -229,6 +229,9 @@ class HttpHostClient(Client):
         body = {"deadline_ms": deadline_ms}
         await _call(self._http, "POST", f"/v1/pools/{engine_id}/drain", body)
 
+    async def resume_engine(self, engine_id: str) -> None:
+        await _call(self._http, "POST", f"/v1/pools/{engine_id}/resume")
+
     async def wait_closed(self) -> None:
         """HTTP has no session: the host counts as gone when its health check fails."""
         while True:

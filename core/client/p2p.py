@@ -103,6 +103,9 @@ class P2PHostClient(Client):
         payload = {"engine_id": engine_id, "deadline_ms": deadline_ms}
         await self._peer.request("engine_drain", payload, wait_s=None)
 
+    async def resume_engine(self, engine_id: str) -> None:
+        await self._peer.request("engine_resume", {"engine_id": engine_id})
+
     async def wait_closed(self) -> None:
         await self._peer.wait_closed()
 

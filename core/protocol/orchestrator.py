@@ -187,6 +187,11 @@ class DrainResponse(BaseModel):
     cancelled: int | None = None
 
 
+class ResumeResponse(BaseModel):
+    pool_id: str
+    ready: bool
+
+
 class ReloadRequest(BaseModel):
     model_path: str | None = Field(None, description="the new GGUF; the current one when absent")
 

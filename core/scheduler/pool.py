@@ -265,9 +265,17 @@ class Pool:
         return {"cancelled": len(late)}
 
     def resume(self) -> None:
-        """Admit again after a drain."""
-        if self.state is PoolState.DRAINED and self.engine is not None:
-            self.state = PoolState.READY
+        """Admit again after a drain (a no-op when already admitting). A drain still running
+        must finish first: its deadline would cancel the jobs admitted meanwhile."""
+        if self.state is PoolState.READY:
+            return
+        if self.state is not PoolState.DRAINED or self.engine is None:
+            raise InferError(
+                ErrorKind.POOL_UNREADY,
+                f"engine {self.id} is {self.state.value}; it can resume once drained",
+            )
+        self.state = PoolState.READY
+        log.info("pool %s resumed", self.id)
 
     async def reload(self, model_path: str | None = None) -> None:
         """Load the new model beside the old, then switch atomically (OC-CTRL-2003). If the new

@@ -136,6 +136,17 @@ async def test_admin_adds_and_removes_an_engine(client: Client) -> None:
     assert [e.engine_id for e in await client.engines()] == ["gemma-3-270m"]
 
 
+async def test_admin_drains_and_resumes_an_engine(client: Client, host: ServedHost) -> None:
+    await client.drain_engine("gemma-3-270m", deadline_ms=0)
+    assert await wait_for(lambda: host.service.pool("gemma-3-270m").state.value == "drained")
+    with pytest.raises(InferError) as caught:
+        await client.chat(HELLO, max_tokens=4).text()
+    assert caught.value.kind is ErrorKind.POOL_UNREADY
+    await client.resume_engine("gemma-3-270m")
+    assert await client.chat(HELLO, max_tokens=4).text()
+    await client.resume_engine("gemma-3-270m")  # already taking jobs: nothing to do
+
+
 async def test_errors_carry_the_spec_kind_and_a_sentence(client: Client) -> None:
     with pytest.raises(InferError) as caught:
         await client.chat(HELLO, model="no-such-model", max_tokens=4).text()

@@ -108,7 +108,8 @@ async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> N
     doc = (await host.client.get("/openapi.json")).json()
     paths = doc["paths"]
     for path in ("/v1/tasks", "/v1/tasks/{task_id}/stream", "/v1/tasks/{task_id}/cancel",
-                 "/v1/pools/{pool_id}/drain", "/v1/pools/{pool_id}/reload"):  # fmt: skip
+                 "/v1/pools/{pool_id}/drain", "/v1/pools/{pool_id}/reload",
+                 "/v1/pools/{pool_id}/resume"):  # fmt: skip
         operation = next(iter(paths[path].values()))
         assert "x-examples" in operation, path
     for path in ("/v1/chat/completions", "/v1/completions", "/chat/completions", "/chat/sse",

@@ -172,6 +172,21 @@ async def test_oc_ctrl_2002_drain_with_a_deadline(host: Host) -> None:
     assert bad.status_code == 400
 
 
+async def test_resume_after_a_drain_admits_again_but_not_while_draining(host: Host) -> None:
+    """Beyond spec 002: POST /v1/pools/{id}/resume undoes a drain without a reload."""
+    task = (await host.client.post("/v1/tasks", json={"prompt": "Long:", "max_tokens": 400})).json()
+    await host.client.post(f"/v1/pools/{MODEL}/drain", json={"deadline_ms": 300})
+    early = await host.client.post(f"/v1/pools/{MODEL}/resume")
+    assert early.status_code == 503 and early.json()["code"] == "POOL_UNREADY"
+    await stream_task(host.client, task["task_id"])
+    await asyncio.sleep(0.1)
+    resumed = await host.client.post(f"/v1/pools/{MODEL}/resume")
+    assert resumed.status_code == 200 and resumed.json() == {"pool_id": MODEL, "ready": True}
+    health = (await host.client.get(f"/v1/pools/{MODEL}/health")).json()
+    assert health["ready"] is True and health["state"] == "ready"
+    assert (await host.client.post("/v1/pools/none/resume")).status_code == 404
+
+
 async def test_oc_ctrl_2003_reload_switches_or_rolls_back(host: Host, model_path, tmp_path) -> None:
     copy = tmp_path / "next.gguf"
     shutil.copy(model_path, copy)

@@ -319,6 +319,8 @@ async def test_admin_operations_only_for_admin_peers(
         assert reloaded["payload"]["engine"]["pool_state"] == "ready"
         drained = await ask("engine_drain", engine_id="extra", deadline_ms=100)
         assert drained["payload"] == {"engine_id": "extra", "cancelled": 0}
+        resumed = await ask("engine_resume", engine_id="extra")
+        assert resumed["payload"]["engine"]["pool_state"] == "ready"
         removed = await ask("engine_remove", engine_id="extra")
         assert removed["payload"]["status"] == "removed"
         assert host.service.registry.ids() == ["gemma-3-270m"]

@@ -120,6 +120,9 @@ class ScriptedClient(Client):
     async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
         pass
 
+    async def resume_engine(self, engine_id: str) -> None:
+        pass
+
     async def wait_closed(self) -> None:
         await asyncio.Event().wait()
 

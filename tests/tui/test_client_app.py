@@ -192,7 +192,7 @@ async def test_before_the_first_token_the_app_shows_its_place_in_the_queue(
         await other.close()
 
 
-async def test_draining_an_engine_refuses_new_chats_in_plain_words(host: ServedHost) -> None:
+async def test_draining_refuses_new_chats_in_plain_words_until_resumed(host: ServedHost) -> None:
     app = app_for(host)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
@@ -208,3 +208,10 @@ async def test_draining_an_engine_refuses_new_chats_in_plain_words(host: ServedH
         view = await ask(pilot, app, "Hello?")
         await until(pilot, lambda: view.has_class("failed"))
         assert stats_of(view).startswith("The model is still loading or is draining.")
+        await pilot.press("f5")
+        await until(pilot, lambda: "drained" in str(table.get_row_at(0)[1]), 10)
+        await pilot.press("u")
+        await until(pilot, lambda: str(table.get_row_at(0)[1]) == "loaded")
+        await pilot.press("f2")
+        view = await ask(pilot, app, "Hello again?")
+        await until(pilot, lambda: "tok/s" in stats_of(view), 60)

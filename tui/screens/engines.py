@@ -28,6 +28,7 @@ class EnginesScreen(DashboardScreen):
         Binding("d", "remove", "Remove", id="engines.remove"),
         Binding("r", "reload", "Reload", id="engines.reload"),
         Binding("x", "drain", "Drain", id="engines.drain", tooltip="Finish jobs, then refuse"),
+        Binding("u", "resume", "Resume", id="engines.resume", tooltip="Take jobs again"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -73,7 +74,7 @@ class EnginesScreen(DashboardScreen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Engine actions show greyed out for a client the host does not list as admin."""
-        if action in ("add", "remove", "reload", "drain"):
+        if action in ("add", "remove", "reload", "drain", "resume"):
             client: Client | None = getattr(self.app, "client", None)
             return True if client is not None and client.info.admin else None
         return True
@@ -121,6 +122,11 @@ class EnginesScreen(DashboardScreen):
                 self.operate(doing, "drain_engine", engine, deadline_ms=int(seconds * 1000))
 
         self.app.push_screen(DrainModal(engine), drain)
+
+    def action_resume(self) -> None:
+        engine = self.selected()
+        if engine is not None:
+            self.operate(f"Resuming {engine}…", "resume_engine", engine)
 
     def add_engine(self, request: AddEngineRequest | None) -> None:
         if request is not None:

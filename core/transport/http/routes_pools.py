@@ -1,4 +1,4 @@
-"""Spec 002, control plane: pool health, drain, reload, and capabilities discovery."""
+"""Spec 002, control plane: pool health, drain (and resume, additive), reload, capabilities."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ...protocol.orchestrator import (
     PoolHealth,
     ReloadRequest,
     ReloadResponse,
+    ResumeResponse,
 )
 from ...protocol.snapshots import PoolState
 from ...scheduler import Pool
@@ -71,6 +72,22 @@ async def drain(pool_id: str, body: DrainRequest, request: Request) -> DrainResp
     task.add_done_callback(request.app.state.background.discard)
     await asyncio.sleep(0)  # the drain has begun once we answer (OC-CTRL-2002)
     return DrainResponse(pool_id=pool.id, draining=True)
+
+
+@router.post(
+    "/v1/pools/{pool_id}/resume",
+    response_model=ResumeResponse,
+    responses={
+        **_NOT_FOUND,
+        503: {"model": OrchestratorError, "description": "still draining, or not loaded"},
+    },
+    openapi_extra={"x-examples": {"resume": {"response": {"pool_id": "m", "ready": True}}}},
+    summary="Admit jobs again after a drain (beyond spec 002: undoes a drain without a reload)",
+)
+async def resume(pool_id: str, request: Request) -> ResumeResponse:
+    pool = pool_of(request, pool_id)
+    pool.resume()
+    return ResumeResponse(pool_id=pool.id, ready=True)
 
 
 @router.post(

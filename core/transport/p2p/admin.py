@@ -3,7 +3,8 @@
 Snapshots (any peer): `engines`, `metrics`, `queue`, and `metrics_subscribe {interval_ms}`
 (pushes `metrics` under the subscription's request_id until `unsubscribe`). Admin operations
 (only peers in the host's --admin list): `engine_add`, `engine_remove`, `engine_reload`,
-`engine_drain`; each answers with its own type and the engine's status, or an `error`.
+`engine_drain`, `engine_resume`; each answers with its own type and the engine's status, or
+an `error`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ...host import HostService, engine_spec
 from ...protocol.openai import AddEngineRequest
 
 SNAPSHOT_TYPES = ("engines", "metrics", "queue")
-ADMIN_TYPES = ("engine_add", "engine_remove", "engine_reload", "engine_drain")
+ADMIN_TYPES = ("engine_add", "engine_remove", "engine_reload", "engine_drain", "engine_resume")
 MIN_INTERVAL_MS = 200
 
 
@@ -48,6 +49,8 @@ async def run_admin(service: HostService, kind: str, payload: dict[str, Any]) ->
         return {"engine_id": target.engine_id, "status": "removed"}
     if kind == "engine_reload":
         await pool.reload(target.model_path)
+    elif kind == "engine_resume":
+        pool.resume()
     else:
         result = await pool.drain(target.deadline_ms)
         return {"engine_id": pool.id, "cancelled": result["cancelled"]}
