@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -69,3 +70,22 @@ async def test_an_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
 async def test_a_malformed_server_id_is_refused_before_any_network(tmp_path: Path) -> None:
     code, _, err = await ask("not-an-id", "hi", data=tmp_path)
     assert code == 1 and "not a server ID" in err
+
+
+async def test_ctrl_c_aborts_on_the_host_and_exits_130(host: ServedHost, tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infertui.tui.cli", "ask", host.url, "Write a long story.",
+        "--max-tokens", "400", "--temperature", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "INFERTUI_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    await asyncio.wait_for(proc.stdout.read(20), 60)  # the answer is streaming
+    proc.send_signal(signal.SIGINT)
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130, err
+    deadline = asyncio.get_running_loop().time() + 5
+    while host.busy_slots() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    (metrics,) = host.service.metrics()
+    assert metrics.cancelled == 1 and metrics.completed == 0  # stopped on the host, not finished
