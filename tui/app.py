@@ -40,6 +40,14 @@ METRICS_EVERY_MS = 1000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+def mode_keys(titles: dict[str, str]) -> list[Binding]:
+    """F2, F3, … switch to an app's screens in order; ids `app.<mode>` for the keymap."""
+    return [
+        Binding(f"f{key}", f"switch_mode('{mode}')", title, id=f"app.{mode}")
+        for key, (mode, title) in enumerate(titles.items(), start=2)
+    ]
+
+
 class InfertuiApp(App[int]):
     """What both apps share: modes, the connection state on every screen's bar, the palette."""
 
@@ -121,10 +129,7 @@ class ClientApp(InfertuiApp):
     }
     MODE_TITLES = {"chat": "Chat", "queue": "Queue", "metrics": "Metrics", "engines": "Engines"}
     BINDINGS = [
-        Binding("f2", "switch_mode('chat')", "Chat", id="app.chat"),
-        Binding("f3", "switch_mode('queue')", "Queue", id="app.queue"),
-        Binding("f4", "switch_mode('metrics')", "Metrics", id="app.metrics"),
-        Binding("f5", "switch_mode('engines')", "Engines", id="app.engines"),
+        *mode_keys(MODE_TITLES),
         Binding("ctrl+r", "retry", "Reconnect", show=False, id="app.retry"),
     ]
 
@@ -185,12 +190,7 @@ class HostApp(InfertuiApp):
         "metrics": "Metrics",
         "engines": "Engines",
     }
-    BINDINGS = [
-        Binding("f2", "switch_mode('streams')", "Streams", id="app.streams"),
-        Binding("f3", "switch_mode('queue')", "Queue", id="app.queue"),
-        Binding("f4", "switch_mode('metrics')", "Metrics", id="app.metrics"),
-        Binding("f5", "switch_mode('engines')", "Engines", id="app.engines"),
-    ]
+    BINDINGS = mode_keys(MODE_TITLES)
 
     def __init__(self, settings: Settings, local: LocalClient, *, start: bool = True) -> None:
         super().__init__(settings)

@@ -4,12 +4,11 @@ screens as a remote client without a network hop."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from infertui.core.client import ChatReply, ChatStats, Client, HostInfo
-from infertui.core.host import HostService, engine_spec
+from infertui.core.host import HostService
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import Finished, TokenText
 from infertui.core.protocol.openai import AddEngineRequest
@@ -53,20 +52,20 @@ class LocalClient(Client):
         self.refresh_info()
 
     def refresh_info(self) -> None:
-        ids = self.service.registry.ids()
+        info = self.service.server_info({"transports": self.service.addresses()})
         self.info = HostInfo(
-            host_name=self.service.settings.host_name or socket.gethostname(),
-            model=ids[0] if ids else "",
-            models=tuple(ids),
-            status="ready" if ids else "loading",
+            host_name=info.host_name,
+            model=info.model,
+            models=tuple(info.models),
+            status=info.status,
             address="local",
             transport="local",
             admin=True,
-            extra={"transports": {t.name: t.describe() for t in self.service.transports}},
+            extra=info.capabilities,
         )
 
     def addresses(self) -> dict[str, str]:
-        return {t.name: t.describe() for t in self.service.transports}
+        return self.service.addresses()
 
     def live_jobs(self) -> list[LiveJob]:
         """Every job in flight on every engine, with its latest text."""
@@ -105,13 +104,7 @@ class LocalClient(Client):
         return self.service.metrics()
 
     async def add_engine(self, request: AddEngineRequest) -> None:
-        given = request.model_dump(exclude_unset=True)
-        spec = engine_spec(
-            request.engine_id, request.model_path, self.service.settings,
-            n_ctx=given.get("n_ctx"), n_gpu_layers=given.get("n_gpu_layers"),
-            main_gpu_id=given.get("main_gpu_id"),
-        )  # fmt: skip
-        await self.service.registry.add(spec)
+        await self.service.add_engine(request)
         self.refresh_info()
 
     async def remove_engine(self, engine_id: str) -> None:

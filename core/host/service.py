@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any, Protocol
 from ..config import HostSettings
 from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
 from ..protocol.common import ChatMessage, SamplingParams
+from ..protocol.openai import AddEngineRequest
+from ..protocol.p2p import ServerInfo
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 from ..scheduler import Job, Pool
 from .registry import EngineRegistry
@@ -143,6 +146,30 @@ class HostService:
 
     def metrics(self) -> list[MetricsSnapshot]:
         return [pool.metrics_snapshot() for pool in self.registry.pools()]
+
+    def addresses(self) -> dict[str, str]:
+        """Where each transport serves: {"http": "http://…", "p2p": "<server ID>"}."""
+        return {t.name: t.describe() for t in self.transports}
+
+    def server_info(self, capabilities: dict[str, Any], server_id: str | None = None) -> ServerInfo:
+        """Who this host is, the same on every face; each adds its own capabilities."""
+        engines = self.registry.ids()
+        return ServerInfo(
+            host_name=self.settings.host_name or socket.gethostname(),
+            model=engines[0] if engines else "",
+            status="ready" if engines else "loading",
+            server_id=server_id,
+            models=engines,
+            capabilities=capabilities,
+        )
+
+    async def add_engine(self, request: AddEngineRequest) -> Pool:
+        """Load a GGUF as a new engine; every face adds engines through here."""
+        spec = engine_spec(
+            request.engine_id, request.model_path, self.settings, n_ctx=request.n_ctx,
+            n_gpu_layers=request.n_gpu_layers, main_gpu_id=request.main_gpu_id,
+        )  # fmt: skip
+        return await self.registry.add(spec)
 
     def snapshot(self, kind: str) -> dict[str, Any]:
         """One snapshot as JSON, the same on every transport: "engines", "queue" or "metrics"."""

@@ -9,7 +9,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ...host import engine_spec
 from ...protocol.openai import (
     AddEngineRequest,
     AddEngineResponse,
@@ -46,15 +45,7 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 )
 async def add_engine(body: AddEngineRequest, request: Request) -> AddEngineResponse:
     service = service_of(request)
-    spec = engine_spec(
-        body.engine_id,
-        body.model_path,
-        service.settings,
-        n_ctx=body.n_ctx,
-        n_gpu_layers=body.n_gpu_layers,
-        main_gpu_id=body.main_gpu_id,
-    )
-    pool = await service.registry.add(spec)
+    pool = await service.add_engine(body)
     status = service.registry.status(pool.id)
     return AddEngineResponse(
         engine_id=status.engine_id,

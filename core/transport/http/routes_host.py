@@ -6,12 +6,11 @@ spec 000's `server_info` and the additive `queue` and `metrics` messages.
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ...protocol.p2p import PROTOCOL_VERSION, ServerInfo
+from ...protocol.p2p import ServerInfo
 from .routes_openai import service_of
 
 router = APIRouter(tags=["Host snapshots (infertui)"])
@@ -20,18 +19,8 @@ router = APIRouter(tags=["Host snapshots (infertui)"])
 @router.get("/v1/host", response_model=ServerInfo, summary="Host name, models and addresses")
 async def host_info(request: Request) -> ServerInfo:
     service = service_of(request)
-    engines = service.registry.ids()
-    return ServerInfo(
-        host_name=service.settings.host_name or socket.gethostname(),
-        model=engines[0] if engines else "",
-        status="ready" if engines else "loading",
-        protocol_version=PROTOCOL_VERSION,
-        models=engines,
-        capabilities={
-            "transports": {t.name: t.describe() for t in service.transports},
-            "admin": True,  # whoever holds the API key may manage engines
-        },
-    )
+    # whoever holds the API key may manage engines
+    return service.server_info({"transports": service.addresses(), "admin": True})
 
 
 @router.get("/v1/host/queue", summary="Per engine: waiting jobs with predicted starts, slots")

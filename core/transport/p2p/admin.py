@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ...host import HostService, engine_spec
+from ...host import HostService
 from ...protocol.openai import AddEngineRequest
 
 SNAPSHOT_TYPES = ("engines", "metrics", "queue")
@@ -35,12 +35,7 @@ async def run_admin(service: HostService, kind: str, payload: dict[str, Any]) ->
     """Carry out one admin operation; InferErrors (and ValidationErrors) go back to the peer."""
     registry = service.registry
     if kind == "engine_add":
-        add = AddEngineRequest.model_validate(payload)
-        spec = engine_spec(
-            add.engine_id, add.model_path, service.settings, n_ctx=add.n_ctx,
-            n_gpu_layers=add.n_gpu_layers, main_gpu_id=add.main_gpu_id,
-        )  # fmt: skip
-        pool = await registry.add(spec)
+        pool = await service.add_engine(AddEngineRequest.model_validate(payload))
         return {"engine": registry.status(pool.id).model_dump(mode="json")}
     target = EngineTarget.model_validate(payload)
     pool = registry.get(target.engine_id)

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import socket
 import time
 from collections.abc import Coroutine, Iterable
 from typing import Any
@@ -121,20 +120,13 @@ class P2PServer:
         task.add_done_callback(self._sessions.discard)
 
     def server_info(self, admin: bool) -> p2p.ServerInfo:
-        engines = self.service.registry.ids()
-        return p2p.ServerInfo(
-            host_name=self.service.settings.host_name or socket.gethostname(),
-            model=engines[0] if engines else "",
-            status="ready" if engines else "loading",
-            server_id=self.describe(),
-            models=engines,
-            capabilities={
-                "max_prompt_bytes": p2p.MAX_PROMPT_BYTES,
-                "peer_job_limit": self.peer_job_limit,
-                "additive_types": [*SNAPSHOT_TYPES, "metrics_subscribe", *ADMIN_TYPES],
-                "admin": admin,
-            },
-        )
+        capabilities = {
+            "max_prompt_bytes": p2p.MAX_PROMPT_BYTES,
+            "peer_job_limit": self.peer_job_limit,
+            "additive_types": [*SNAPSHOT_TYPES, "metrics_subscribe", *ADMIN_TYPES],
+            "admin": admin,
+        }
+        return self.service.server_info(capabilities, server_id=self.describe())
 
 
 class PeerSession:
