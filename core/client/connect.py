@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..protocol.errors import InferError
+from ..protocol.errors import ErrorKind, InferError
 from ..transport.p2p.ids import parse_server_id
 from .base import Client
 from .errors import explain
@@ -49,13 +49,11 @@ async def connect(
     )
 
 
-def backoff_delays(first: float = BACKOFF_FIRST_S, limit: float = BACKOFF_MAX_S) -> list[float]:
-    """Doubling delays with ±20 % jitter (so many clients don't retry in step), then `limit`."""
-    delays, delay = [], first
-    while delay < limit:
-        delays.append(delay * random.uniform(0.8, 1.2))
-        delay *= 2
-    return [*delays, limit]
+def backoff_delay(attempt: int) -> float:
+    """Doubling from BACKOFF_FIRST_S up to BACKOFF_MAX_S, with ±20 % jitter below the cap
+    (so many clients don't retry in step)."""
+    delay = BACKOFF_FIRST_S * 2 ** min(attempt, 16)
+    return BACKOFF_MAX_S if delay >= BACKOFF_MAX_S else delay * random.uniform(0.8, 1.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +104,10 @@ class Reconnector:
                 try:
                     self.client = await self._connect()
                 except InferError as err:
-                    if err.kind.value == "INVALID_SERVER_ID":
+                    if err.kind is ErrorKind.INVALID_SERVER_ID:
                         self._on_state(ConnectionState("closed", explain(err)))
                         return
-                    delays = backoff_delays()
-                    delay = delays[min(attempt, len(delays) - 1)]
+                    delay = backoff_delay(attempt)
                     attempt += 1
                     log.info("connect to %s failed: %s", self.target, err.message)
                     self._on_state(ConnectionState("waiting", explain(err), retry_in_s=delay))
