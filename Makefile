@@ -1,6 +1,8 @@
 # Two commands for a fresh machine: `make run` serves the bundled model, `make test` runs
 # every check. Both create .venv when it is missing. llama-cpp-python compiles llama.cpp
 # from source the first time (~10 min on 2 cores); pip's wheel cache makes later installs fast.
+# On a machine with the CUDA toolkit and an NVIDIA GPU it is built with CUDA instead, into a
+# cache of its own (tools/install_llama_cpp.sh; INFERTUI_CUDA=0 or 1 decides for you).
 # The Hyperswarm bridge's npm packages install into the user cache (Node.js >= 18 needed).
 
 PYTHON ?= python3
@@ -10,9 +12,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml core/transport/p2p/bridge/package-lock.json
+$(STAMP): pyproject.toml core/transport/p2p/bridge/package-lock.json tools/install_llama_cpp.sh
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	sh tools/install_llama_cpp.sh $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m infertui.core.transport.p2p.runtime
 	touch $(STAMP)

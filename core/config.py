@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -32,8 +32,22 @@ class EngineDefaults(BaseModel):
     )
     main_gpu: int = Field(0, ge=0, description="GPU that holds the model when there are several")
     threads: int | None = Field(None, ge=1, description="decode threads; unset: one per core")
-    parallel: int = Field(4, ge=1, le=64, description="slots: jobs decoded together")
-    batch: int = Field(512, ge=16, description="tokens per decode step (bounds prefill stalls)")
+    parallel: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
+        4,
+        description="slots: jobs decoded together; auto: as many as free (device) memory holds, "
+        "within llama.cpp's 256 sequences",
+    )
+    batch: int = Field(
+        512, ge=16, description="prompt tokens per decode step (bounds prefill stalls)"
+    )
+    deterministic: bool = Field(
+        False,
+        description="prefill each prompt alone, so that batching never changes a job's output; "
+        "off: prompts are prefilled in the same decode as running streams (faster under load)",
+    )
+    backend_sampling: Literal["auto", "on", "off"] = Field(
+        "auto", description="sample inside the graph on the device; auto: when on a GPU"
+    )
     extra_buffers: bool = Field(
         False, description="repacked CPU weight buffers (AMX etc.); off: they crash some sandboxes"
     )

@@ -110,6 +110,19 @@ def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def parallel_value(text: str) -> int | str:
+    """`--parallel`: a positive number of slots, or auto."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("needs at least 1 slot")
+    return value
+
+
 def add_host_flags(host: argparse.ArgumentParser) -> None:
     host.add_argument(
         "--model",
@@ -127,9 +140,26 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
     host.add_argument("--main-gpu", type=int, metavar="ID", help="GPU to use (default 0)")
     host.add_argument("--threads", type=int, metavar="N", help="decode threads (default: per core)")
     host.add_argument(
-        "--parallel", type=int, metavar="N", help="slots: jobs decoded together (default 4)"
+        "--parallel",
+        type=parallel_value,
+        metavar="N|auto",
+        help="slots: jobs decoded together (default 4); auto: as many as free memory holds",
     )
-    host.add_argument("--batch", type=int, metavar="N", help="tokens per decode step (default 512)")
+    host.add_argument(
+        "--batch", type=int, metavar="N", help="prompt tokens per decode step (default 512)"
+    )
+    host.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="prefill each prompt alone, so that batching never changes a job's output "
+        "(slower under load)",
+    )
+    host.add_argument(
+        "--backend-sampling",
+        choices=["auto", "on", "off"],
+        help="sample inside the graph, on the device (default auto: when the model is on a GPU)",
+    )
     host.add_argument(
         "--queue", type=int, metavar="N", help="jobs that may wait per engine (default 64)"
     )
@@ -216,6 +246,8 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 "threads": args.threads,
                 "parallel": args.parallel,
                 "batch": args.batch,
+                "deterministic": args.deterministic,
+                "backend_sampling": args.backend_sampling,
             },
         },
     }

@@ -1,8 +1,8 @@
 """The engine: the only code that imports llama_cpp. Loads GGUF models and batch-decodes them."""
 
+from .backend import engine_version, supports_gpu_offload, system_info
 from .bundled import BUNDLED_MODEL_ID, bundled_model_path
 from .engine import Engine
-from .native import engine_version, supports_gpu_offload, system_info
 from .types import EngineEvent, EngineSpec, GenerationRequest, Publisher, default_threads
 
 __all__ = [

@@ -1,9 +1,14 @@
-"""The continuous-batching decode loop: one thread, one context, n_parallel sequences.
+"""The continuous-batching decode loop: one thread, one context, one KV stream per slot.
 
-Each step: retire cancelled jobs, admit waiting jobs into free slots, decode one token of every
-running sequence in a single `llama_decode`, prefill new prompts in chunks (at most one batch of
-tokens per step), sample each sequence with its own native chain, and publish the step's events
-to the event loop in one call. A sequence that finishes or is cancelled frees its KV cells at once.
+Each step: retire cancelled jobs, admit waiting jobs into free slots, run one `llama_decode`
+holding the next token of every running sequence and chunks of the prompts being prefilled
+(shared fairly within `n_batch`, see step_plan.py), sample every sequence (in the graph when
+its chain is installed there, else on the host), and publish the step's events to the event
+loop in one call. A sequence that finishes or is cancelled frees its KV cells at once.
+
+In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
+boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a
+job's output what it gives alone, whatever runs beside it (at a cost in throughput and TTFT).
 
 Cancel is race-free in two places: the loop re-checks `request.cancelled` after sampling and
 before publishing, and the event-loop side drops any token of a cancelled job that was already
@@ -18,12 +23,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .native import Batch, LlamaContext, LlamaModel
-from .sampler import SamplerChain
+from .sampler import SamplerChain, StepSampler, chain_key
+from .step_plan import fair_shares, fillers
 from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
 
@@ -32,19 +39,27 @@ log = logging.getLogger(__name__)
 Events = list[tuple[GenerationRequest, EngineEvent]]
 
 
+@dataclass(frozen=True, slots=True)
+class LoopOptions:
+    n_batch: int = 512  # prompt tokens per step, beyond one token per running sequence
+    deterministic: bool = False  # prefill each prompt alone, at fixed chunk boundaries
+    backend_sampling: bool = False  # sample in the graph, on the device that decodes
+    sampler_threads: int | None = None  # host-side sampling threads; None: one per core
+
+
 class _Slot:
     """One sequence in flight: its place in the KV cache, its sampler and its text state."""
 
     __slots__ = (
-        "admitted_at", "chunks", "first_token_at", "index", "last_token", "n_past",
-        "prefill_done_at", "prompt_pos", "request", "sampler", "stops", "utf8",
+        "admitted_at", "chain", "chunks", "first_token_at", "index", "last_token", "n_past",
+        "prefill_done_at", "prompt_pos", "request", "stops", "utf8",
     )  # fmt: skip
 
-    def __init__(self, index: int, request: GenerationRequest, sampler: SamplerChain) -> None:
+    def __init__(self, index: int, request: GenerationRequest, chain: SamplerChain) -> None:
         self.index = index
         self.request = request
-        self.sampler = sampler
-        self.prompt_pos = 0  # prompt tokens already in the batch pipeline
+        self.chain = chain
+        self.prompt_pos = 0  # prompt tokens already decoded
         self.n_past = 0  # tokens in this sequence's KV cells
         self.last_token = -1
         self.chunks = 0
@@ -71,10 +86,11 @@ class BatchLoop:
     decodes costs ~7% of decode speed on two cores.
     """
 
-    def __init__(self, name: str, n_parallel: int, n_batch: int, publish: Publisher) -> None:
+    def __init__(self, name: str, options: LoopOptions, publish: Publisher) -> None:
         self._publish = publish
-        self._n_batch = n_batch
-        self._slots: list[_Slot | None] = [None] * n_parallel
+        self._options = options
+        self._slots: list[_Slot | None] = []
+        self._installed: list[SamplerChain | None] = []  # chains in the graph, per sequence
         self._waiting: deque[GenerationRequest] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -167,12 +183,21 @@ class BatchLoop:
         except BaseException as exc:
             self._opened.set_exception(exc)
             return
-        self._batch = Batch(max(self._n_batch, self._ctx.n_seq))
+        n_seq = self._ctx.n_seq
+        self._slots = [None] * n_seq
+        self._installed = [None] * n_seq
+        self._batch = Batch(self._options.n_batch + n_seq)
+        self._sampler = StepSampler(self._model.n_vocab, self._options.sampler_threads)
+        self._filler_token = max(0, self._model.bos)
         self._opened.set_result((self._model, self._ctx))
         try:
             self._run()
         finally:
-            self._batch.free()
+            self._sampler.close()
+            for seq, chain in enumerate(self._installed):
+                if chain is not None:
+                    self._ctx.set_sampler(seq, None)
+                    chain.free()
             self._ctx.free()
             self._model.free()
 
@@ -185,6 +210,9 @@ class BatchLoop:
                     if self._stopping:
                         break
                     events: Events = []
+                    self._retire_cancelled(events)
+                    if not self._waiting:
+                        self._uninstall_idle_chains()
                     self._admit_waiting(events)
                 self._step(events)
                 if events:
@@ -195,76 +223,174 @@ class BatchLoop:
         finally:
             self._shutdown()
 
+    # ---- admission and sampler chains --------------------------------------------------------
+
     def _admit_waiting(self, events: Events) -> None:
         """Move waiting jobs into free slots. Called under the lock, so that a job is always
         either waiting or in a slot when the event loop looks (see occupancy)."""
         free = [i for i, s in enumerate(self._slots) if s is None]
         while free and self._waiting:
             request = self._waiting.popleft()
-            if not request.cancelled:  # a cancelled one was already ended by the event loop
-                self._admit(free.pop(0), request, events)
+            if request.cancelled:  # already ended by the event loop
+                continue
+            index = self._pick_slot(free, request)
+            free.remove(index)
+            self._admit(index, request, events)
+
+    def _pick_slot(self, free: list[int], request: GenerationRequest) -> int:
+        """The lowest free slot (running sequences stay packed, so fewer fillers), but first
+        one whose installed chain this job can reuse: installing a chain re-plans the graph."""
+        if self._options.backend_sampling:
+            key = chain_key(request.params)
+            for index in free:
+                chain = self._installed[index]
+                if chain is not None and chain.key == key:
+                    return index
+        return free[0]
 
     def _admit(self, index: int, request: GenerationRequest, events: Events) -> None:
-        sampler = SamplerChain(request.params, self._model.n_vocab)
+        chain = self._chain_for(index, request)
         if request.params.uses_penalties:
-            sampler.accept_prompt(request.prompt_tokens)
-        slot = _Slot(index, request, sampler)
+            chain.accept_prompt(request.prompt_tokens)
+        slot = _Slot(index, request, chain)
         self._slots[index] = slot
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
 
-    def _step(self, events: Events) -> None:
-        for slot in [s for s in self._slots if s is not None]:
-            if slot.request.cancelled:
+    def _chain_for(self, index: int, request: GenerationRequest) -> SamplerChain:
+        if not self._options.backend_sampling:
+            return SamplerChain(request.params, self._model.n_vocab)
+        installed = self._installed[index]
+        if installed is not None and installed.key == chain_key(request.params):
+            installed.reset()
+            return installed
+        self._uninstall(index)
+        chain = SamplerChain(request.params, self._model.n_vocab)
+        self._ctx.set_sampler(index, chain)
+        self._installed[index] = chain
+        return chain
+
+    def _uninstall(self, index: int) -> None:
+        chain = self._installed[index]
+        if chain is not None:
+            self._ctx.set_sampler(index, None)
+            chain.free()
+            self._installed[index] = None
+
+    def _uninstall_idle_chains(self) -> None:
+        """Chains left on free slots run on a dummy row every step; with nobody waiting to
+        reuse them, take them out (one graph re-plan for all of them)."""
+        for index, chain in enumerate(self._installed):
+            if chain is not None and self._slots[index] is None:
+                self._uninstall(index)
+
+    # ---- one step ------------------------------------------------------------------------------
+
+    def _retire_cancelled(self, events: Events) -> None:
+        for slot in self._slots:
+            if slot is not None and slot.request.cancelled:
                 self._finish(slot, "abort", events)
-        self._decode_running(events)
-        self._prefill_waiting(events)
 
-    def _decode_running(self, events: Events) -> None:
-        """One token for every sequence past its prompt, in a single llama_decode."""
-        decoding = [s for s in self._slots if s is not None and not s.prefilling]
-        if not decoding:
+    def _step(self, events: Events) -> None:
+        running = [s for s in self._slots if s is not None]
+        if not running:
             return
-        batch = self._batch
-        batch.clear()
-        rows = [(s, batch.add(s.last_token, s.n_past, s.index, True)) for s in decoding]
-        rc = self._ctx.decode(batch)
+        decoding = [s for s in running if not s.prefilling]
+        prefilling = sorted((s for s in running if s.prefilling), key=lambda s: s.admitted_at)
+        n_batch = self._options.n_batch
+        if self._options.deterministic:
+            if decoding:
+                self._decode(decoding, [], use_fillers=False, events=events)
+            self._prefill_alone(prefilling, events)
+            return
+        # Prompts get what running streams leave of n_batch, and never less than a quarter
+        # of it: hundreds of streams must not stall a waiting prompt for ever.
+        budget = max(n_batch - len(decoding), n_batch // 4)
+        remaining = [len(s.request.prompt_tokens) - s.prompt_pos for s in prefilling]
+        shares = fair_shares(remaining, budget)
+        chunks = [(s, n) for s, n in zip(prefilling, shares, strict=True) if n > 0]
+        self._decode(decoding, chunks, use_fillers=True, events=events)
+
+    def _decode(
+        self,
+        decoding: Sequence[_Slot],
+        chunks: Sequence[tuple[_Slot, int]],
+        *,
+        use_fillers: bool,
+        events: Events,
+    ) -> None:
+        """One llama_decode: the next token of each decoding slot and the given prompt chunks,
+        in sequence order (llama.cpp forms its ubatches over consecutive sequences), then one
+        sample per slot that has logits."""
+        share = {slot.index: n for slot, n in chunks}
+        slots = {s.index: s for s in decoding}
+        slots.update((slot.index, slot) for slot, _ in chunks)
+        fill = (
+            fillers(slots, (i for i, s in enumerate(self._slots) if s is None))
+            if use_fillers
+            else []
+        )
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[int] = []
+        logits: list[int] = []
+        rows: list[tuple[_Slot, int]] = []  # slots to sample, with their batch index
+        for seq in sorted([*slots, *fill]):
+            slot = slots.get(seq)
+            if slot is None:  # a filler: a throw-away token on a free sequence
+                tokens.append(self._filler_token)
+                positions.append(0)
+                seqs.append(seq)
+                logits.append(0)
+            elif seq not in share:
+                rows.append((slot, len(tokens)))
+                tokens.append(slot.last_token)
+                positions.append(slot.n_past)
+                seqs.append(seq)
+                logits.append(1)
+            else:
+                n, start = share[seq], slot.prompt_pos
+                prompt = slot.request.prompt_tokens
+                tokens.extend(prompt[start : start + n])
+                positions.extend(range(start, start + n))
+                seqs.extend([seq] * n)
+                logits.extend([0] * n)
+                if start + n == len(prompt):
+                    logits[-1] = 1
+                    rows.append((slot, len(tokens) - 1))
+        self._batch.fill(tokens, positions, seqs, logits)
+        rc = self._ctx.decode(self._batch)
+        for seq in fill:
+            self._ctx.free_sequence(seq)
         if rc != 0:
-            self._decode_failed(rc, decoding, events)
+            self._decode_failed(rc, list(slots.values()), events)
             return
-        for slot, row in rows:
+        for slot in decoding:
             slot.n_past += 1
-            self._on_token(slot, slot.sampler.sample(self._ctx.ptr, row), events)
+        now = time.perf_counter()
+        for slot, n in chunks:
+            slot.prompt_pos += n
+            slot.n_past += n
+            if not slot.prefilling:
+                slot.prefill_done_at = now
+        if rows:
+            sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows])
+            for (slot, _), token in zip(rows, sampled, strict=True):
+                self._on_token(slot, token, events)
 
-    def _prefill_waiting(self, events: Events) -> None:
-        """Prompt chunks, one sequence per llama_decode, at most n_batch tokens per step.
-
-        A chunk always starts at a multiple of n_batch and never shares a call with another
-        sequence: llama.cpp's logits depend on how a prompt is split into ubatches, so this
-        keeps every job's output identical to what it gives alone, whatever runs beside it.
-        """
-        budget = self._n_batch
-        for slot in [s for s in self._slots if s is not None and s.prefilling]:
-            prompt = slot.request.prompt_tokens
-            take = min(self._n_batch, len(prompt) - slot.prompt_pos)
+    def _prefill_alone(self, prefilling: Sequence[_Slot], events: Events) -> None:
+        """Deterministic mode: each prompt chunk in its own llama_decode, starting at a
+        multiple of n_batch, at most n_batch prompt tokens per step."""
+        n_batch = budget = self._options.n_batch
+        for slot in prefilling:
+            take = min(n_batch, len(slot.request.prompt_tokens) - slot.prompt_pos)
             if take > budget:
                 return  # the rest waits a step: running streams are held back by one batch
-            batch = self._batch
-            batch.clear()
-            start, last = slot.prompt_pos, slot.prompt_pos + take == len(prompt)
-            for pos in range(start, start + take):
-                row = batch.add(prompt[pos], pos, slot.index, last and pos == start + take - 1)
-            rc = self._ctx.decode(batch)
-            if rc != 0:
-                self._decode_failed(rc, [slot], events)
-                continue
-            slot.prompt_pos += take
-            slot.n_past += take
+            self._decode([], [(slot, take)], use_fillers=False, events=events)
             budget -= take
-            if last:
-                slot.prefill_done_at = time.perf_counter()
-                self._on_token(slot, slot.sampler.sample(self._ctx.ptr, row), events)
+
+    # ---- tokens out --------------------------------------------------------------------------
 
     def _on_token(self, slot: _Slot, token: int, events: Events) -> None:
         request = slot.request
@@ -310,7 +436,8 @@ class BatchLoop:
             if tail:
                 self._emit(slot, tail, events)
         self._ctx.free_sequence(slot.index)
-        slot.sampler.free()
+        if not slot.chain.on_backend:  # an installed chain stays for the next job to reuse
+            slot.chain.free()
         self._slots[slot.index] = None
         events.append((slot.request, Finished(reason, self._timings(slot), error)))
 
@@ -331,7 +458,7 @@ class BatchLoop:
     def _decode_failed(self, rc: int, slots: Sequence[_Slot], events: Events) -> None:
         log.error("llama_decode returned %d for %d sequences; failing them", rc, len(slots))
         error = InferError(ErrorKind.GENERATION_FAILED, f"llama_decode failed (code {rc})")
-        for slot in {s.index: s for s in slots}.values():
+        for slot in slots:
             self._finish(slot, "error", events, error=error)
 
     def _fail_all(self, error: InferError) -> None:

@@ -15,8 +15,11 @@ from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
 from . import chat_format
-from .batch_loop import BatchLoop
-from .native import LlamaContext, LlamaModel, engine_version, supports_gpu_offload
+from .backend import engine_version, supports_gpu_offload
+from .batch_loop import BatchLoop, LoopOptions
+from .devices import MIB, Device, gpus
+from .memory import auto_parallel
+from .native import LlamaContext, LlamaModel
 from .types import EngineSpec, GenerationRequest, Publisher, default_threads
 
 log = logging.getLogger(__name__)
@@ -36,11 +39,14 @@ class Engine:
         self.chat_format = chat_format.choose_format(model)
         self.chat_stop_tokens = chat_format.turn_stop_tokens(model)
         self.version = engine_version()
+        self.options = LoopOptions()
+        self.device_bytes = 0  # GPU memory the model and its context took when loaded
 
     @classmethod
     def load(cls, spec: EngineSpec, publish: Publisher) -> Engine:
         """Load weights, allocate the context and start the batch loop. Blocking."""
-        if spec.n_parallel < 1 or spec.n_ctx < 16 or spec.n_batch < 1:
+        bad_parallel = isinstance(spec.n_parallel, int) and spec.n_parallel < 1
+        if bad_parallel or spec.n_ctx < 16 or spec.n_batch < 1:
             raise InferError(
                 ErrorKind.INVALID_PARAMS, "n_parallel, n_ctx and n_batch must be positive"
             )
@@ -48,26 +54,60 @@ class Engine:
         n_gpu = spec.n_gpu_layers if spec.n_gpu_layers is not None else (-1 if gpu else 0)
         if not gpu:
             n_gpu = 0
+        on_gpu = n_gpu < 0 and bool(gpus())  # every layer, the output one too, on a GPU
+        options = LoopOptions(
+            n_batch=spec.n_batch,
+            deterministic=spec.deterministic,
+            backend_sampling=on_gpu if spec.backend_sampling is None else spec.backend_sampling,
+        )
+        before = {d.index: d.free_bytes for d in gpus()}
 
         def open_model() -> tuple[LlamaModel, LlamaContext]:
             model = LlamaModel(spec.model_path, n_gpu, spec.main_gpu_id, spec.extra_buffers)
             try:
+                n_parallel = spec.n_parallel
+                if n_parallel == "auto":
+                    n_parallel, why = auto_parallel(model, spec.n_ctx, spec.n_batch)
+                    log.info("engine %s: %s", spec.engine_id, why)
                 threads = spec.n_threads or default_threads()
-                ctx = LlamaContext(model, spec.n_ctx, spec.n_parallel, spec.n_batch, threads)
+                ctx = LlamaContext(model, spec.n_ctx, n_parallel, spec.n_batch, threads)
             except BaseException:
                 model.free()
                 raise
             return model, ctx
 
-        loop = BatchLoop(spec.engine_id, spec.n_parallel, spec.n_batch, publish)
+        loop = BatchLoop(spec.engine_id, options, publish)
         model, ctx = loop.open(open_model)
         engine = cls(spec, model, ctx, loop, n_gpu)
+        engine.options = options
+        engine.device_bytes = sum(
+            before[d.index] - d.free_bytes for d in gpus() if d.index in before
+        )
         log.info(
-            "engine %s loaded %s (%s, %s, %d slots x %d ctx, gpu layers %s)",
+            "engine %s loaded %s (%s, %s, %d slots x %d ctx, %s sampling%s)",
             spec.engine_id, Path(spec.model_path).name, model.description,
-            engine.chat_format.description, spec.n_parallel, ctx.n_ctx_seq, n_gpu,
+            engine.chat_format.description, ctx.n_seq, ctx.n_ctx_seq,
+            "in-graph" if options.backend_sampling else "host",
+            ", deterministic" if options.deterministic else "",
         )  # fmt: skip
+        log.info("engine %s: %s", spec.engine_id, engine.placement())
         return engine
+
+    def placement(self) -> str:
+        """Where the engine runs, in one line: device, layers offloaded, memory it took."""
+        main = self.gpu()
+        if main is None:
+            return (
+                f"CPU ({self.spec.n_threads or default_threads()} threads): model "
+                f"{self.model.size_bytes / MIB:,.0f} MiB, context {self._ctx.size_mb:,.0f} MiB"
+            )
+        n_layer = self.model.n_layer
+        offloaded = n_layer + 1 if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n_layer + 1)
+        return (
+            f"GPU {main.name} ({main.description}): {offloaded}/{n_layer + 1} layers offloaded, "
+            f"{self.device_bytes / MIB:,.0f} MiB of VRAM taken, "
+            f"{main.used_bytes / MIB:,.0f} of {main.total_bytes / MIB:,.0f} MiB in use"
+        )
 
     # ---- prompts -----------------------------------------------------------------------------
 
@@ -126,15 +166,27 @@ class Engine:
             n_gpu_layers=self.n_gpu_layers,
             main_gpu_id=self.spec.main_gpu_id,
             n_threads=self.spec.n_threads or default_threads(),
-            n_parallel=self.spec.n_parallel,
+            n_parallel=self.n_parallel,
         )
 
     @property
     def memory(self) -> MemoryUsage:
+        """Sizes of the model and context, and the GPU's memory as of now."""
+        gpu = self.gpu()
         return MemoryUsage(
-            model_size_mb=round(self.model.size_bytes / 2**20, 1),
+            model_size_mb=round(self.model.size_bytes / MIB, 1),
             context_size_mb=self._ctx.size_mb,
+            device=f"{gpu.name} {gpu.description}".strip() if gpu else None,
+            device_used_mb=round(gpu.used_bytes / MIB) if gpu else None,
+            device_total_mb=round(gpu.total_bytes / MIB) if gpu else None,
         )
+
+    def gpu(self) -> Device | None:
+        """The GPU that holds the model (the main one), read anew; None on the CPU."""
+        if self.n_gpu_layers == 0:
+            return None
+        cards = gpus()
+        return cards[min(self.spec.main_gpu_id, len(cards) - 1)] if cards else None
 
     def close(self) -> None:
         """Stop the loop (its jobs end as aborted); its thread frees llama.cpp's memory."""

@@ -1,89 +1,25 @@
 """The thin boundary to llama.cpp's C API: loading, tokens, batches, KV memory.
 
 Everything here is a small, typed wrapper over `llama_cpp`'s ctypes functions; the policy
-(which sequence decodes when, what to publish) lives in batch_loop.py. llama.cpp's own log
-output is routed into `logging` so that it never lands on a terminal the TUI owns.
+(which sequence decodes when, what to publish) lives in batch_loop.py.
 """
 
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import re
-import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as llama
+import numpy as np
 
 from ..protocol.errors import ErrorKind, InferError
-
-log = logging.getLogger("infertui.llama_cpp")
-
-# ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continues the previous line.
-# llama.cpp's info chatter is DEBUG to us; its warnings and errors keep their level.
-_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
-_capture = threading.local()
-_init_lock = threading.Lock()
-_initialised = False
-
-
-@llama.llama_log_callback  # type: ignore[untyped-decorator]
-def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", "replace")
-    lines: list[str] | None = getattr(_capture, "lines", None)
-    if lines is not None:
-        lines.append(line)
-    stripped = line.rstrip()
-    if stripped:
-        log.log(_LEVELS.get(level, logging.DEBUG), "%s", stripped)
-
-
-def init_backend() -> None:
-    """Initialise llama.cpp once per process and route its logs into `logging`."""
-    global _initialised
-    with _init_lock:
-        if _initialised:
-            return
-        llama.llama_log_set(_on_llama_log, ctypes.c_void_p(0))
-        llama.llama_backend_init()
-        _initialised = True
-
-
-def supports_gpu_offload() -> bool:
-    init_backend()
-    return bool(llama.llama_supports_gpu_offload())
-
-
-def system_info() -> str:
-    init_backend()
-    return bytes(llama.llama_print_system_info()).decode("utf-8", "replace")
-
-
-def engine_version() -> str:
-    return f"llama.cpp (llama-cpp-python {llama.__version__})"
-
-
-class _CapturedLog:
-    """Collects llama.cpp's log lines printed on this thread (sizes of buffers, errors)."""
-
-    def __enter__(self) -> list[str]:
-        _capture.lines = []
-        return _capture.lines  # type: ignore[no-any-return]
-
-    def __exit__(self, *exc: object) -> None:
-        _capture.lines = None
-
-
-def _available_memory_mb() -> float | None:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
+from .backend import CapturedLog, init_backend
+from .memory import check_context_memory, check_weights_fit
+from .sampler import SamplerChain
 
 
 def check_model_file(path: str, n_gpu_layers: int) -> int:
@@ -109,12 +45,7 @@ def check_model_file(path: str, n_gpu_layers: int) -> int:
             param="model_path",
         )
     size = file.stat().st_size
-    available = _available_memory_mb()
-    if n_gpu_layers == 0 and available is not None and size / 2**20 > available * 0.95:
-        raise InferError(
-            ErrorKind.OUT_OF_MEMORY,
-            f"{file.name} needs about {size / 2**20:.0f} MiB but only {available:.0f} MiB is free",
-        )
+    check_weights_fit(file.name, size, n_gpu_layers)
     return size
 
 
@@ -133,7 +64,7 @@ class LlamaModel:
         # Repacked CPU weight buffers (AMX and friends) crash llama.cpp 0.3.36 on CPUs that
         # advertise AMX inside sandboxes that do not grant it; plain buffers decode fine.
         params.use_extra_bufts = extra_buffers
-        with _CapturedLog() as lines:
+        with CapturedLog() as lines:
             ptr = llama.llama_model_load_from_file(os.fsencode(path), params)
         if not ptr:
             reason = _last_error(lines) or "llama.cpp could not load it"
@@ -144,6 +75,8 @@ class LlamaModel:
         self.vocab = llama.llama_model_get_vocab(ptr)
         self.n_vocab = int(llama.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(llama.llama_model_n_ctx_train(ptr))
+        self.n_layer = int(llama.llama_model_n_layer(ptr))
+        self.n_embd = int(llama.llama_model_n_embd(ptr))
         self.add_bos = bool(llama.llama_vocab_get_add_bos(self.vocab))
         self.bos = int(llama.llama_vocab_bos(self.vocab))
         self.eos = int(llama.llama_vocab_eos(self.vocab))
@@ -153,6 +86,13 @@ class LlamaModel:
         template = llama.llama_model_chat_template(ptr, None)
         self.chat_template: str | None = template.decode("utf-8") if template else None
         self._piece_buf = ctypes.create_string_buffer(256)
+
+    @property
+    def offloaded_fraction(self) -> float:
+        """Share of the layers (and so of the KV cache) that lives on a GPU."""
+        if self.n_gpu_layers < 0 or self.n_gpu_layers > self.n_layer:
+            return 1.0
+        return self.n_gpu_layers / max(1, self.n_layer)
 
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token takes across all layers (f16 K and V; an upper bound for
@@ -213,7 +153,9 @@ class LlamaModel:
 
 
 class LlamaContext:
-    """One llama.cpp context holding `n_seq` sequences of `n_ctx_seq` tokens each."""
+    """One llama.cpp context holding `n_seq` sequences of `n_ctx_seq` tokens each, each in a KV
+    stream of its own. A decode takes up to `n_batch` prompt tokens plus one token per
+    sequence; each sequence gives at most one output row per decode."""
 
     def __init__(
         self,
@@ -224,20 +166,23 @@ class LlamaContext:
         n_threads: int,
         flash_attn: int = -1,
     ) -> None:
-        _check_context_memory(model, n_ctx_seq * n_seq)
+        check_context_memory(model, n_ctx_seq, n_seq, n_batch)
         params = llama.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq
         params.n_seq_max = n_seq
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
+        params.n_batch = n_batch + n_seq
+        # One ubatch holds a token of every sequence, so a decode step is one graph. Prompt
+        # tokens beyond that go into further ubatches of up to this size.
+        params.n_ubatch = max(n_batch, n_seq)
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.kv_unified = False  # one KV stream per sequence, as llama-server does by default
         params.swa_full = False  # sliding-window layers keep only their window
         params.flash_attn_type = flash_attn  # -1 auto, 0 off, 1 on
         params.n_outputs_max = n_seq  # one logits row per sequence per step, not n_batch rows
+        params.n_outputs_max_per_seq = 1  # lets samplers in the graph draw without transactions
         params.no_perf = True
-        with _CapturedLog() as lines:
+        with CapturedLog() as lines:
             ptr = llama.llama_init_from_model(model.ptr, params)
         if not ptr:
             reason = _last_error(lines) or "llama.cpp could not create the context"
@@ -250,6 +195,15 @@ class LlamaContext:
         self.n_ctx_seq = int(llama.llama_n_ctx_seq(ptr))
         self.memory = llama.llama_get_memory(ptr)
         self.size_mb = _buffer_sizes_mb(lines)
+
+    def set_sampler(self, seq: int, chain: SamplerChain | None) -> bool:
+        """Install a chain in the graph for one sequence (None removes the one there). False if
+        the device cannot run it; the chain then samples on the host. A chain can be installed
+        once only in its life (llama.cpp asserts), and the next decode re-plans the graph."""
+        ok = bool(llama.llama_set_sampler(self.ptr, seq, chain.ptr if chain else None))
+        if chain is not None:
+            chain.on_backend = ok
+        return ok
 
     def decode(self, batch: Batch) -> int:
         return int(llama.llama_decode(self.ptr, batch.raw))
@@ -269,11 +223,33 @@ class LlamaContext:
 
 
 class Batch:
-    """A reusable llama_batch: tokens for many sequences, filled anew each step."""
+    """A reusable llama_batch over numpy arrays we own: a step's tokens are written with a few
+    slice assignments instead of six ctypes stores per token."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.raw = llama.llama_batch_init(capacity, 0, 1)
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self._n_seq_id = np.ones(capacity, dtype=np.int32)
+        # llama_batch.seq_id is an array of pointers, one per token, each to its sequence ids
+        seq_base = self.seq.ctypes.data
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(
+            *(
+                ctypes.cast(seq_base + 4 * i, ctypes.POINTER(ctypes.c_int32))
+                for i in range(capacity)
+            )
+        )
+        raw: Any = llama.llama_batch()  # pointers into the arrays above
+        raw.token = self.token.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        raw.embd = None
+        raw.pos = self.pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        raw.n_seq_id = self._n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        raw.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)))
+        raw.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        raw.n_tokens = 0
+        self.raw = raw
         self.n = 0
 
     def clear(self) -> None:
@@ -283,36 +259,27 @@ class Batch:
     def add(self, token: int, pos: int, seq: int, logits: bool) -> int:
         """Append one token; returns its index in the batch (used to sample its logits)."""
         i = self.n
-        raw = self.raw
-        raw.token[i] = token
-        raw.pos[i] = pos
-        raw.n_seq_id[i] = 1
-        raw.seq_id[i][0] = seq
-        raw.logits[i] = logits
-        self.n = i + 1
-        raw.n_tokens = self.n
+        self.token[i], self.pos[i], self.seq[i], self.logits[i] = token, pos, seq, logits
+        self.n = self.raw.n_tokens = i + 1
         return i
 
+    def fill(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        seqs: Sequence[int],
+        logits: Sequence[int],
+    ) -> None:
+        """Replace the batch's contents in one go (four equally long sequences)."""
+        n = len(tokens)
+        self.token[:n] = tokens
+        self.pos[:n] = positions
+        self.seq[:n] = seqs
+        self.logits[:n] = logits
+        self.n = self.raw.n_tokens = n
+
     def free(self) -> None:
-        if self.raw is not None:
-            llama.llama_batch_free(self.raw)
-            self.raw = None
-
-
-def _check_context_memory(model: LlamaModel, n_cells: int) -> None:
-    """Refuse a context that cannot fit in RAM: llama.cpp would allocate it anyway and the
-    kernel would kill the whole host when the pages are touched."""
-    if model.n_gpu_layers != 0:
-        return  # the KV cache lives on the GPU, whose allocator fails cleanly
-    available = _available_memory_mb()
-    needed = model.kv_bytes_per_token() * n_cells / 2**20
-    if available is not None and needed > available * 0.9:
-        raise InferError(
-            ErrorKind.OUT_OF_MEMORY,
-            f"a context of {n_cells} tokens needs up to {needed:,.0f} MiB of KV cache but only "
-            f"{available:,.0f} MiB of memory is free; lower n_ctx or the number of slots",
-            param="n_ctx",
-        )
+        """Nothing to free: numpy owns the memory (kept for symmetry with the context)."""
 
 
 _SIZE = re.compile(r"(?:KV|kv_cache|compute buffer|RS).*?size\s*=\s*([\d.]+)\s*MiB")

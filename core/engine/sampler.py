@@ -1,24 +1,64 @@
-"""llama.cpp's native sampler chain for one sequence, built from SamplingParams.
+"""Choosing each sequence's next token: llama.cpp's native sampler chains, on the device or on
+the host.
 
-Sampling runs in C on the logits llama.cpp already holds; nothing is copied into Python.
-The order matches llama.cpp's common defaults: penalties, top-k, top-p, min-p, temperature,
-then a seeded draw (or greedy at temperature 0).
+A chain follows llama.cpp's common order: penalties, top-k, top-p, min-p, temperature, then a
+seeded draw (or greedy at temperature 0). It runs in one of two places:
+
+- **In the graph** (`backend`): the chain is installed in the context (`llama_set_sampler`) and
+  llama.cpp samples on the device that decoded, so only a token id per sequence comes back.
+  This is what a GPU wants: no logits cross the bus and no CPU pass over the vocabulary.
+- **On the host**: after the decode, from the logits. Greedy rows without penalties are one
+  numpy argmax over all of them (a tenth of what the native greedy sampler costs on a 128k
+  vocabulary); every other chain runs natively, spread over a few threads (ctypes releases
+  the GIL, so they really run in parallel).
+
+Both give the same tokens at temperature 0, and each is reproducible with a fixed seed.
 """
 
 from __future__ import annotations
 
-import random
+import ctypes
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import llama_cpp as llama
+import numpy as np
 
 from ..protocol.common import SamplingParams
 
+RANDOM_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: llama.cpp draws a fresh seed (and on reset)
+NO_TOKEN = -1  # LLAMA_TOKEN_NULL
+_ROWS_PER_THREAD = 4  # fewer rows than this per thread are not worth a hand-off
+
+
+def chain_key(params: SamplingParams) -> tuple[object, ...]:
+    """What a chain does, as a value: two jobs with equal keys can share one installed chain
+    (after a reset). A random seed is part of the key as None: any such job may take it."""
+    penalties = (
+        (params.repeat_last_n, params.repeat_penalty, params.frequency_penalty,
+         params.presence_penalty)
+        if params.uses_penalties else None
+    )  # fmt: skip
+    if params.temperature <= 0.0:
+        return ("greedy", penalties)
+    return (params.temperature, params.top_k, params.top_p, params.min_p, params.seed, penalties)
+
 
 class SamplerChain:
-    """One native sampler chain; `sample` picks and accepts the next token of a batch row."""
+    """One native sampler chain for one sequence."""
 
     def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+        self.key = chain_key(params)
+        self.greedy = params.temperature <= 0.0 and not params.uses_penalties
+        self.stateful = params.uses_penalties  # must see every token, wherever it was sampled
+        # a plain top-k chain can be run on a prefiltered candidate set (StepSampler)
+        self.top_k = (
+            params.top_k
+            if params.temperature > 0 and 0 < params.top_k <= 256 and not params.uses_penalties
+            else 0
+        )
+        self.on_backend = False  # installed in a context's graph (see LlamaContext.set_sampler)
         chain_params = llama.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self.ptr = llama.llama_sampler_chain_init(chain_params)
@@ -43,11 +83,15 @@ class SamplerChain:
         if params.min_p > 0.0:
             add(llama.llama_sampler_init_min_p(params.min_p, 1))
         add(llama.llama_sampler_init_temp(params.temperature))
-        seed = params.seed if params.seed is not None else random.getrandbits(32) % (2**32 - 1)
-        add(llama.llama_sampler_init_dist(seed))
+        add(llama.llama_sampler_init_dist(RANDOM_SEED if params.seed is None else params.seed))
 
     def _add(self, sampler: object) -> None:
         llama.llama_sampler_chain_add(self.ptr, sampler)
+
+    def reset(self) -> None:
+        """Ready for a new job: penalties forget their tokens, the draw restarts from its seed
+        (a fresh random one when the job gave none)."""
+        llama.llama_sampler_reset(self.ptr)
 
     def accept_prompt(self, tokens: Sequence[int]) -> None:
         """Let the penalties see the prompt, as llama-server does."""
@@ -55,9 +99,185 @@ class SamplerChain:
             llama.llama_sampler_accept(self.ptr, token)
 
     def sample(self, ctx: object, batch_index: int) -> int:
+        """Sample (and accept) on the host; finishes a chain the device ran only in part."""
         return int(llama.llama_sampler_sample(self.ptr, ctx, batch_index))
+
+    def sample_from(self, candidates: np.ndarray) -> int:
+        """Sample (and accept) from a candidate array of llama_token_data, which must hold
+        every token the chain could pick (see StepSampler's top-k prefilter)."""
+        array = llama.llama_token_data_array(
+            candidates.ctypes.data_as(llama.llama_token_data_p), len(candidates), -1, False
+        )
+        llama.llama_sampler_apply(self.ptr, ctypes.byref(array))
+        token = int(candidates["id"][array.selected])
+        llama.llama_sampler_accept(self.ptr, token)
+        return token
 
     def free(self) -> None:
         if self.ptr:
             llama.llama_sampler_free(self.ptr)
             self.ptr = None
+
+
+Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it)
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+_GROUPS_MIN_VOCAB = 8192  # below this a full pass is as cheap as the prefilter
+_GROUP_ROWS = 128  # tokens per group of the top-k prefilter
+
+
+class StepSampler:
+    """Samples every output row of one decode step, as fast as the rows allow.
+
+    Rows sampled on the host are split into contiguous parts, one per thread: numpy and
+    llama.cpp's samplers release the GIL, so the parts run in parallel. Within a part, runs of
+    rows of one kind are done together:
+
+    - greedy: one argmax over the run's logits;
+    - top-k chains (temperature, top-k, top-p, min-p, a seeded draw): numpy finds a small
+      superset of each row's top-k tokens (`_top_k_candidates`) and the native chain runs on
+      those only. Top-k keeps the same tokens from them as from the whole vocabulary, so the
+      draw is the very one the full chain makes, at a fraction of its cost;
+    - anything else (penalties): the native chain over the whole vocabulary.
+    """
+
+    def __init__(self, n_vocab: int, threads: int | None = None) -> None:
+        self._n_vocab = n_vocab
+        self._threads = max(1, min(8, threads or os.cpu_count() or 1))
+        self._pool = (
+            ThreadPoolExecutor(self._threads - 1, thread_name_prefix="sampler")
+            if self._threads > 1
+            else None
+        )
+
+    def sample(self, ctx: object, rows: Sequence[Row]) -> list[int]:
+        """The next token of each (batch index, chain), in order. Batch loop thread only."""
+        out = [NO_TOKEN] * len(rows)
+        host: list[int] = []
+        for k, (row, chain) in enumerate(rows):
+            if not chain.on_backend:
+                host.append(k)
+                continue
+            token = int(llama.llama_get_sampled_token_ith(ctx, row))
+            if token == NO_TOKEN:  # the device ran only part of the chain
+                host.append(k)
+                continue
+            if chain.stateful:
+                llama.llama_sampler_accept(chain.ptr, token)
+            out[k] = token
+        if not host:
+            return out
+        # The first read synchronises the context and puts its outputs in batch order; after
+        # it, reading logits has no side effects, so threads may share the rest.
+        get = llama.llama_get_logits_ith
+        addresses = {k: _address(get(ctx, rows[k][0])) for k in host}
+        n_parts = min(self._threads, max(1, len(host) // _ROWS_PER_THREAD))
+        size = -(-len(host) // n_parts)
+        parts = [host[i : i + size] for i in range(0, len(host), size)]
+        futures = []
+        if self._pool is not None:
+            futures = [
+                self._pool.submit(self._sample_part, ctx, rows, part, addresses, out)
+                for part in parts[1:]
+            ]
+        else:
+            for part in parts[1:]:
+                self._sample_part(ctx, rows, part, addresses, out)
+        self._sample_part(ctx, rows, parts[0], addresses, out)
+        for future in futures:
+            future.result()
+        return out
+
+    def _sample_part(
+        self,
+        ctx: object,
+        rows: Sequence[Row],
+        part: list[int],
+        addresses: dict[int, int],
+        out: list[int],
+    ) -> None:
+        for kind, run in self._runs(rows, part, addresses):
+            if kind == "native":
+                for k in run:
+                    out[k] = rows[k][1].sample(ctx, rows[k][0])
+                continue
+            block = np.ctypeslib.as_array(
+                _floats(addresses[run[0]]), shape=(len(run), self._n_vocab)
+            )
+            if kind == "greedy":
+                for k, token in zip(run, block.argmax(1).tolist(), strict=True):
+                    out[k] = token
+            else:
+                self._top_k(block, [rows[k][1] for k in run], run, out)
+
+    def _runs(
+        self, rows: Sequence[Row], part: list[int], addresses: dict[int, int]
+    ) -> list[tuple[str, list[int]]]:
+        """Consecutive rows of one kind whose logits lie back to back in memory."""
+        stride = self._n_vocab * 4
+        runs: list[tuple[str, list[int]]] = []
+        for k in part:
+            kind = self._kind(rows[k][1])
+            if (
+                runs
+                and runs[-1][0] == kind
+                and (kind == "native" or addresses[runs[-1][1][-1]] + stride == addresses[k])
+            ):
+                runs[-1][1].append(k)
+            else:
+                runs.append((kind, [k]))
+        return runs
+
+    def _kind(self, chain: SamplerChain) -> str:
+        if chain.greedy:
+            return "greedy"
+        if chain.top_k and self._n_vocab >= _GROUPS_MIN_VOCAB:
+            return "top_k"
+        return "native"
+
+    def _top_k(
+        self, block: np.ndarray, chains: list[SamplerChain], run: list[int], out: list[int]
+    ) -> None:
+        candidates, bounds = _top_k_candidates(block, max(chain.top_k for chain in chains))
+        for r, (chain, k) in enumerate(zip(chains, run, strict=True)):
+            out[k] = chain.sample_from(candidates[bounds[r] : bounds[r + 1]])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _top_k_candidates(block: np.ndarray, top_k: int) -> tuple[np.ndarray, list[int]]:
+    """A small superset of each row's `top_k` highest tokens, as llama_token_data in ascending
+    token order: all rows' candidates in one array, and where each row's begin (and end).
+
+    The vocabulary's head is cut into `nb` interleaved groups of `_GROUP_ROWS` tokens (group g
+    holds tokens g, g + nb, g + 2nb, ...), so that the group maxima take one vectorised pass.
+    The top_k groups by maximum hold every one of the top_k tokens, and so do their tokens at or
+    above the lowest of those maxima: at least top_k tokens reach it. The tail that does not
+    fill a group is held to the same bound.
+    """
+    rows, n_vocab = block.shape
+    nb = n_vocab // _GROUP_ROWS
+    group_max = block[:, : nb * _GROUP_ROWS].reshape(rows, _GROUP_ROWS, nb).max(axis=1)
+    groups = np.argpartition(group_max, nb - top_k, axis=1)[:, nb - top_k :]
+    floor = np.take_along_axis(group_max, groups, axis=1).min(axis=1)
+    groups.sort(axis=1)
+    ids = (np.arange(_GROUP_ROWS)[None, :, None] * nb + groups[:, None, :]).reshape(rows, -1)
+    if nb * _GROUP_ROWS < n_vocab:
+        tail = np.arange(nb * _GROUP_ROWS, n_vocab)
+        ids = np.concatenate([ids, np.broadcast_to(tail, (rows, len(tail)))], axis=1)
+    logits = block.reshape(-1)[ids + (np.arange(rows) * n_vocab)[:, None]]
+    keep = logits >= floor[:, None]
+    candidates = np.zeros(int(keep.sum()), dtype=_TOKEN_DATA)
+    candidates["id"] = ids[keep]
+    candidates["logit"] = logits[keep]
+    ends = np.cumsum(keep.sum(axis=1)).tolist()
+    return candidates, [0, *ends]
+
+
+def _address(pointer: ctypes._Pointer[ctypes.c_float]) -> int:
+    return int(ctypes.cast(pointer, ctypes.c_void_p).value or 0)
+
+
+def _floats(address: int) -> ctypes._Pointer[ctypes.c_float]:
+    return ctypes.cast(address, ctypes.POINTER(ctypes.c_float))

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..protocol.common import SamplingParams
 from ..protocol.events import JobEvent
@@ -31,9 +32,16 @@ class EngineSpec:
     n_gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
     main_gpu_id: int = 0
     n_threads: int | None = None
-    n_parallel: int = 4
-    n_batch: int = 512  # tokens per decode step: bounds how long a prefill holds streams back
+    n_parallel: int | Literal["auto"] = 4  # auto: as many as free memory holds (memory.py)
+    n_batch: int = 512  # prompt tokens per decode step: bounds how long a prefill holds streams
     extra_buffers: bool = False  # repacked CPU weight buffers; see native.LlamaModel
+    deterministic: bool = False  # each prompt prefilled alone: batching never changes output
+    backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
+
+    @property
+    def slots_requested(self) -> int:
+        """The slots asked for; 0 for auto (the engine knows the number once loaded)."""
+        return 0 if self.n_parallel == "auto" else self.n_parallel
 
 
 @dataclass(slots=True)

@@ -131,7 +131,7 @@ def engine_status(pool: Pool) -> EngineStatus:
             n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
             main_gpu_id=spec.main_gpu_id,
             n_threads=spec.n_threads,
-            n_parallel=spec.n_parallel,
+            n_parallel=spec.slots_requested,
         ),
         memory_usage=engine.memory if engine else None,
         performance=Performance(

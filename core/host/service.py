@@ -54,6 +54,8 @@ def engine_spec(
         n_parallel=e.parallel,
         n_batch=e.batch,
         extra_buffers=e.extra_buffers,
+        deterministic=e.deterministic,
+        backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
     )
 
 

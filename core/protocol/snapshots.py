@@ -43,6 +43,9 @@ class EngineParameters(_Frozen):
 class MemoryUsage(_Frozen):
     model_size_mb: float
     context_size_mb: float
+    device: str | None = Field(None, description="the GPU holding the model; None on the CPU")
+    device_used_mb: float | None = Field(None, description="memory in use on that GPU, by all")
+    device_total_mb: float | None = None
 
 
 class Performance(_Frozen):
@@ -141,3 +144,6 @@ class MetricsSnapshot(_Frozen):
     prefill_tps_recent: float = 0.0
     prefill_tps_lifetime: float = 0.0
     errors_by_class: dict[str, int] = Field(default_factory=dict)
+    device: str | None = Field(None, description="the GPU the engine runs on; None on the CPU")
+    device_memory_used_mb: float | None = None
+    device_memory_total_mb: float | None = None

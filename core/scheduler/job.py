@@ -4,6 +4,11 @@ Race-free cancel (OC-CTRL-2012) rests on one rule: every event reaches the consu
 `_deliver`, which runs on the event loop, and `cancel()` runs on the event loop too. Once
 cancel() has returned, `_deliver` drops every later token, wherever it was in flight, and
 the consumer's stream has already received its final `Finished("abort")`.
+
+A consumer that falls behind (a slow client, a busy event loop) gets the text it missed as one
+event: tokens waiting for it are merged as they arrive, so its backlog is one growing piece of
+text, not thousands of events, and each transport writes once per turn instead of per token.
+The batch loop never waits for a consumer.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from enum import StrEnum
 
@@ -29,6 +35,23 @@ TEXT_TAIL = 240
 
 def new_job_id() -> str:
     return f"job-{int(time.time() * 1000) % 10**9:09d}-{next(_ids)}"
+
+
+class _TextRun:
+    """Consecutive TokenText events a consumer has not taken yet, merged into one."""
+
+    __slots__ = ("_first", "_last", "_parts")
+
+    def __init__(self, first: TokenText, second: TokenText) -> None:
+        self._first, self._last = first, second
+        self._parts = [first.text, second.text]
+
+    def add(self, event: TokenText) -> None:
+        self._parts.append(event.text)
+        self._last = event
+
+    def event(self) -> TokenText:
+        return TokenText("".join(self._parts), self._first.index, self._last.n_tokens)
 
 
 class JobState(StrEnum):
@@ -64,7 +87,8 @@ class Job:
         self.tokens_published = 0  # TokenText events handed to the consumer
         self.first_token_at: float | None = None  # perf_counter, as the event loop saw it
         self.text_tail = ""  # the last TEXT_TAIL characters, for the host's live view
-        self._events: asyncio.Queue[JobEvent] = asyncio.Queue()
+        self._pending: deque[JobEvent | _TextRun] = deque()
+        self._ready = asyncio.Event()
         self._released = asyncio.Event()  # the engine no longer holds this job
         self._on_closed = on_closed
 
@@ -87,7 +111,11 @@ class Job:
         iterating early (or whose task is cancelled) cancels the job."""
         try:
             while True:
-                event = await self._events.get()
+                while not self._pending:
+                    self._ready.clear()
+                    await self._ready.wait()
+                item = self._pending.popleft()
+                event = item.event() if isinstance(item, _TextRun) else item
                 yield event
                 if isinstance(event, Finished):
                     return
@@ -155,12 +183,23 @@ class Job:
             self.tokens_published += 1
             self.first_token_at = self.first_token_at or time.perf_counter()
             self.text_tail = (self.text_tail + event.text)[-TEXT_TAIL:]
-        self._events.put_nowait(event)
+            last = self._pending[-1] if self._pending else None
+            if isinstance(last, _TextRun):
+                last.add(event)  # the consumer is behind: it will get one event for all of it
+                return
+            if isinstance(last, TokenText):
+                self._pending[-1] = _TextRun(last, event)
+                return
+        self._push(event)
+
+    def _push(self, event: JobEvent) -> None:
+        self._pending.append(event)
+        self._ready.set()
 
     def _close(self, final: Finished) -> None:
         self.state = JobState.DONE
         self.result = final
-        self._events.put_nowait(final)
+        self._push(final)
         try:
             self._on_closed(self, final)
         except Exception:

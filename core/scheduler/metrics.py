@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from typing import Any
 
 from ..protocol.events import Finished
 from ..protocol.snapshots import MetricsSnapshot, Percentiles
@@ -135,8 +136,15 @@ class MetricsRecorder:
         return sum(n for _, n in self._token_times) / span
 
     def snapshot(
-        self, *, queue_depth: int, queue_capacity: int, slots_busy: int, slots_total: int
+        self,
+        *,
+        queue_depth: int,
+        queue_capacity: int,
+        slots_busy: int,
+        slots_total: int,
+        **device: Any,
     ) -> MetricsSnapshot:
+        """The counters now; `device` adds the GPU's memory figures (MetricsSnapshot names)."""
         now = time.monotonic()
         recent_prefill = [(n, s) for ts, n, s in self._prefills if now - ts <= 60]
         prefill_tokens = sum(n for n, _ in recent_prefill)
@@ -164,4 +172,5 @@ class MetricsRecorder:
             if self.prefill_s
             else 0.0,
             errors_by_class=dict(self.errors),
+            **device,
         )

@@ -219,9 +219,9 @@ async def test_a_context_too_big_for_memory_is_a_typed_error_not_a_crash(make_po
 async def test_a_model_bigger_than_free_memory_is_refused_before_loading(
     monkeypatch: pytest.MonkeyPatch, model_path
 ) -> None:
-    from infertui.core.engine import native
+    from infertui.core.engine import memory
 
-    monkeypatch.setattr(native, "_available_memory_mb", lambda: 64.0)
+    monkeypatch.setattr(memory, "available_ram_bytes", lambda: 64 * 2**20)
     with pytest.raises(InferError) as failed:
         await Pool.start(EngineSpec(str(model_path), "tight"))
     assert failed.value.kind is ErrorKind.OUT_OF_MEMORY

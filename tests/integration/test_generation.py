@@ -50,7 +50,7 @@ async def test_a_seed_makes_sampling_reproducible(make_pool) -> None:
 
 
 async def solo_texts(make_pool) -> list[tuple[str, Finished]]:
-    pool = await make_pool(parallel=1, engine_id="solo")
+    pool = await make_pool(parallel=1, engine_id="solo", deterministic=True)
     solo = [await pool.submit(prompt=p, params=GREEDY).text() for p in PROMPTS]
     await pool.close()
     return solo
@@ -59,10 +59,10 @@ async def solo_texts(make_pool) -> list[tuple[str, Finished]]:
 async def test_eight_concurrent_jobs_on_default_slots_give_exactly_their_solo_text(
     make_pool,
 ) -> None:
-    """Batching must not change results: with the default 4 slots, 8 concurrent jobs at
-    temperature 0 each give the very text that job gives alone."""
+    """In deterministic mode batching does not change results: with the default 4 slots, 8
+    concurrent jobs at temperature 0 each give the very text that job gives alone."""
     solo = await solo_texts(make_pool)
-    pool = await make_pool(parallel=4)
+    pool = await make_pool(parallel=4, deterministic=True)
     jobs = [pool.submit(prompt=p, params=GREEDY) for p in PROMPTS]
     batched = await asyncio.gather(*(job.text() for job in jobs))
     for (solo_text, solo_end), (text, end), prompt in zip(solo, batched, PROMPTS, strict=True):
@@ -80,7 +80,7 @@ async def test_eight_slots_decoding_together_complete_in_full_and_start_exactly(
     every job completes in full, its first token is exact (prompts are prefilled alone), and
     most replies are identical to their solo text."""
     solo = await solo_texts(make_pool)
-    pool = await make_pool(parallel=8)
+    pool = await make_pool(parallel=8, deterministic=True)
     jobs = [pool.submit(prompt=p, params=GREEDY) for p in PROMPTS]
     batched = await asyncio.gather(*(stream(job) for job in jobs))
     identical = 0

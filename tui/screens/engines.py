@@ -15,6 +15,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 from infertui.core.client import Client, explain
 from infertui.core.protocol.errors import InferError
 from infertui.core.protocol.openai import AddEngineRequest
+from infertui.core.protocol.snapshots import MemoryUsage
 
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
@@ -52,7 +53,7 @@ class EnginesScreen(DashboardScreen):
         table.clear()
         for e in engines:
             p, m, perf = e.parameters, e.memory_usage, e.performance
-            memory = f"{m.model_size_mb + m.context_size_mb:,.0f} MB" if m else "–"
+            memory = _memory(m)
             status = e.status.value
             if e.pool_state.value not in ("ready", "loading"):
                 status = f"{status}, {e.pool_state.value}"  # draining, failed
@@ -147,6 +148,16 @@ class EnginesScreen(DashboardScreen):
             return
         self.say(f"{doing.rstrip('…')}: done.")
         await self._tick()
+
+
+def _memory(m: MemoryUsage | None) -> str:
+    """Model + context, and on a GPU how full the card is (by everyone)."""
+    if m is None:
+        return "–"
+    own = f"{m.model_size_mb + m.context_size_mb:,.0f} MB"
+    if m.device_used_mb is None or not m.device_total_mb:
+        return own
+    return f"{own}; GPU {m.device_used_mb / 1024:,.1f}/{m.device_total_mb / 1024:,.0f} GB"
 
 
 def _file(path: str, width: int = 22) -> str:

@@ -161,7 +161,8 @@ async def completions(
     model, created = jobs[0].pool_id if jobs else body.model, int(time.time())
     cid = f"cmpl-{jobs[0].id}" if jobs else f"cmpl-{created}"
     if body.stream:
-        return sse_response(completion_chunks(jobs, cid, model, created))
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        return sse_response(completion_chunks(jobs, cid, model, created, include_usage))
     results = await asyncio.gather(*(collect(job) for job in jobs))
     return TextCompletion(
         id=cid,
@@ -176,7 +177,7 @@ async def completions(
 
 
 async def completion_chunks(
-    jobs: list[Job], cid: str, model: str, created: int
+    jobs: list[Job], cid: str, model: str, created: int, include_usage: bool = False
 ) -> AsyncIterator[str]:
     def chunk(index: int, text: str, finish: Any) -> TextCompletion:
         choice = CompletionChoice(index=index, text=text, finish_reason=finish)
@@ -193,6 +194,10 @@ async def completion_chunks(
                 yield error_envelope(event.error).model_dump_json()
                 break
             yield json_line(chunk(index, "", openai_finish(event.finish_reason)))
+    else:
+        if include_usage:
+            final = TextCompletion(id=cid, created=created, model=model, choices=[])
+            yield final.model_copy(update={"usage": usage_of(jobs)}).model_dump_json()
     yield DONE
 
 

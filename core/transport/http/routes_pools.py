@@ -133,7 +133,7 @@ async def capabilities(request: Request) -> Capabilities:
                 model=pool.spec.model_path,
                 ctx_max=ctx,
                 max_tokens_out=ctx - 1,
-                slots=engine.n_parallel if engine else pool.spec.n_parallel,
+                slots=engine.n_parallel if engine else pool.spec.slots_requested,
                 supported_workloads=["chat", "completion"],
                 rate_limits={"queue_capacity": pool.queue_capacity},
                 features={

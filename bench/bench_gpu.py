@@ -1,0 +1,265 @@
+"""infertui beside raw llama.cpp and llama-server, on one model and device, in one run.
+
+    .venv/bin/python bench/bench_gpu.py --make 8b:32000 --make 1b:128256 \\
+        --llama-server PATH --batched-bench PATH --streams 1,8,32,64,256
+    .venv/bin/python bench/bench_gpu.py --make tiny:128256 --threads 1 --streams 64 \\
+        --tokens 64 --temps 0,0.8 --llama-server PATH --batched-bench PATH     # the 2-core CPU
+
+Made for GPU boxes (every layer offloaded when the build has CUDA), and it runs on a CPU too.
+For each model it measures:
+
+raw          llama.cpp's decode speed at each number of sequences: `llama-batched-bench`'s
+             S_TG when given, else a bare ctypes loop of batched decodes (no sampling, no
+             server): the physical limit that serving can only approach.
+infertui     `infertui host --http`, streams of `/v1/completions` from bench/loadgen.py.
+llama-server the same requests to llama-server from the same llama.cpp, when given.
+
+Every figure is aggregate completion tokens/s over the wall clock (from the common start to
+the last token), the median of `--rounds`; TTFT p50 and max beside. `--make SHAPE:VOCAB` writes
+a random-weight Llama-shaped GGUF (bench/make_model.py) into the cache, so that any machine
+can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from loadgen import Load, measure
+from make_model import make_model
+
+log = logging.getLogger("bench_gpu")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "infertui" / "bench"
+LONG_REPEAT = {"short": 0, "long": 100}  # ~600 prompt tokens for Llama-style vocabularies
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: Path
+    parallel: int
+    ctx: int
+    threads: int | None
+    gpu: bool
+    host_args: tuple[str, ...]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the server exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"{url}: not ready after {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def server(cmd: list[str], log_path: Path) -> Iterator[str]:
+    """Run a server on a free loopback port (substituted for {port}); yield its URL."""
+    port = free_port()
+    argv = [part.replace("{port}", str(port)) for part in cmd]
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(url, proc)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def infertui_cmd(setup: Setup) -> list[str]:
+    cmd = [
+        sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        "--http", "127.0.0.1:{port}", "--model", f"bench={setup.model}",
+        "--parallel", str(setup.parallel), "--ctx", str(setup.ctx), "--queue", "1024",
+    ]  # fmt: skip
+    if setup.threads:
+        cmd += ["--threads", str(setup.threads)]
+    return cmd + list(setup.host_args)
+
+
+def llama_server_cmd(exe: str, setup: Setup) -> list[str]:
+    cmd = [
+        exe, "-m", str(setup.model), "-np", str(setup.parallel),
+        "-c", str(setup.parallel * setup.ctx), "--host", "127.0.0.1", "--port", "{port}",
+        "-ngl", "99" if setup.gpu else "0", "--no-webui",
+    ]  # fmt: skip
+    if setup.threads:
+        cmd += ["-t", str(setup.threads), "-tb", str(setup.threads)]
+    if not setup.gpu:
+        cmd += ["--no-repack"]  # as infertui loads weights (repacked buffers crash some CPUs)
+    return cmd
+
+
+def raw_limit(
+    exe: str | None, setup: Setup, streams: list[int], tokens: int, prompt: int
+) -> dict[int, float]:
+    """Decode tokens/s at each batch size, without sampling or serving."""
+    if exe:
+        cmd = [
+            exe, "-m", str(setup.model), "-c", str(max(streams) * (prompt + tokens + 16)),
+            "-b", "2048", "-ub", "512", "-npp", str(prompt), "-ntg", str(tokens),
+            "-npl", ",".join(map(str, streams)), "-ngl", "99" if setup.gpu else "0",
+        ]  # fmt: skip
+        if setup.threads:
+            cmd += ["-t", str(setup.threads)]
+        if not setup.gpu:
+            cmd += ["--no-repack"]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        rows = [line.split("|")[1:-1] for line in out.splitlines() if re.match(r"^\|\s+\d", line)]
+        return {int(r[2]): float(r[7]) for r in rows}
+    script = Path(__file__).with_name("raw_decode.py")
+    args = [sys.executable, str(script), str(setup.model), "--tokens", str(tokens)]
+    if setup.threads:
+        args += ["--threads", str(setup.threads)]
+    return {
+        n: float(subprocess.run([*args, "--streams", str(n)], capture_output=True, text=True,
+                                check=True).stdout.split()[-1])
+        for n in streams
+    }  # fmt: skip
+
+
+def model_id(url: str) -> str:
+    return str(httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"])
+
+
+def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]:
+    streams = [int(s) for s in args.streams.split(",")]
+    temps = [float(t) for t in args.temps.split(",")]
+    prompts = args.prompts.split(",")
+    logs = CACHE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, object]] = []
+    raw = raw_limit(args.batched_bench, setup, streams, args.tokens, 16)
+    log.info("%s: raw decode %s", setup.model.name, {k: round(v) for k, v in raw.items()})
+    servers = {"infertui": infertui_cmd(setup)}
+    if args.llama_server:
+        servers["llama-server"] = llama_server_cmd(args.llama_server, setup)
+    results: dict[tuple[str, float, str, int], dict[str, float]] = {}
+    for name, cmd in servers.items():
+        with server(cmd, logs / f"{name}-{setup.model.stem}.log") as url:
+            model = model_id(url)
+            for temp in temps:
+                for prompt in prompts:
+                    for n in streams:
+                        load = Load(url, model, args.tokens, temp, LONG_REPEAT[prompt], {})
+                        rounds = args.rounds + (1 if n == 1 else 0)
+                        results[name, temp, prompt, n] = measure(load, n, rounds, args.processes)
+                        log.info("%s %s temp %s %s x%d: %s", setup.model.name, name, temp,
+                                 prompt, n, results[name, temp, prompt, n])  # fmt: skip
+    for temp in temps:
+        for prompt in prompts:
+            for n in streams:
+                ours = results["infertui", temp, prompt, n]
+                theirs = results.get(("llama-server", temp, prompt, n))
+                limit = raw.get(n) if prompt == "short" else None
+                rows.append({"model": setup.model.name, "temp": temp, "prompt": prompt,
+                             "streams": n, "raw": limit, "infertui": ours,
+                             "llama_server": theirs})  # fmt: skip
+    return rows
+
+
+def show(rows: list[dict[str, object]]) -> None:
+    print(
+        "| model | sampling | prompt | streams | raw t/s | infertui t/s (of raw) "
+        "| ttft p50/max | llama-server t/s | ttft p50/max | infertui / llama-server |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        ours = row["infertui"]
+        theirs = row["llama_server"]
+        raw = row["raw"]
+        assert isinstance(ours, dict)
+        of_raw = f" ({ours['tps'] / raw:.2f})" if isinstance(raw, float) else ""
+        sampling = "greedy" if row["temp"] == 0 else f"temp {row['temp']}"
+        cells = [
+            str(row["model"]), sampling, str(row["prompt"]), str(row["streams"]),
+            f"{raw:,.0f}" if isinstance(raw, float) else "–",
+            f"{ours['tps']:,.0f}{of_raw}",
+            f"{ours['ttft_p50'] * 1000:.0f} / {ours['ttft_max'] * 1000:.0f} ms",
+        ]  # fmt: skip
+        if isinstance(theirs, dict):
+            cells += [
+                f"{theirs['tps']:,.0f}",
+                f"{theirs['ttft_p50'] * 1000:.0f} / {theirs['ttft_max'] * 1000:.0f} ms",
+                f"{ours['tps'] / theirs['tps']:.2f}",
+            ]
+        else:
+            cells += ["–", "–", "–"]
+        print("| " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", default=[], type=Path, help="a GGUF")
+    parser.add_argument("--make", action="append", default=[], metavar="SHAPE:VOCAB",
+                        help="a random-weight model: tiny, 1b or 8b, e.g. 8b:32000")  # fmt: skip
+    parser.add_argument("--llama-server", help="llama-server binary to compare with")
+    parser.add_argument("--batched-bench", help="llama-batched-bench binary for the raw limit")
+    parser.add_argument("--streams", default="1,8,32,64,256")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--temps", default="0,0.8", help="0 is greedy; others add top-p/top-k")
+    parser.add_argument("--prompts", default="short,long", help="short (~16 tokens), long (~600)")
+    parser.add_argument("--parallel", type=int, help="slots on both servers (default: streams)")
+    parser.add_argument("--ctx", type=int, default=1024, help="tokens per slot")
+    parser.add_argument("--threads", type=int, help="CPU threads (default: llama.cpp's)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=4, help="client processes")
+    parser.add_argument(
+        "--host-arg", action="append", default=[], help="an `infertui host` flag (repeatable)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    models = list(args.model)
+    for spec in args.make:
+        shape, _, vocab = spec.partition(":")
+        path = CACHE / f"{shape}-v{vocab or 32000}-q4km.gguf"
+        models.append(make_model(path, shape, int(vocab or 32000)))
+    if not models:
+        parser.error("give --model or --make")
+    from infertui.core.engine.devices import gpus
+
+    gpu = bool(gpus())
+    streams = [int(s) for s in args.streams.split(",")]
+    rows = []
+    for path in models:
+        setup = Setup(path, args.parallel or min(256, max(streams)), args.ctx, args.threads,
+                      gpu, tuple(args.host_arg))  # fmt: skip
+        rows += run_model(args, setup)
+    show(rows)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    if shutil.which("nvidia-smi"):
+        subprocess.run(["nvidia-smi", "--query-gpu=name,memory.used,memory.total",
+                        "--format=csv"], check=False)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
