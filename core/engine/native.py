@@ -86,6 +86,8 @@ class LlamaModel:
         template = llama.llama_model_chat_template(ptr, None)
         self.chat_template: str | None = template.decode("utf-8") if template else None
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._pieces: dict[int, bytes] = {}
+        self._ends: dict[int, bool] = {}
 
     @property
     def offloaded_fraction(self) -> float:
@@ -134,17 +136,33 @@ class LlamaModel:
             )
         return list(tokens[:n])
 
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Text of a token sequence (special tokens dropped). Safe on any thread."""
+        array = (llama.llama_token * len(tokens))(*tokens)
+        size = 8 * len(tokens) + 16
+        buf = ctypes.create_string_buffer(size)
+        n = llama.llama_detokenize(self.vocab, array, len(tokens), buf, size, True, False)
+        return buf.raw[: max(0, n)].decode("utf-8", "replace")
+
     def piece(self, token: int) -> bytes:
-        """The raw bytes of one token (may be part of a UTF-8 character). Engine thread only."""
-        buf = self._piece_buf
-        n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
+        """The raw bytes of one token (may be part of a UTF-8 character). Engine thread only.
+        Remembered per token: the decode loop asks for every token it samples, and a call
+        into llama.cpp also hands the GIL to whichever thread wants it."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            buf = self._piece_buf
             n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
-        return buf.raw[:n]
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            piece = self._pieces[token] = buf.raw[:n]
+        return piece
 
     def is_end_of_generation(self, token: int) -> bool:
-        return bool(llama.llama_vocab_is_eog(self.vocab, token))
+        end = self._ends.get(token)
+        if end is None:
+            end = self._ends[token] = bool(llama.llama_vocab_is_eog(self.vocab, token))
+        return end
 
     def free(self) -> None:
         if self.ptr:

@@ -60,3 +60,34 @@ def test_headless_host_reports_a_bad_model_file_and_exits_non_zero(tmp_path) -> 
     assert proc.returncode == 1
     assert "is not a GGUF file" in err
     assert "Traceback" not in err
+
+
+def test_parallel_auto_sizes_the_slots_from_free_memory_and_says_so() -> None:
+    """`--parallel auto` (issue 10 §3): a clear size, with what bound it, then ready."""
+    proc = start_host("--no-p2p", "--parallel", "auto", "--ctx", "512")
+    try:
+        lines = wait_for(proc, "ready")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    sized = [line for line in lines if "--parallel auto:" in line]
+    assert sized, "".join(lines)
+    assert "slots x 512 tokens" in sized[0] and "MiB free" in sized[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--parallel", "100000"), "llama.cpp's 256 sequences per context"),
+        (("--parallel", "256", "--ctx", "3000000"), "MiB is free"),
+    ],
+    ids=["beyond llama.cpp", "beyond memory"],
+)
+def test_an_oversized_parallel_is_a_clear_error_not_a_crash(
+    flags: tuple[str, ...], says: str
+) -> None:
+    proc = start_host("--no-p2p", *flags)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 1, err
+    assert says in err
+    assert "Traceback" not in err

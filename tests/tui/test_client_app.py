@@ -120,7 +120,8 @@ async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -
         await pilot.click("#load")
         await until(pilot, lambda: "second" in host.service.registry.ids(), 60)
         await until(pilot, lambda: screen.query_one("#engines", DataTable).row_count == 2)
-        assert "done" in str(screen.query_one("#outcome", Static).render())
+        # the outcome line follows the add's reply, which may land after the table refresh
+        await until(pilot, lambda: "done" in str(screen.query_one("#outcome", Static).render()))
         table = screen.query_one("#engines", DataTable)
         table.move_cursor(row=table.get_row_index("second"))
         await pilot.press("d")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from infertui.core.config import load_settings
 
@@ -56,3 +57,13 @@ def test_client_settings_and_keymap_follow_the_same_order(
     assert settings.client.temperature == 0.0  # the flag
     assert settings.client.sampling() == {"temperature": 0.0, "top_p": 0.95, "max_tokens": 64}
     assert settings.keymap == {"chat.abort": "ctrl+k"}
+
+
+def test_parallel_takes_a_number_or_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERTUI_HOST__ENGINE__PARALLEL", "auto")
+    assert load_settings().host.engine.parallel == "auto"
+    monkeypatch.setenv("INFERTUI_HOST__ENGINE__PARALLEL", "128")
+    assert load_settings().host.engine.parallel == 128, "no fixed ceiling: memory decides"
+    monkeypatch.setenv("INFERTUI_HOST__ENGINE__PARALLEL", "0")
+    with pytest.raises(ValidationError):
+        load_settings()

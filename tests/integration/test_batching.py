@@ -1,0 +1,115 @@
+"""Prefill batched with decode, on the real model (issue 10 §2): mixed prompts of 1 to 3,000
+tokens all complete, deterministic mode gives each job its solo text, prompts share a step
+fairly, and a cancel in the middle of a prefill frees the slot at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from infertui.core.protocol.common import SamplingParams
+from infertui.core.protocol.events import Finished, TokenText
+from infertui.core.scheduler import Pool
+
+pytestmark = pytest.mark.model
+
+SHORT = SamplingParams(temperature=0.0, max_tokens=6)
+LENGTHS = [1, 3, 9, 20, 45, 80, 130, 200, 320, 480, 700, 1000, 1400, 1900, 2500, 3000]
+
+
+def prompt_of(pool: Pool, tokens: int, topic: int) -> str:
+    """A plain-text prompt of about `tokens` tokens (BOS included)."""
+    engine = pool.engine
+    assert engine is not None
+    words = f"Item {topic}: the river runs past the old mill and on to the sea. " * 400
+    ids = engine.text_prompt(words)[:tokens]
+    text = engine.model.detokenize(ids[1:]) if tokens > 1 else ""
+    assert abs(len(engine.text_prompt(text)) - tokens) <= 2
+    return text
+
+
+async def run_all(pool: Pool, prompts: list[str]) -> list[tuple[str, Finished]]:
+    jobs = [pool.submit(prompt=p, params=SHORT) for p in prompts]
+    return await asyncio.gather(*(job.text() for job in jobs))
+
+
+async def test_sixteen_mixed_prompts_of_1_to_3000_tokens_all_complete(make_pool) -> None:
+    pool = await make_pool(parallel=4, ctx=3100, batch=512)
+    prompts = [prompt_of(pool, n, i) for i, n in enumerate(LENGTHS)]
+    results = await run_all(pool, prompts)
+    for (text, end), n in zip(results, LENGTHS, strict=True):
+        assert end.finish_reason in ("stop", "length"), n
+        assert abs(end.timings.tokens_in - n) <= 2
+        if end.finish_reason == "length":
+            assert end.timings.tokens_out == SHORT.max_tokens and text
+    assert pool.metrics_snapshot().completed == len(LENGTHS)
+    assert pool.engine is not None and pool.engine.busy_slots == 0
+
+
+async def test_deterministic_mode_gives_every_job_its_solo_text(make_pool) -> None:
+    solo = await make_pool(parallel=1, ctx=3100, engine_id="solo", deterministic=True)
+    prompts = [prompt_of(solo, n, i) for i, n in enumerate(LENGTHS)]
+    alone = [await solo.submit(prompt=p, params=SHORT).text() for p in prompts]
+    await solo.close()
+    pool = await make_pool(parallel=4, ctx=3100, batch=512, deterministic=True)
+    together = await run_all(pool, prompts)
+    for (solo_text, solo_end), (text, end), n in zip(alone, together, LENGTHS, strict=True):
+        assert (text, end.finish_reason) == (solo_text, solo_end.finish_reason), n
+
+
+async def test_a_short_prompt_is_not_kept_waiting_behind_a_long_one(make_pool) -> None:
+    """The long prompt is admitted first; with its prompt shared fairly, the short one's first
+    token comes long before the long one has been read."""
+    pool = await make_pool(parallel=2, ctx=3100, batch=128)
+    long_job = pool.submit(prompt=prompt_of(pool, 3000, 1), params=SHORT)
+    await asyncio.sleep(0.05)  # the long prompt is in its first chunks
+    short_job = pool.submit(prompt=prompt_of(pool, 20, 2), params=SHORT)
+    (_, short_end), (_, long_end) = await asyncio.gather(short_job.text(), long_job.text())
+    assert short_end.timings.ttft_ms is not None and long_end.timings.ttft_ms is not None
+    assert short_end.timings.ttft_ms < long_end.timings.ttft_ms / 3
+
+
+async def test_running_streams_keep_going_while_a_long_prompt_is_read(make_pool) -> None:
+    """A long prompt holds running streams back by at most one batch per step: a stream that
+    is decoding keeps producing tokens while 3,000 prompt tokens go in beside it."""
+    pool = await make_pool(parallel=2, ctx=3100, batch=128)
+    params = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
+    runner = pool.submit(prompt="Once upon a time", params=params)
+    stamps: list[float] = []
+
+    async def consume() -> None:
+        async for event in runner.events():
+            if isinstance(event, TokenText):
+                stamps.append(time.perf_counter())
+
+    consumer = asyncio.create_task(consume())
+    while len(stamps) < 5:
+        await asyncio.sleep(0.01)
+    long_job = pool.submit(prompt=prompt_of(pool, 3000, 3), params=SHORT)
+    _, long_end = await long_job.text()
+    during = [t for t in stamps if t > stamps[4]]
+    runner.cancel()
+    await consumer
+    prefill_s = long_end.timings.prefill_ms / 1000
+    assert len(during) >= 3000 // 128 // 2, "the stream kept decoding during the long prefill"
+    assert prefill_s > 0
+
+
+async def test_a_cancel_in_the_middle_of_a_prefill_frees_the_slot(make_pool) -> None:
+    pool = await make_pool(parallel=1, ctx=3100, batch=64)
+    job = pool.submit(prompt=prompt_of(pool, 3000, 4), params=SHORT)
+    engine = pool.engine
+    assert engine is not None
+    for _ in range(500):  # until some, not all, of the prompt is in the KV cache
+        cells = engine.sequence_length(0)
+        if 0 < cells < 3000:
+            break
+        await asyncio.sleep(0.005)
+    assert 0 < engine.sequence_length(0) < 3000, "caught the prompt half-read"
+    assert job.cancel()
+    await asyncio.wait_for(job.wait_released(), 10)
+    assert engine.sequence_length(0) == 0 and engine.busy_slots == 0
+    text, end = await pool.submit(prompt="The sky is", params=SHORT).text()
+    assert end.finish_reason in ("stop", "length") and text
