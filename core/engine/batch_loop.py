@@ -45,6 +45,9 @@ class LoopOptions:
     deterministic: bool = False  # prefill each prompt alone, at fixed chunk boundaries
     backend_sampling: bool = False  # sample in the graph, on the device that decodes
     sampler_threads: int | None = None  # host-side sampling threads; None: one per core
+    # Make text while the device decodes the next step. Only worth it where llama_decode
+    # returns before the device is done (a GPU); on the CPU it would delay text by a step.
+    overlap: bool = False
 
 
 class _Slot:
@@ -92,6 +95,7 @@ class BatchLoop:
         self._slots: list[_Slot | None] = []
         self._installed: list[SamplerChain | None] = []  # chains in the graph, per sequence
         self._waiting: deque[GenerationRequest] = deque()
+        self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopping = False
@@ -374,6 +378,13 @@ class BatchLoop:
             slot.n_past += n
             if not slot.prefilling:
                 slot.prefill_done_at = now
+        if self._pending:
+            # A GPU is decoding this batch now: meanwhile, turn the last step's tokens into
+            # text and hand it out, instead of leaving the device idle while we do it.
+            self._make_text(events)
+            self._publish(events[:])
+            events.clear()
+            rows = [(slot, i) for slot, i in rows if self._slots[slot.index] is slot]
         if rows:
             sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows])
             for (slot, _), token in zip(rows, sampled, strict=True):
@@ -393,6 +404,8 @@ class BatchLoop:
     # ---- tokens out --------------------------------------------------------------------------
 
     def _on_token(self, slot: _Slot, token: int, events: Events) -> None:
+        """A sampled token: end the job, or keep it going. What only the text decides (a stop
+        string) comes from `_text`, now or, when overlapping, during the next decode."""
         request = slot.request
         if request.cancelled:  # checked after sampling, before anything is published
             self._finish(slot, "abort", events)
@@ -405,6 +418,20 @@ class BatchLoop:
             self._finish(slot, "stop", events)
             return
         request.tokens_out += 1
+        full = request.tokens_out >= request.max_tokens or slot.n_past + 1 >= self._ctx.n_ctx_seq
+        if self._options.overlap and not full:
+            slot.last_token = token
+            self._pending.append((slot, token))
+            return
+        if not self._text(slot, token, events):
+            return
+        if full:
+            self._finish(slot, "length", events)
+            return
+        slot.last_token = token
+
+    def _text(self, slot: _Slot, token: int, events: Events) -> bool:
+        """Publish a token's text; False when a stop string ended the job."""
         text = slot.utf8.feed(self._model.piece(token))
         if text:
             safe, hit_stop = slot.stops.feed(text)
@@ -412,11 +439,20 @@ class BatchLoop:
                 self._emit(slot, safe, events)
             if hit_stop:
                 self._finish(slot, "stop", events, flush=False)
-                return
-        if request.tokens_out >= request.max_tokens or slot.n_past + 1 >= self._ctx.n_ctx_seq:
-            self._finish(slot, "length", events)
-            return
-        slot.last_token = token
+                return False
+        return True
+
+    def _make_text(self, events: Events) -> None:
+        """Overlap mode: the text of the tokens the last step sampled. A job a stop string ends
+        here already has its next token in the batch being decoded; that token is dropped."""
+        pending, self._pending = self._pending, []
+        for slot, token in pending:
+            if self._slots[slot.index] is not slot:
+                continue  # ended meanwhile
+            if slot.request.cancelled:
+                self._finish(slot, "abort", events)
+                continue
+            self._text(slot, token, events)
 
     def _emit(self, slot: _Slot, text: str, events: Events) -> None:
         events.append((slot.request, TokenText(text, slot.chunks, slot.request.tokens_out)))

@@ -59,6 +59,7 @@ class Engine:
             n_batch=spec.n_batch,
             deterministic=spec.deterministic,
             backend_sampling=on_gpu if spec.backend_sampling is None else spec.backend_sampling,
+            overlap=on_gpu if spec.overlap is None else spec.overlap,
         )
         before = {d.index: d.free_bytes for d in gpus()}
 

@@ -37,6 +37,7 @@ class EngineSpec:
     extra_buffers: bool = False  # repacked CPU weight buffers; see native.LlamaModel
     deterministic: bool = False  # each prompt prefilled alone: batching never changes output
     backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
+    overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
 
     @property
     def slots_requested(self) -> int:

@@ -127,3 +127,19 @@ def test_a_chain_installed_in_the_graph_samples_there(model_path) -> None:
     chain.free()
     ctx.free()
     model.free()
+
+
+@pytest.mark.parametrize("backend", [False, True], ids=["host", "graph"])
+async def test_making_text_during_the_next_decode_changes_nothing(make_pool, backend: bool) -> None:
+    """The GPU overlap (text of step k made while step k+1 decodes), forced on the CPU: the
+    same texts, stop strings included, though a stop string is seen one step late."""
+    plain = await make_pool(parallel=4, deterministic=True, overlap=False, engine_id="plain")
+    expected = await texts(plain, GREEDY)
+    stop = expected[1].split()[3]
+    with_stop = GREEDY.model_copy(update={"stop": (stop,)})
+    expected_stopped = await texts(plain, with_stop)
+    await plain.close()
+    pool = await make_pool(parallel=4, deterministic=True, overlap=True, backend_sampling=backend)
+    assert await texts(pool, GREEDY) == expected
+    assert await texts(pool, with_stop) == expected_stopped
+    assert pool.metrics_snapshot().completed == 2 * len(PROMPTS)
