@@ -41,8 +41,10 @@ class Load:
     extra: dict[str, Any]
 
 
-def body(load: Load, i: int) -> dict[str, Any]:
-    prompt = TOPICS[i % len(TOPICS)] + LONG_TAIL.format(i=i) * load.prompt_repeat
+def body(load: Load, i: int, nonce: int) -> dict[str, Any]:
+    # The nonce makes every round's prompts new, so that a server's prompt cache (llama-server
+    # keeps each slot's last prompt) measures nothing it saw in an earlier round.
+    prompt = f"{nonce}. " + TOPICS[i % len(TOPICS)] + LONG_TAIL.format(i=i) * load.prompt_repeat
     request: dict[str, Any] = {
         "model": load.model, "prompt": prompt, "max_tokens": load.tokens, "stream": True,
         "temperature": load.temperature, "seed": i, "ignore_eos": True,
@@ -54,13 +56,17 @@ def body(load: Load, i: int) -> dict[str, Any]:
     return request
 
 
-async def one(client: httpx.AsyncClient, load: Load, i: int) -> tuple[float, int, float]:
+async def one(
+    client: httpx.AsyncClient, load: Load, i: int, nonce: int
+) -> tuple[float, int, float]:
     """(seconds to first text, completion tokens, end as a wall-clock time)."""
     start = time.perf_counter()
     first: float | None = None
     chunks = 0
     usage: int | None = None
-    async with client.stream("POST", load.url + "/v1/completions", json=body(load, i)) as reply:
+    async with client.stream(
+        "POST", load.url + "/v1/completions", json=body(load, i, nonce)
+    ) as reply:
         reply.raise_for_status()
         async for line in reply.aiter_lines():
             if not line.startswith("data:"):
@@ -81,12 +87,13 @@ async def one(client: httpx.AsyncClient, load: Load, i: int) -> tuple[float, int
 
 def worker(args: tuple[Load, list[int], float]) -> list[tuple[float, int, float]]:
     load, indices, start_at = args
+    nonce = int(start_at * 1000) % 100_000
 
     async def go() -> list[tuple[float, int, float]]:
         limits = httpx.Limits(max_connections=len(indices) + 4)
         async with httpx.AsyncClient(timeout=900, limits=limits) as client:
             await asyncio.sleep(max(0.0, start_at - time.time()))
-            return await asyncio.gather(*(one(client, load, i) for i in indices))
+            return await asyncio.gather(*(one(client, load, i, nonce) for i in indices))
 
     return asyncio.run(go())
 

@@ -2,7 +2,7 @@
 
 Each step: retire cancelled jobs, admit waiting jobs into free slots, run one `llama_decode`
 holding the next token of every running sequence and chunks of the prompts being prefilled
-(shared fairly within `n_batch`, see step_plan.py), sample every sequence (in the graph when
+(shared within `n_batch`, see step_plan.py), sample every sequence (in the graph when
 its chain is installed there, else on the host), and publish the step's events to the event
 loop in one call. A sequence that finishes or is cancelled frees its KV cells at once.
 
@@ -30,7 +30,7 @@ from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .native import Batch, LlamaContext, LlamaModel
 from .sampler import SamplerChain, StepSampler, chain_key
-from .step_plan import fair_shares, fillers
+from .step_plan import fillers, prompt_shares
 from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
 
@@ -54,12 +54,15 @@ class _Slot:
     """One sequence in flight: its place in the KV cache, its sampler and its text state."""
 
     __slots__ = (
-        "admitted_at", "chain", "chunks", "first_token_at", "index", "last_token", "n_past",
-        "prefill_done_at", "prompt_pos", "request", "stops", "utf8",
+        "admitted_at", "admitted_step", "chain", "chunks", "first_token_at", "index",
+        "last_token", "n_past", "prefill_done_at", "prompt_pos", "request", "stops", "utf8",
     )  # fmt: skip
 
-    def __init__(self, index: int, request: GenerationRequest, chain: SamplerChain) -> None:
+    def __init__(
+        self, index: int, request: GenerationRequest, chain: SamplerChain, step: int
+    ) -> None:
         self.index = index
+        self.admitted_step = step
         self.request = request
         self.chain = chain
         self.prompt_pos = 0  # prompt tokens already decoded
@@ -96,6 +99,7 @@ class BatchLoop:
         self._installed: list[SamplerChain | None] = []  # chains in the graph, per sequence
         self._waiting: deque[GenerationRequest] = deque()
         self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
+        self._steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopping = False
@@ -256,7 +260,7 @@ class BatchLoop:
         chain = self._chain_for(index, request)
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
-        slot = _Slot(index, request, chain)
+        slot = _Slot(index, request, chain, self._steps)
         self._slots[index] = slot
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
@@ -297,6 +301,7 @@ class BatchLoop:
                 self._finish(slot, "abort", events)
 
     def _step(self, events: Events) -> None:
+        self._steps += 1
         running = [s for s in self._slots if s is not None]
         if not running:
             return
@@ -312,7 +317,8 @@ class BatchLoop:
         # of it: hundreds of streams must not stall a waiting prompt for ever.
         budget = max(n_batch - len(decoding), n_batch // 4)
         remaining = [len(s.request.prompt_tokens) - s.prompt_pos for s in prefilling]
-        shares = fair_shares(remaining, budget)
+        waited = [self._steps - s.admitted_step for s in prefilling]
+        shares = prompt_shares(remaining, waited, budget)
         chunks = [(s, n) for s, n in zip(prefilling, shares, strict=True) if n > 0]
         self._decode(decoding, chunks, use_fillers=True, events=events)
 

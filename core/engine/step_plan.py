@@ -3,10 +3,13 @@
 Pure functions over plain numbers, so that the batch loop's policy can be tested without a
 model.
 
-Fair sharing: every prompt still being prefilled gets an equal share of the step's prompt
-budget, and what a short prompt does not need goes to the others (max-min fairness, "water
-filling"). No prompt starves: a long one advances every step, and a short one that arrives
-behind it finishes in one step instead of queueing after it.
+Sharing: prompts closest to done go first (shortest remaining first), so a short prompt behind
+a long one finishes in one step, and prompts of equal length finish one after another, as first
+come, first served would have them. Splitting the budget evenly would make them all wait for the
+last one, and every extra prompt in a step costs llama.cpp another ubatch: measured on 8 prompts
+of 808 tokens, an even eighth per step cost 14% in median TTFT (bench/bench_batching.py). What
+keeps a long prompt from starving behind a stream of short ones is age: its claim doubles every
+AGING_STEPS steps it has waited, so within a few dozen steps it goes first.
 
 Fillers: llama.cpp runs a decode's ubatch over a contiguous range of KV streams (one stream per
 sequence). A free sequence between two running ones would split the step into two ubatches,
@@ -18,33 +21,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+AGING_STEPS = 8
 
-def fair_shares(remaining: Sequence[int], budget: int) -> list[int]:
-    """Split `budget` tokens among prompts with `remaining` tokens each (in priority order:
-    leftover single tokens go to the first). Returns each prompt's share this step."""
-    n = len(remaining)
-    if n == 0 or budget <= 0:
-        return [0] * n
-    if sum(remaining) <= budget:
-        return list(remaining)
-    # the largest level L with sum(min(r, L)) <= budget
-    ordered = sorted(remaining)
-    spent, level = 0, 0
-    for i, r in enumerate(ordered):
-        above = n - i  # prompts with at least r tokens left
-        if spent + (r - level) * above > budget:
-            level += (budget - spent) // above
+
+def prompt_shares(remaining: Sequence[int], waited: Sequence[int], budget: int) -> list[int]:
+    """Split `budget` tokens among prompts with `remaining` tokens each that have waited
+    `waited` steps (oldest first). Returns each prompt's share this step."""
+    shares = [0] * len(remaining)
+    left = budget
+
+    def claim(i: int) -> tuple[int, int]:  # smaller goes first
+        return remaining[i] >> min(30, waited[i] // AGING_STEPS), i
+
+    for i in sorted(range(len(remaining)), key=claim):
+        if left <= 0:
             break
-        spent += (r - level) * above
-        level = r
-    shares = [min(r, level) for r in remaining]
-    left = budget - sum(shares)
-    for i, r in enumerate(remaining):
-        if left == 0:
-            break
-        if shares[i] < r:
-            shares[i] += 1
-            left -= 1
+        shares[i] = min(remaining[i], left)
+        left -= shares[i]
     return shares
 
 

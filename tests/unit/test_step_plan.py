@@ -6,44 +6,57 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infertui.core.engine.step_plan import fair_shares, fillers
+from infertui.core.engine.step_plan import AGING_STEPS, fillers, prompt_shares
 
 
 def test_prompts_that_fit_get_all_they_need() -> None:
-    assert fair_shares([3, 100, 1], 512) == [3, 100, 1]
+    assert prompt_shares([3, 100, 1], [0, 0, 0], 512) == [3, 100, 1]
 
 
 def test_a_short_prompt_behind_a_long_one_finishes_in_one_step() -> None:
-    """Fairness: the long prompt arrived first, yet the short one is not kept waiting."""
-    assert fair_shares([3000, 20], 512) == [492, 20]
+    """The long prompt arrived first, yet the short one is not kept waiting."""
+    assert prompt_shares([3000, 20], [3, 0], 512) == [492, 20]
 
 
-def test_the_budget_is_split_evenly_between_long_prompts() -> None:
-    assert fair_shares([3000, 3000, 3000, 3000], 512) == [128, 128, 128, 128]
+def test_equal_prompts_finish_one_after_another_oldest_first() -> None:
+    assert prompt_shares([3000, 3000, 3000, 3000], [0, 0, 0, 0], 512) == [512, 0, 0, 0]
+    # a step later the first has less left, so it goes on first: first come, first served
+    assert prompt_shares([2488, 3000, 3000, 3000], [1, 1, 1, 1], 512) == [512, 0, 0, 0]
 
 
-def test_leftover_single_tokens_go_to_the_oldest_prompts() -> None:
-    assert fair_shares([100, 100, 100], 10) == [4, 3, 3]
+def test_the_prompt_closest_to_done_goes_first() -> None:
+    assert prompt_shares([3000, 200, 2000], [0, 0, 0], 512) == [0, 200, 312]
+
+
+def test_a_long_prompt_behind_ever_new_short_ones_gets_its_turn() -> None:
+    """No starvation: waiting halves a prompt's claim every AGING_STEPS steps."""
+    assert prompt_shares([3000, 20], [0, 0], 16)[0] == 0
+    waited = AGING_STEPS * 8  # 3000 >> 8 = 11 < 20
+    assert prompt_shares([3000, 20], [waited, 0], 16) == [16, 0]
 
 
 def test_no_budget_means_no_prefill() -> None:
-    assert fair_shares([5, 6], 0) == [0, 0]
-    assert fair_shares([], 64) == []
+    assert prompt_shares([5, 6], [0, 0], 0) == [0, 0]
+    assert prompt_shares([], [], 64) == []
 
 
 @given(
-    st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=40),
+    st.lists(
+        st.tuples(st.integers(min_value=1, max_value=4000), st.integers(0, 200)),
+        min_size=1,
+        max_size=40,
+    ),
     st.integers(min_value=0, max_value=2048),
 )
-def test_shares_are_max_min_fair(remaining: list[int], budget: int) -> None:
-    shares = fair_shares(remaining, budget)
+def test_shares_spend_the_budget_on_whole_turns(
+    prompts: list[tuple[int, int]], budget: int
+) -> None:
+    remaining = [r for r, _ in prompts]
+    shares = prompt_shares(remaining, [w for _, w in prompts], budget)
     assert all(0 <= s <= r for s, r in zip(shares, remaining, strict=True))
     assert sum(shares) == min(budget, sum(remaining))  # no budget is wasted
-    unfinished = [s for s, r in zip(shares, remaining, strict=True) if s < r]
-    if unfinished:  # anyone left wanting got at least as much as anyone else, give or take one
-        assert min(unfinished) >= max(shares) - 1
-    if budget >= len(remaining):
-        assert all(s >= 1 for s in shares), "no prompt starves"
+    partial = [i for i, (s, r) in enumerate(zip(shares, remaining, strict=True)) if 0 < s < r]
+    assert len(partial) <= 1, "at most one prompt is cut short: one extra ubatch at most"
 
 
 @pytest.mark.parametrize(
