@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -150,68 +151,90 @@ def model_id(url: str) -> str:
 
 
 def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]:
+    """Both servers stay up side by side (idle when not measured), and every repetition
+    measures raw, infertui and llama-server back to back: on a shared, noisy machine the three
+    then see the same conditions, and the ratios hold where the absolute figures drift."""
     streams = [int(s) for s in args.streams.split(",")]
     temps = [float(t) for t in args.temps.split(",")]
     prompts = args.prompts.split(",")
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, object]] = []
-    raw = raw_limit(args.batched_bench, setup, streams, args.tokens, 16)
-    log.info("%s: raw decode %s", setup.model.name, {k: round(v) for k, v in raw.items()})
-    servers = {"infertui": infertui_cmd(setup)}
+    commands = {"infertui": infertui_cmd(setup)}
+    if args.baseline:  # another checkout of infertui, e.g. before a change
+        commands["baseline"] = ["env", f"PYTHONPATH={args.baseline}", *infertui_cmd(setup)]
     if args.llama_server:
-        servers["llama-server"] = llama_server_cmd(args.llama_server, setup)
-    results: dict[tuple[str, float, str, int], dict[str, float]] = {}
-    for name, cmd in servers.items():
-        with server(cmd, logs / f"{name}-{setup.model.stem}.log") as url:
-            model = model_id(url)
-            for temp in temps:
-                for prompt in prompts:
-                    for n in streams:
-                        load = Load(url, model, args.tokens, temp, LONG_REPEAT[prompt], {})
-                        rounds = args.rounds + (1 if n == 1 else 0)
-                        results[name, temp, prompt, n] = measure(load, n, rounds, args.processes)
-                        log.info("%s %s temp %s %s x%d: %s", setup.model.name, name, temp,
-                                 prompt, n, results[name, temp, prompt, n])  # fmt: skip
+        commands["llama-server"] = llama_server_cmd(args.llama_server, setup)
+    samples: dict[tuple[str, float, str, int], list[dict[str, float]]] = {}
+    with contextlib.ExitStack() as stack:
+        urls = {
+            name: stack.enter_context(server(cmd, logs / f"{name}-{setup.model.stem}.log"))
+            for name, cmd in commands.items()
+        }
+        models = {name: model_id(url) for name, url in urls.items()}
+        for temp in temps:
+            for prompt in prompts:
+                for n in streams:
+                    for _ in range(args.rounds + (1 if n == 1 else 0)):
+                        if prompt == "short" and temp == temps[0]:
+                            tps = raw_limit(args.batched_bench, setup, [n], args.tokens, 16)[n]
+                            samples.setdefault(("raw", 0.0, prompt, n), []).append({"tps": tps})
+                        for name, url in urls.items():
+                            load = Load(url, models[name], args.tokens, temp, LONG_REPEAT[prompt],
+                                        {})  # fmt: skip
+                            figures = measure(load, n, 1, args.processes)
+                            samples.setdefault((name, temp, prompt, n), []).append(figures)
+                    log.info("%s temp %s %s x%d: %s", setup.model.name, temp, prompt, n,
+                             {k[0]: [round(f["tps"]) for f in v] for k, v in samples.items()
+                              if k[1:] in ((temp, prompt, n), (0.0, prompt, n))})  # fmt: skip
+    rows: list[dict[str, object]] = []
     for temp in temps:
         for prompt in prompts:
             for n in streams:
-                ours = results["infertui", temp, prompt, n]
-                theirs = results.get(("llama-server", temp, prompt, n))
-                limit = raw.get(n) if prompt == "short" else None
-                rows.append({"model": setup.model.name, "temp": temp, "prompt": prompt,
-                             "streams": n, "raw": limit, "infertui": ours,
-                             "llama_server": theirs})  # fmt: skip
+                raw = samples.get(("raw", 0.0, prompt, n))
+                rows.append({
+                    "model": setup.model.name, "temp": temp, "prompt": prompt, "streams": n,
+                    "raw": median_of(raw)["tps"] if raw else None,
+                    "infertui": median_of(samples["infertui", temp, prompt, n]),
+                    "llama_server": median_of(samples.get(("llama-server", temp, prompt, n))),
+                    "baseline": median_of(samples.get(("baseline", temp, prompt, n))),
+                })  # fmt: skip
     return rows
 
 
+def median_of(runs: list[dict[str, float]] | None) -> dict[str, float] | None:
+    if not runs:
+        return None
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def show(rows: list[dict[str, object]]) -> None:
-    print(
-        "| model | sampling | prompt | streams | raw t/s | infertui t/s (of raw) "
-        "| ttft p50/max | llama-server t/s | ttft p50/max | infertui / llama-server |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    """A markdown table: per server, tokens/s (its share of raw) and TTFT p50 / max."""
+    servers = [name for name in ("infertui", "llama_server", "baseline")
+               if any(row[name] for row in rows)]  # fmt: skip
+    head = ["model", "sampling", "prompt", "streams", "raw t/s"]
+    for name in servers:
+        head += [f"{name} t/s (of raw)", "ttft p50 / max"]
+    head += [f"infertui / {name}" for name in servers[1:]]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for row in rows:
-        ours = row["infertui"]
-        theirs = row["llama_server"]
         raw = row["raw"]
-        assert isinstance(ours, dict)
-        of_raw = f" ({ours['tps'] / raw:.2f})" if isinstance(raw, float) else ""
         sampling = "greedy" if row["temp"] == 0 else f"temp {row['temp']}"
-        cells = [
-            str(row["model"]), sampling, str(row["prompt"]), str(row["streams"]),
-            f"{raw:,.0f}" if isinstance(raw, float) else "–",
-            f"{ours['tps']:,.0f}{of_raw}",
-            f"{ours['ttft_p50'] * 1000:.0f} / {ours['ttft_max'] * 1000:.0f} ms",
-        ]  # fmt: skip
-        if isinstance(theirs, dict):
-            cells += [
-                f"{theirs['tps']:,.0f}",
-                f"{theirs['ttft_p50'] * 1000:.0f} / {theirs['ttft_max'] * 1000:.0f} ms",
-                f"{ours['tps'] / theirs['tps']:.2f}",
-            ]
-        else:
-            cells += ["–", "–", "–"]
+        cells = [str(row["model"]), sampling, str(row["prompt"]), str(row["streams"]),
+                 f"{raw:,.0f}" if isinstance(raw, float) else "–"]  # fmt: skip
+        figures = {name: row[name] for name in servers}
+        for fig in figures.values():
+            if not isinstance(fig, dict):
+                cells += ["–", "–"]
+                continue
+            share = f" ({fig['tps'] / raw:.2f})" if isinstance(raw, float) else ""
+            ttft = f"{fig['ttft_p50'] * 1000:,.0f} / {fig['ttft_max'] * 1000:,.0f} ms"
+            cells += [f"{fig['tps']:,.0f}{share}", ttft]
+        ours = figures["infertui"]
+        for name in servers[1:]:
+            other = figures[name]
+            ok = isinstance(ours, dict) and isinstance(other, dict)
+            cells.append(f"{ours['tps'] / other['tps']:.2f}" if ok else "–")  # type: ignore[index]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -229,10 +252,15 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, help="slots on both servers (default: streams)")
     parser.add_argument("--ctx", type=int, default=1024, help="tokens per slot")
     parser.add_argument("--threads", type=int, help="CPU threads (default: llama.cpp's)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="repetitions (medians)")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
     parser.add_argument(
         "--host-arg", action="append", default=[], help="an `infertui host` flag (repeatable)"
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="PYTHONPATH",
+        help="also run the infertui found on this PYTHONPATH (an older checkout) side by side",
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()

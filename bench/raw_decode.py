@@ -25,11 +25,12 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=default_threads())
+    parser.add_argument("--ctx", type=int, default=0, help="tokens per sequence")
     args = parser.parse_args()
     n = args.streams
     model = LlamaModel(args.model, -1 if gpus() else 0, 0)
-    ctx = LlamaContext(model, PROMPT + args.tokens + 8, n, 512, args.threads)
-    batch = Batch(max(512, n * PROMPT))
+    ctx = LlamaContext(model, args.ctx or PROMPT + args.tokens + 8, n, n * PROMPT, args.threads)
+    batch = Batch(n * PROMPT)
     batch.fill(
         [100 + i % 50 for i in range(n * PROMPT)],
         [i % PROMPT for i in range(n * PROMPT)],

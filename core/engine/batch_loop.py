@@ -384,15 +384,17 @@ class BatchLoop:
             slot.n_past += n
             if not slot.prefilling:
                 slot.prefill_done_at = now
+        ranks = list(range(len(rows)))  # each row's place among the batch's outputs
         if self._pending:
             # A GPU is decoding this batch now: meanwhile, turn the last step's tokens into
             # text and hand it out, instead of leaving the device idle while we do it.
             self._make_text(events)
             self._publish(events[:])
             events.clear()
-            rows = [(slot, i) for slot, i in rows if self._slots[slot.index] is slot]
+            live = [k for k, (slot, _) in enumerate(rows) if self._slots[slot.index] is slot]
+            rows, ranks = [rows[k] for k in live], live
         if rows:
-            sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows])
+            sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
             for (slot, _), token in zip(rows, sampled, strict=True):
                 self._on_token(slot, token, events)
 

@@ -123,6 +123,7 @@ Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 _GROUPS_MIN_VOCAB = 8192  # below this a full pass is as cheap as the prefilter
 _GROUP_ROWS = 128  # tokens per group of the top-k prefilter
+_SUBGROUPS = 8  # runs per group that are read again only if they can hold a top-k token
 
 
 class StepSampler:
@@ -149,8 +150,12 @@ class StepSampler:
             else None
         )
 
-    def sample(self, ctx: object, rows: Sequence[Row]) -> list[int]:
-        """The next token of each (batch index, chain), in order. Batch loop thread only."""
+    def sample(
+        self, ctx: object, rows: Sequence[Row], ranks: Sequence[int] | None = None
+    ) -> list[int]:
+        """The next token of each (batch index, chain), in order. Batch loop thread only.
+        `ranks`, each row's place among the batch's outputs, saves asking llama.cpp where
+        every row's logits are."""
         out = [NO_TOKEN] * len(rows)
         host: list[int] = []
         for k, (row, chain) in enumerate(rows):
@@ -168,8 +173,7 @@ class StepSampler:
             return out
         # The first read synchronises the context and puts its outputs in batch order; after
         # it, reading logits has no side effects, so threads may share the rest.
-        get = llama.llama_get_logits_ith
-        addresses = {k: _address(get(ctx, rows[k][0])) for k in host}
+        addresses = self._addresses(ctx, rows, host, ranks)
         n_parts = min(self._threads, max(1, len(host) // _ROWS_PER_THREAD))
         size = -(-len(host) // n_parts)
         parts = [host[i : i + size] for i in range(0, len(host), size)]
@@ -186,6 +190,21 @@ class StepSampler:
         for future in futures:
             future.result()
         return out
+
+    def _addresses(
+        self, ctx: object, rows: Sequence[Row], host: list[int], ranks: Sequence[int] | None
+    ) -> dict[int, int]:
+        """Where each host row's logits are: llama.cpp keeps output rows in batch order, so
+        two reads and arithmetic do, checked on the last row; else one read per row."""
+        get = llama.llama_get_logits_ith
+        first, last = host[0], host[-1]
+        base = _address(get(ctx, rows[first][0]))
+        if ranks is not None:
+            stride = self._n_vocab * 4
+            at = {k: base + (ranks[k] - ranks[first]) * stride for k in host}
+            if last == first or _address(get(ctx, rows[last][0])) == at[last]:
+                return at
+        return {k: _address(get(ctx, rows[k][0])) for k in host}
 
     def _sample_part(
         self,
@@ -251,27 +270,38 @@ def _top_k_candidates(block: np.ndarray, top_k: int) -> tuple[np.ndarray, list[i
     token order: all rows' candidates in one array, and where each row's begin (and end).
 
     The vocabulary's head is cut into `nb` interleaved groups of `_GROUP_ROWS` tokens (group g
-    holds tokens g, g + nb, g + 2nb, ...), so that the group maxima take one vectorised pass.
-    The top_k groups by maximum hold every one of the top_k tokens, and so do their tokens at or
-    above the lowest of those maxima: at least top_k tokens reach it. The tail that does not
-    fill a group is held to the same bound.
+    holds tokens g, g + nb, g + 2nb, ...), each in `_SUBGROUPS` runs of consecutive members,
+    so that all maxima take one vectorised pass. At least top_k tokens reach the lowest of the
+    top_k group maxima (the floor), so every top_k token does: only the subgroups whose maximum
+    reaches the floor are read again, and of them only the tokens that reach it are kept. The
+    tail that does not fill a group is held to the same floor.
     """
     rows, n_vocab = block.shape
     nb = n_vocab // _GROUP_ROWS
-    group_max = block[:, : nb * _GROUP_ROWS].reshape(rows, _GROUP_ROWS, nb).max(axis=1)
+    run = _GROUP_ROWS // _SUBGROUPS
+    head = block[:, : nb * _GROUP_ROWS].reshape(rows, _SUBGROUPS, run, nb)
+    sub_max = head.max(axis=2)  # (rows, subgroups, nb)
+    group_max = sub_max.max(axis=1)
     groups = np.argpartition(group_max, nb - top_k, axis=1)[:, nb - top_k :]
     floor = np.take_along_axis(group_max, groups, axis=1).min(axis=1)
-    groups.sort(axis=1)
-    ids = (np.arange(_GROUP_ROWS)[None, :, None] * nb + groups[:, None, :]).reshape(rows, -1)
+    reaching = np.take_along_axis(sub_max, groups[:, None, :], axis=2) >= floor[:, None, None]
+    row, sub, pick = np.nonzero(reaching)
+    member = sub[:, None] * run + np.arange(run)  # (picked subgroups, run)
+    ids = member * nb + groups[row, pick][:, None]
+    rows_of = np.broadcast_to(row[:, None], ids.shape)
     if nb * _GROUP_ROWS < n_vocab:
         tail = np.arange(nb * _GROUP_ROWS, n_vocab)
-        ids = np.concatenate([ids, np.broadcast_to(tail, (rows, len(tail)))], axis=1)
-    logits = block.reshape(-1)[ids + (np.arange(rows) * n_vocab)[:, None]]
-    keep = logits >= floor[:, None]
-    candidates = np.zeros(int(keep.sum()), dtype=_TOKEN_DATA)
-    candidates["id"] = ids[keep]
-    candidates["logit"] = logits[keep]
-    ends = np.cumsum(keep.sum(axis=1)).tolist()
+        ids = np.concatenate([ids.ravel(), np.tile(tail, rows)])
+        rows_of = np.concatenate([rows_of.ravel(), np.repeat(np.arange(rows), len(tail))])
+    ids, rows_of = ids.ravel(), rows_of.ravel()
+    logits = block[rows_of, ids]
+    keep = logits >= floor[rows_of]
+    ids, rows_of, logits = ids[keep], rows_of[keep], logits[keep]
+    order = np.lexsort((ids, rows_of))  # by row, then by token id
+    candidates = np.zeros(len(order), dtype=_TOKEN_DATA)
+    candidates["id"] = ids[order]
+    candidates["logit"] = logits[order]
+    ends = np.cumsum(np.bincount(rows_of, minlength=rows)).tolist()
     return candidates, [0, *ends]
 
 

@@ -102,8 +102,9 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path) -> None:
         SamplerChain(p, model.n_vocab).sample(ctx.ptr, r) for p, r in zip(params, rows, strict=True)
     ]
     sampler = StepSampler(model.n_vocab, threads=2)
-    chains = [SamplerChain(p, model.n_vocab) for p in params]
-    assert sampler.sample(ctx.ptr, list(zip(rows, chains, strict=True))) == expected
+    for ranks in (None, list(range(len(rows)))):  # logits found by asking, or by arithmetic
+        chains = [SamplerChain(p, model.n_vocab) for p in params]
+        assert sampler.sample(ctx.ptr, list(zip(rows, chains, strict=True)), ranks) == expected
     sampler.close()
     ctx.free()
     model.free()
