@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_http.py
 	$(BIN)/python bench/bench_p2p.py
 	$(BIN)/python bench/bench_tui.py
+	$(BIN)/python bench/bench_batching.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
