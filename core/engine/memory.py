@@ -132,10 +132,10 @@ def auto_parallel(model: LlamaModel, n_ctx_seq: int, n_batch: int) -> tuple[int,
         mid = (low + high + 1) // 2
         low, high = (mid, high) if fits(mid) else (low, mid - 1)
     n = min(low, ceiling)
-    bound = "free memory" if n == low else ("CPU cores" if ceiling < limit else "llama.cpp")
+    bound = "CPU cores" if n < low else ("llama.cpp" if low == limit else "free memory")
     return n, (
         f"--parallel auto: {n} slots x {n_ctx_seq} tokens ({free / MIB:,.0f} MiB free {where} "
-        f"holds {low}; bound by {bound}; llama.cpp allows {limit})"
+        f"holds {low}{'+' if low == limit else ''}; bound by {bound}; llama.cpp allows {limit})"
     )
 
 

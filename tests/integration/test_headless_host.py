@@ -73,6 +73,9 @@ def test_parallel_auto_sizes_the_slots_from_free_memory_and_says_so() -> None:
     sized = [line for line in lines if "--parallel auto:" in line]
     assert sized, "".join(lines)
     assert "slots x 512 tokens" in sized[0] and "MiB free" in sized[0]
+    # and where the engine runs: the device (on a GPU, layers offloaded and VRAM), its memory
+    placed = [line for line in lines if "CPU (" in line or "GPU " in line]
+    assert placed and "MiB" in placed[0], "".join(lines)
 
 
 @pytest.mark.parametrize(

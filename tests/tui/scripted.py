@@ -71,7 +71,7 @@ class ScriptedClient(Client):
     async def engines(self) -> list[EngineStatus]:
         return [
             _engine("gemma-3-270m", "/models/gemma-3-270m-q4_k_m.gguf", 4096, 4, 53.9, 12),
-            _engine("qwen-7b", "/models/qwen2.5-7b-q4_k_m.gguf", 8192, 8, 31.4, 3),
+            _engine("qwen-7b", "/models/qwen2.5-7b-q4_k_m.gguf", 8192, 8, 31.4, 3, gpu=True),
         ]
 
     async def queue(self) -> list[QueueSnapshot]:
@@ -147,14 +147,23 @@ class ScriptedLocal(ScriptedClient):
 
 
 def _engine(
-    engine_id: str, path: str, ctx: int, slots: int, tps: float, requests: int
+    engine_id: str,
+    path: str,
+    ctx: int,
+    slots: int,
+    tps: float,
+    requests: int,
+    *,
+    gpu: bool = False,
 ) -> EngineStatus:
+    card = {"device": "CUDA0 NVIDIA H100 80GB HBM3", "device_used_mb": 21_504.0,
+            "device_total_mb": 81_559.0} if gpu else {}  # fmt: skip
     return EngineStatus(
         engine_id=engine_id,
         status=EngineState.LOADED,
         model_path=path,
-        parameters=EngineParameters(n_ctx=ctx, n_gpu_layers=0, n_parallel=slots),
-        memory_usage=MemoryUsage(model_size_mb=241.0, context_size_mb=ctx / 16),
+        parameters=EngineParameters(n_ctx=ctx, n_gpu_layers=-1 if gpu else 0, n_parallel=slots),
+        memory_usage=MemoryUsage(model_size_mb=241.0, context_size_mb=ctx / 16, **card),
         performance=Performance(last_inference_tps=tps, total_requests=requests),
         pool_state=PoolState.READY,
     )

@@ -41,8 +41,7 @@ class EnginesScreen(DashboardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#engines", DataTable).add_columns(
-            "engine", "status", "model", "ctx", "slots", "gpu layers", "memory", "tok/s",
-            "requests",
+            "engine", "status", "model", "ctx", "slots", "GPU", "memory", "tok/s", "requests",
         )  # fmt: skip
         super().on_mount()
 
@@ -53,7 +52,7 @@ class EnginesScreen(DashboardScreen):
         table.clear()
         for e in engines:
             p, m, perf = e.parameters, e.memory_usage, e.performance
-            memory = _memory(m)
+            memory = f"{m.model_size_mb + m.context_size_mb:,.0f} MB" if m else "–"
             status = e.status.value
             if e.pool_state.value not in ("ready", "loading"):
                 status = f"{status}, {e.pool_state.value}"  # draining, failed
@@ -61,8 +60,8 @@ class EnginesScreen(DashboardScreen):
                 status = f"{status}: {e.error}"
             table.add_row(
                 e.engine_id, status, _file(e.model_path), p.n_ctx, p.n_parallel,
-                p.n_gpu_layers, memory, f"{perf.last_inference_tps:.1f}", perf.total_requests,
-                key=e.engine_id,
+                _gpu(p.n_gpu_layers, m), memory, f"{perf.last_inference_tps:.1f}",
+                perf.total_requests, key=e.engine_id,
             )  # fmt: skip
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
@@ -150,14 +149,14 @@ class EnginesScreen(DashboardScreen):
         await self._tick()
 
 
-def _memory(m: MemoryUsage | None) -> str:
-    """Model + context, and on a GPU how full the card is (by everyone)."""
-    if m is None:
+def _gpu(layers: int, m: MemoryUsage | None) -> str:
+    """Layers offloaded, and how full the card is (by everyone): "all · 21.0/79.6 GB"."""
+    if layers == 0:
         return "–"
-    own = f"{m.model_size_mb + m.context_size_mb:,.0f} MB"
-    if m.device_used_mb is None or not m.device_total_mb:
-        return own
-    return f"{own}; GPU {m.device_used_mb / 1024:,.1f}/{m.device_total_mb / 1024:,.0f} GB"
+    offloaded = "all" if layers < 0 else str(layers)
+    if m is None or m.device_used_mb is None or not m.device_total_mb:
+        return offloaded
+    return f"{offloaded} · {m.device_used_mb / 1024:,.1f}/{m.device_total_mb / 1024:,.1f} GB"
 
 
 def _file(path: str, width: int = 22) -> str:

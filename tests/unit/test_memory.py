@@ -1,0 +1,89 @@
+"""The memory check and `--parallel auto` against a GPU's free memory (issue 10 §3), with a
+pretend GPU: the arithmetic is the same on a real one, which this machine does not have."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from infertui.core.engine import memory
+from infertui.core.engine.devices import MIB, Device
+from infertui.core.protocol.errors import ErrorKind, InferError
+
+GIB = 1024 * MIB
+
+
+@dataclass
+class ModelShape:
+    """What memory.py reads of a loaded model: an 8B Llama shape, all on the GPU."""
+
+    n_embd: int = 4096
+    n_vocab: int = 32_000
+    offloaded_fraction: float = 1.0
+
+    def kv_bytes_per_token(self) -> int:
+        return 32 * 8 * (128 + 128) * 2  # layers x kv heads x (K + V) x f16
+
+
+def gpu(free_gib: float, total_gib: float = 80.0) -> Device:
+    return Device(0, "CUDA0", "NVIDIA H100 80GB HBM3", "gpu", int(free_gib * GIB),
+                  int(total_gib * GIB))  # fmt: skip
+
+
+@pytest.fixture
+def card(monkeypatch: pytest.MonkeyPatch):
+    def set_free(free_gib: float) -> None:
+        monkeypatch.setattr(memory, "devices", lambda: [gpu(free_gib)])
+
+    monkeypatch.setattr(memory, "available_ram_bytes", lambda: 64 * GIB)
+    return set_free
+
+
+def test_auto_fills_the_gpu_up_to_llama_cpps_limit(card) -> None:
+    card(75.0)
+    n, why = memory.auto_parallel(ModelShape(), n_ctx_seq=1024, n_batch=512)
+    assert n == memory.max_sequences() == 256
+    assert "bound by llama.cpp" in why and "on the GPU" in why
+
+
+def test_auto_is_bound_by_free_vram_with_long_contexts(card) -> None:
+    card(20.0)
+    n, why = memory.auto_parallel(ModelShape(), n_ctx_seq=8192, n_batch=512)
+    kv_per_slot = ModelShape().kv_bytes_per_token() * 8192  # 1 GiB
+    assert 1 <= n < 20 * GIB / kv_per_slot
+    assert f"{n} slots x 8192 tokens" in why and "bound by free memory" in why
+    memory.check_context_memory(ModelShape(), 8192, n, 512)  # what auto picks fits
+
+
+def test_a_context_too_big_for_the_gpu_is_out_of_memory_before_llama_cpp_tries(card) -> None:
+    card(8.0)
+    with pytest.raises(InferError) as failed:
+        memory.check_context_memory(ModelShape(), 8192, 64, 512)
+    assert failed.value.kind is ErrorKind.OUT_OF_MEMORY
+    assert "on the GPU" in failed.value.message and "--parallel" in failed.value.message
+
+
+def test_more_slots_than_llama_cpp_allows_is_a_clear_error(card) -> None:
+    card(75.0)
+    with pytest.raises(InferError) as failed:
+        memory.check_context_memory(ModelShape(), 512, 1000, 512)
+    assert failed.value.kind is ErrorKind.INVALID_PARAMS
+    assert "256" in failed.value.message
+
+
+def test_weights_bigger_than_the_free_vram_are_refused(card) -> None:
+    card(4.0)
+    with pytest.raises(InferError) as failed:
+        memory.check_weights_fit("big.gguf", 5 * GIB, n_gpu_layers=-1)
+    assert failed.value.kind is ErrorKind.OUT_OF_MEMORY and "on the GPU" in failed.value.message
+    memory.check_weights_fit("big.gguf", 3 * GIB, n_gpu_layers=-1)
+
+
+def test_no_gpu_means_ram_and_a_cpu_sized_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "devices", lambda: [])
+    monkeypatch.setattr(memory, "available_ram_bytes", lambda: 64 * GIB)
+    monkeypatch.setattr(memory.os, "cpu_count", lambda: 2)
+    n, why = memory.auto_parallel(ModelShape(offloaded_fraction=0.0), 1024, 512)
+    assert n == memory.CPU_SLOTS_PER_CORE * 2
+    assert "of memory" in why and "bound by CPU cores" in why
