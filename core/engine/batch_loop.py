@@ -37,6 +37,7 @@ from .types import EngineEvent, GenerationRequest, Publisher
 log = logging.getLogger(__name__)
 
 Events = list[tuple[GenerationRequest, EngineEvent]]
+CHAIN_IDLE_STEPS = 64  # an installed chain on a free slot stays this long for a job to reuse
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,7 @@ class BatchLoop:
         self._options = options
         self._slots: list[_Slot | None] = []
         self._installed: list[SamplerChain | None] = []  # chains in the graph, per sequence
+        self._freed_at: list[int] = []
         self._waiting: deque[GenerationRequest] = deque()
         self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
         self._steps = 0
@@ -194,6 +196,7 @@ class BatchLoop:
         n_seq = self._ctx.n_seq
         self._slots = [None] * n_seq
         self._installed = [None] * n_seq
+        self._freed_at = [0] * n_seq  # the step at which each slot last became free
         self._batch = Batch(self._options.n_batch + n_seq)
         self._sampler = StepSampler(self._model.n_vocab, self._options.sampler_threads)
         self._filler_token = max(0, self._model.bos)
@@ -287,10 +290,15 @@ class BatchLoop:
             self._installed[index] = None
 
     def _uninstall_idle_chains(self) -> None:
-        """Chains left on free slots run on a dummy row every step; with nobody waiting to
-        reuse them, take them out (one graph re-plan for all of them)."""
+        """Chains left on free slots run on a dummy row every step; once one has sat unused
+        for CHAIN_IDLE_STEPS steps with nobody waiting, take it out (one graph re-plan for all
+        of them). Not sooner: clients that come back a moment later (the next turn of a chat,
+        the next round of a batch) would pay for a re-plan on the way out and one on the way
+        in."""
         for index, chain in enumerate(self._installed):
-            if chain is not None and self._slots[index] is None:
+            if chain is None or self._slots[index] is not None:
+                continue
+            if self._steps - self._freed_at[index] > CHAIN_IDLE_STEPS:
                 self._uninstall(index)
 
     # ---- one step ------------------------------------------------------------------------------
@@ -482,6 +490,7 @@ class BatchLoop:
         if not slot.chain.on_backend:  # an installed chain stays for the next job to reuse
             slot.chain.free()
         self._slots[slot.index] = None
+        self._freed_at[slot.index] = self._steps
         events.append((slot.request, Finished(reason, self._timings(slot), error)))
 
     def _timings(self, slot: _Slot) -> TimingStats:
