@@ -163,10 +163,11 @@ class StepSampler:
                 host.append(k)
                 continue
             token = int(llama.llama_get_sampled_token_ith(ctx, row))
-            if token == NO_TOKEN:  # the device ran only part of the chain
-                host.append(k)
-                continue
-            if chain.stateful:
+            if token == NO_TOKEN:
+                # The device ran only the chain's first samplers: llama.cpp hands their
+                # candidates, not the vocabulary's logits, to the native chain to finish.
+                token = chain.sample(ctx, row)
+            elif chain.stateful:
                 llama.llama_sampler_accept(chain.ptr, token)
             out[k] = token
         if not host:
