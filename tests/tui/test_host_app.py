@@ -59,7 +59,8 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
         seen: list[str] = []
 
         async def read() -> None:
-            seen.extend([piece async for piece in reply])
+            async for piece in reply:  # piece by piece: the check below looks mid-reply
+                seen.append(piece)
 
         reader = asyncio.create_task(read())
         table = app.screen.query_one("#streams", DataTable)
