@@ -3,7 +3,7 @@
 Each step: retire cancelled jobs, admit waiting jobs into free slots, run one `llama_decode`
 holding the next token of every running sequence and chunks of the prompts being prefilled
 (shared within `n_batch`, see step_plan.py), sample every sequence (in the graph when
-its chain is installed there, else on the host), and publish the step's events to the event
+its chain is installed there, see graph_samplers.py, else on the host), and publish the step's events to the event
 loop in one call. A sequence that finishes or is cancelled frees its KV cells at once.
 
 In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
+from .graph_samplers import GraphSamplers
 from .native import Batch, LlamaContext, LlamaModel
-from .sampler import SamplerChain, StepSampler, chain_key
+from .sampler import SamplerChain, StepSampler
 from .step_plan import fillers, prompt_shares
 from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
@@ -37,7 +38,6 @@ from .types import EngineEvent, GenerationRequest, Publisher
 log = logging.getLogger(__name__)
 
 Events = list[tuple[GenerationRequest, EngineEvent]]
-CHAIN_IDLE_STEPS = 64  # an installed chain on a free slot stays this long for a job to reuse
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,6 @@ class LoopOptions:
     n_batch: int = 512  # prompt tokens per step, beyond one token per running sequence
     deterministic: bool = False  # prefill each prompt alone, at fixed chunk boundaries
     backend_sampling: bool = False  # sample in the graph, on the device that decodes
-    sampler_threads: int | None = None  # host-side sampling threads; None: one per core
     # Make text while the device decodes the next step. Only worth it where llama_decode
     # returns before the device is done (a GPU); on the CPU it would delay text by a step.
     overlap: bool = False
@@ -97,8 +96,7 @@ class BatchLoop:
         self._publish = publish
         self._options = options
         self._slots: list[_Slot | None] = []
-        self._installed: list[SamplerChain | None] = []  # chains in the graph, per sequence
-        self._freed_at: list[int] = []
+        self._graph: GraphSamplers | None = None  # chains sampling in the graph, if any
         self._waiting: deque[GenerationRequest] = deque()
         self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
         self._steps = 0
@@ -195,20 +193,18 @@ class BatchLoop:
             return
         n_seq = self._ctx.n_seq
         self._slots = [None] * n_seq
-        self._installed = [None] * n_seq
-        self._freed_at = [0] * n_seq  # the step at which each slot last became free
+        if self._options.backend_sampling:
+            self._graph = GraphSamplers(self._ctx, self._model.n_vocab)
         self._batch = Batch(self._options.n_batch + n_seq)
-        self._sampler = StepSampler(self._model.n_vocab, self._options.sampler_threads)
+        self._sampler = StepSampler(self._model.n_vocab)
         self._filler_token = max(0, self._model.bos)
         self._opened.set_result((self._model, self._ctx))
         try:
             self._run()
         finally:
             self._sampler.close()
-            for seq, chain in enumerate(self._installed):
-                if chain is not None:
-                    self._ctx.set_sampler(seq, None)
-                    chain.free()
+            if self._graph is not None:
+                self._graph.close()
             self._ctx.free()
             self._model.free()
 
@@ -222,8 +218,8 @@ class BatchLoop:
                         break
                     events: Events = []
                     self._retire_cancelled(events)
-                    if not self._waiting:
-                        self._uninstall_idle_chains()
+                    if self._graph is not None and not self._waiting:
+                        self._graph.remove_idle(self._steps, lambda i: self._slots[i] is not None)
                     self._admit_waiting(events)
                 self._step(events)
                 if events:
@@ -234,7 +230,7 @@ class BatchLoop:
         finally:
             self._shutdown()
 
-    # ---- admission and sampler chains --------------------------------------------------------
+    # ---- admission --------------------------------------------------------
 
     def _admit_waiting(self, events: Events) -> None:
         """Move waiting jobs into free slots. Called under the lock, so that a job is always
@@ -244,23 +240,14 @@ class BatchLoop:
             request = self._waiting.popleft()
             if request.cancelled:  # already ended by the event loop
                 continue
-            index = self._pick_slot(free, request)
-            free.remove(index)
-            self._admit(index, request, events)
+            self._admit(free, request, events)
 
-    def _pick_slot(self, free: list[int], request: GenerationRequest) -> int:
-        """The lowest free slot (running sequences stay packed, so fewer fillers), but first
-        one whose installed chain this job can reuse: installing a chain re-plans the graph."""
-        if self._options.backend_sampling:
-            key = chain_key(request.params)
-            for index in free:
-                chain = self._installed[index]
-                if chain is not None and chain.key == key:
-                    return index
-        return free[0]
-
-    def _admit(self, index: int, request: GenerationRequest, events: Events) -> None:
-        chain = self._chain_for(index, request)
+    def _admit(self, free: list[int], request: GenerationRequest, events: Events) -> None:
+        if self._graph is not None:
+            index, chain = self._graph.place(free, request.params)
+        else:
+            index, chain = free[0], SamplerChain(request.params, self._model.n_vocab)
+        free.remove(index)
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
         slot = _Slot(index, request, chain, self._steps)
@@ -268,38 +255,6 @@ class BatchLoop:
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
-
-    def _chain_for(self, index: int, request: GenerationRequest) -> SamplerChain:
-        if not self._options.backend_sampling:
-            return SamplerChain(request.params, self._model.n_vocab)
-        installed = self._installed[index]
-        if installed is not None and installed.key == chain_key(request.params):
-            installed.reset()
-            return installed
-        self._uninstall(index)
-        chain = SamplerChain(request.params, self._model.n_vocab)
-        self._ctx.set_sampler(index, chain)
-        self._installed[index] = chain
-        return chain
-
-    def _uninstall(self, index: int) -> None:
-        chain = self._installed[index]
-        if chain is not None:
-            self._ctx.set_sampler(index, None)
-            chain.free()
-            self._installed[index] = None
-
-    def _uninstall_idle_chains(self) -> None:
-        """Chains left on free slots run on a dummy row every step; once one has sat unused
-        for CHAIN_IDLE_STEPS steps with nobody waiting, take it out (one graph re-plan for all
-        of them). Not sooner: clients that come back a moment later (the next turn of a chat,
-        the next round of a batch) would pay for a re-plan on the way out and one on the way
-        in."""
-        for index, chain in enumerate(self._installed):
-            if chain is None or self._slots[index] is not None:
-                continue
-            if self._steps - self._freed_at[index] > CHAIN_IDLE_STEPS:
-                self._uninstall(index)
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -487,10 +442,11 @@ class BatchLoop:
             if tail:
                 self._emit(slot, tail, events)
         self._ctx.free_sequence(slot.index)
-        if not slot.chain.on_backend:  # an installed chain stays for the next job to reuse
+        if self._graph is not None:
+            self._graph.freed(slot.index, self._steps)  # its chain stays for the next job
+        else:
             slot.chain.free()
         self._slots[slot.index] = None
-        self._freed_at[slot.index] = self._steps
         events.append((slot.request, Finished(reason, self._timings(slot), error)))
 
     def _timings(self, slot: _Slot) -> TimingStats:

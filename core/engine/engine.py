@@ -29,7 +29,14 @@ class Engine:
     """A running model. Create with `Engine.load`; end with `close`."""
 
     def __init__(
-        self, spec: EngineSpec, model: LlamaModel, ctx: LlamaContext, loop: BatchLoop, n_gpu: int
+        self,
+        spec: EngineSpec,
+        model: LlamaModel,
+        ctx: LlamaContext,
+        loop: BatchLoop,
+        n_gpu: int,
+        options: LoopOptions,
+        device_bytes: int = 0,
     ) -> None:
         self.spec = spec
         self.model = model
@@ -39,8 +46,8 @@ class Engine:
         self.chat_format = chat_format.choose_format(model)
         self.chat_stop_tokens = chat_format.turn_stop_tokens(model)
         self.version = engine_version()
-        self.options = LoopOptions()
-        self.device_bytes = 0  # GPU memory the model and its context took when loaded
+        self.options = options
+        self.device_bytes = device_bytes  # GPU memory the model and its context took to load
 
     @classmethod
     def load(cls, spec: EngineSpec, publish: Publisher) -> Engine:
@@ -79,11 +86,8 @@ class Engine:
 
         loop = BatchLoop(spec.engine_id, options, publish)
         model, ctx = loop.open(open_model)
-        engine = cls(spec, model, ctx, loop, n_gpu)
-        engine.options = options
-        engine.device_bytes = sum(
-            before[d.index] - d.free_bytes for d in gpus() if d.index in before
-        )
+        taken = sum(before[d.index] - d.free_bytes for d in gpus() if d.index in before)
+        engine = cls(spec, model, ctx, loop, n_gpu, options, taken)
         log.info(
             "engine %s loaded %s (%s, %s, %d slots x %d ctx, %s sampling%s)",
             spec.engine_id, Path(spec.model_path).name, model.description,

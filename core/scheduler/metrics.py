@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from typing import Any
 
 from ..protocol.events import Finished
-from ..protocol.snapshots import MetricsSnapshot, Percentiles
+from ..protocol.snapshots import MemoryUsage, MetricsSnapshot, Percentiles
 
 _RECENT_JOBS = 512
 _RATE_WINDOW_S = 10.0
@@ -142,9 +141,9 @@ class MetricsRecorder:
         queue_capacity: int,
         slots_busy: int,
         slots_total: int,
-        **device: Any,
+        memory: MemoryUsage | None = None,
     ) -> MetricsSnapshot:
-        """The counters now; `device` adds the GPU's memory figures (MetricsSnapshot names)."""
+        """The counters now, with the GPU's memory when the engine has one."""
         now = time.monotonic()
         recent_prefill = [(n, s) for ts, n, s in self._prefills if now - ts <= 60]
         prefill_tokens = sum(n for n, _ in recent_prefill)
@@ -172,5 +171,7 @@ class MetricsRecorder:
             if self.prefill_s
             else 0.0,
             errors_by_class=dict(self.errors),
-            **device,
+            device=memory.device if memory else None,
+            device_memory_used_mb=memory.device_used_mb if memory else None,
+            device_memory_total_mb=memory.device_total_mb if memory else None,
         )

@@ -350,13 +350,10 @@ class Pool:
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         engine = self.engine
-        memory = engine.memory if engine else None
         return self.metrics.snapshot(
             queue_depth=len(engine.waiting()) if engine else 0,
             queue_capacity=self.queue_capacity,
             slots_busy=engine.busy_slots if engine else 0,
             slots_total=engine.n_parallel if engine else self.spec.slots_requested,
-            device=memory.device if memory else None,
-            device_memory_used_mb=memory.device_used_mb if memory else None,
-            device_memory_total_mb=memory.device_total_mb if memory else None,
+            memory=engine.memory if engine else None,
         )

@@ -147,7 +147,7 @@ async def test_making_text_during_the_next_decode_changes_nothing(make_pool, bac
 
 
 async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(make_pool) -> None:
-    """A slot's chain outlives its job for reuse; after CHAIN_IDLE_STEPS steps without one it
+    """A slot's chain outlives its job for reuse; after IDLE_STEPS steps without one it
     is removed from the graph, and a later job installs a fresh chain. Each install and
     removal re-plans the graph: the texts must not change, nor the process abort."""
     host = await make_pool(parallel=2, backend_sampling=False, engine_id="reference")
@@ -159,7 +159,7 @@ async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(m
     long_job = pool.submit(prompt=PROMPTS[1], params=long)  # slot 1, 100 steps more
     assert (await short_job.text())[0] == want
     assert (await long_job.text())[1].timings.tokens_out == 100
-    loop = pool.engine._loop  # the mechanism under test
-    assert loop._installed[0] is None, "slot 0's chain sat idle and was taken out"
-    assert loop._installed[1] is not None, "slot 1's is fresh, kept for the next job"
+    graph = pool.engine._loop._graph  # the mechanism under test
+    assert graph.installed(0) is None, "slot 0's chain sat idle and was taken out"
+    assert graph.installed(1) is not None, "slot 1's is fresh, kept for the next job"
     assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0] == want
