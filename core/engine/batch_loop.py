@@ -2,9 +2,10 @@
 
 Each step: retire cancelled jobs, admit waiting jobs into free slots, run one `llama_decode`
 holding the next token of every running sequence and chunks of the prompts being prefilled
-(shared within `n_batch`, see step_plan.py), sample every sequence (in the graph when
-its chain is installed there, see graph_samplers.py, else on the host), and publish the step's events to the event
-loop in one call. A sequence that finishes or is cancelled frees its KV cells at once.
+(shared within `n_batch`, see step_plan.py), sample every sequence (in the graph when its
+chain is installed there, see graph_samplers.py, else on the host), and publish the step's
+events to the event loop in one call. A sequence that finishes or is cancelled frees its KV
+cells at once.
 
 In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
 boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a

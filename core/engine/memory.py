@@ -67,10 +67,6 @@ class ContextNeeds:
     device_bytes: int  # on the GPUs (KV of offloaded layers, compute buffers)
     host_bytes: int  # in RAM (KV of CPU layers, output buffers)
 
-    @property
-    def total_bytes(self) -> int:
-        return self.device_bytes + self.host_bytes
-
 
 def context_needs(model: LlamaModel, n_ctx_seq: int, n_seq: int, n_batch: int) -> ContextNeeds:
     """An upper-bound estimate: an f16 KV cache, the activations of the largest ubatch and
