@@ -32,7 +32,7 @@ from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .graph_samplers import GraphSamplers
 from .native import Batch, LlamaContext, LlamaModel
 from .sampler import SamplerChain, StepSampler
-from .step_plan import fillers, prompt_shares
+from .step_plan import admission_order, fillers, prompt_shares
 from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
 
@@ -237,11 +237,14 @@ class BatchLoop:
         """Move waiting jobs into free slots. Called under the lock, so that a job is always
         either waiting or in a slot when the event loop looks (see occupancy)."""
         free = [i for i, s in enumerate(self._slots) if s is None]
-        while free and self._waiting:
+        admitted: list[GenerationRequest] = []
+        while len(admitted) < len(free) and self._waiting:
             request = self._waiting.popleft()
-            if request.cancelled:  # already ended by the event loop
-                continue
-            self._admit(free, request, events)
+            if not request.cancelled:  # else already ended by the event loop
+                admitted.append(request)
+        # Shortest prompt on the lowest free sequence: see step_plan.admission_order.
+        for k in admission_order([len(r.prompt_tokens) for r in admitted]):
+            self._admit(free, admitted[k], events)
 
     def _admit(self, free: list[int], request: GenerationRequest, events: Events) -> None:
         if self._graph is not None:

@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infertui.core.engine.step_plan import AGING_STEPS, fillers, prompt_shares
+from infertui.core.engine.step_plan import (
+    AGING_STEPS,
+    admission_order,
+    fillers,
+    prompt_shares,
+    ubatches,
+)
 
 
 def test_prompts_that_fit_get_all_they_need() -> None:
@@ -72,3 +78,44 @@ def test_fillers_close_the_holes_between_running_sequences(
     active: list[int], free: list[int], expected: list[int]
 ) -> None:
     assert fillers(active, free) == expected
+
+
+def test_ubatches_are_rectangles_of_consecutive_sequences() -> None:
+    """The mirror of llama.cpp's sequential split_equal, on cases worked by hand."""
+    assert ubatches({0: 8, 1: 8, 2: 8}, 512) == [([0, 1, 2], 8)]
+    # a running sequence's one token makes the first ubatch one token high
+    assert ubatches({0: 1, 1: 5, 2: 5}, 512) == [([0, 1, 2], 1), ([1, 2], 4)]
+    # a sequence that is done breaks the run: 0 and 2 are not consecutive
+    assert ubatches({0: 3, 1: 1, 2: 3}, 512) == [([0, 1, 2], 1), ([0], 2), ([2], 2)]
+    assert ubatches({0: 4, 2: 4}, 512) == [([0], 4), ([2], 4)]
+    # at most n_ubatch tokens a ubatch
+    assert ubatches({0: 10, 1: 10}, 8) == [([0, 1], 4), ([0, 1], 4), ([0, 1], 2)]
+
+
+def test_admission_lays_prompts_shortest_first_ties_in_arrival_order() -> None:
+    assert admission_order([20, 15, 25, 15]) == [1, 3, 0, 2]
+    assert admission_order([]) == []
+
+
+def _burst_ubatches(lengths: list[int], budget: int = 512) -> int:
+    """Ubatches over a burst's prefill steps, prompts on sequences 0.. in the given order,
+    the budget shared as the batch loop shares it, finished prompts decoding beside."""
+    left, total = list(lengths), 0
+    while any(left):
+        todo = [i for i, n in enumerate(left) if n]
+        shares = prompt_shares([left[i] for i in todo], [0] * len(todo), budget)
+        chunks = {i: 1 for i, n in enumerate(left) if not n}
+        chunks.update((i, s) for i, s in zip(todo, shares, strict=True) if s)
+        total += len(ubatches(chunks, budget))
+        for i, s in zip(todo, shares, strict=True):
+            left[i] -= s
+    return total
+
+
+def test_a_burst_laid_out_by_length_takes_far_fewer_ubatches() -> None:
+    """64 prompts of 15-25 tokens arriving at once (the bench's burst): in arrival order the
+    prefill is a staircase of small ubatches, each running the whole graph."""
+    lengths = [15 + (i * 7) % 11 for i in range(64)]
+    arrival = _burst_ubatches(lengths)
+    laid_out = _burst_ubatches([lengths[i] for i in admission_order(lengths)])
+    assert laid_out * 3 <= arrival, (laid_out, arrival)
