@@ -9,6 +9,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TYPED  := build/typed/infertui
 
 .PHONY: run test lint bench clean
 
@@ -29,7 +30,12 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy core
+	$(BIN)/python tools/layering.py
+	mkdir -p $(TYPED)
+	ln -sfn ../../../core $(TYPED)/core
+	ln -sfn ../../../tui $(TYPED)/tui
+	ln -sfn ../../../infertui_pkg/__init__.py $(TYPED)/__init__.py
+	$(BIN)/mypy -p infertui
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_engine.py
@@ -39,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_batching.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build/typed .pytest_cache .mypy_cache .ruff_cache

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from textual import work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from infertui.core.client import Client, ConnectionState, Reconnector
@@ -40,7 +40,7 @@ METRICS_EVERY_MS = 1000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def mode_keys(titles: dict[str, str]) -> list[Binding]:
+def mode_keys(titles: dict[str, str]) -> list[BindingType]:
     """F2, F3, … switch to an app's screens in order; ids `app.<mode>` for the keymap."""
     return [
         Binding(f"f{key}", f"switch_mode('{mode}')", title, id=f"app.{mode}")

@@ -262,9 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "hosts":
         return list_hosts(args)
     if args.command == "id":
-        from infertui.core.transport.p2p.ids import load_seed, server_id
+        from infertui.core.transport.p2p.ids import Role, load_seed, server_id
 
-        role = "client" if args.client else "host"
+        role: Role = "client" if args.client else "host"
         sys.stdout.write(f"{server_id(load_seed(reset=args.reset_id, role=role))}\n")
         return 0
     if args.command in ("ask", "connect"):
