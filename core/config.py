@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -94,6 +94,14 @@ class HostSettings(BaseModel):
     p2p: P2PSettings = P2PSettings()
 
 
+class ChatSampling(TypedDict):
+    """The chat app's sampling options, as keyword arguments for `Client.chat`."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+
+
 class ClientSettings(BaseModel):
     """`infertui connect` and `infertui ask`."""
 
@@ -103,7 +111,7 @@ class ClientSettings(BaseModel):
     max_tokens: int = Field(512, ge=1, description="longest reply, in tokens")
     connect_timeout_s: float = Field(10.0, gt=0, description="give up connecting after this")
 
-    def sampling(self) -> dict[str, float | int]:
+    def sampling(self) -> ChatSampling:
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
 
 

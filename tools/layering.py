@@ -56,6 +56,16 @@ RULES = [
         ("infertui.core.engine",),
     ),
     Rule(
+        "faces reach pools and the engine registry only through HostService",
+        ("infertui.core.transport", "infertui.core.client", "infertui.tui"),
+        (
+            "infertui.core.scheduler.pool",
+            "infertui.core.scheduler.Pool",
+            "infertui.core.host.registry",
+            "infertui.core.host.EngineRegistry",
+        ),  # module or name
+    ),
+    Rule(
         "the client reaches a host only through a transport",
         ("infertui.core.client",),
         ("infertui.core.host", "infertui.core.scheduler", "infertui.core.transport.http"),

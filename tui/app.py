@@ -13,30 +13,28 @@ from functools import partial
 from pathlib import Path
 
 from textual import work
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from infertui.core.client import Client, ConnectionState, Reconnector
+from infertui.core.client import ConnectionState, Reconnector
 from infertui.core.config import ClientSettings, Settings
 from infertui.core.host import HostService
 from infertui.core.logging import configure_file
 from infertui.core.protocol.errors import InferError
 from infertui.core.transport.p2p.ids import load_seed
 
+from .base import InfertuiApp as BaseApp
 from .local import LocalClient
 from .screens.chat import ChatScreen
-from .screens.dashboard import DashboardScreen
 from .screens.engines import EnginesScreen
-from .screens.metrics import MetricsHistory, MetricsScreen
+from .screens.metrics import MetricsScreen
 from .screens.options import OptionsModal
 from .screens.queue import QueueScreen
 from .screens.streams import StreamsScreen
-from .widgets.host_bar import HostBar
 
 log = logging.getLogger(__name__)
 
-METRICS_EVERY_MS = 1000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -48,48 +46,11 @@ def mode_keys(titles: dict[str, str]) -> list[BindingType]:
     ]
 
 
-class InfertuiApp(App[int]):
-    """What both apps share: modes, the connection state on every screen's bar, the palette."""
+class InfertuiApp(BaseApp):
+    """Modes and the command palette, shared by both apps."""
 
     CSS_PATH = Path(__file__).parent / "infertui.tcss"  # absolute: subclasses live elsewhere
     MODE_TITLES: dict[str, str] = {}
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-        self.client: Client | None = None
-        self.connection = ConnectionState("connecting", "Starting…")
-        self.metrics_history = MetricsHistory()
-        if settings.keymap:
-            self.set_keymap(settings.keymap)
-
-    def set_connection(self, state: ConnectionState) -> None:
-        """Attributes down: every screen's bar shows the new state."""
-        self.connection = state
-        self.client = state.client if state.phase == "connected" else None
-        for screen in self._every_screen():
-            for bar in screen.query(HostBar):
-                bar.show(state)
-        if state.phase == "connected" and state.client is not None:
-            self.collect_metrics(state.client)
-        if isinstance(self.screen, DashboardScreen):
-            self.call_later(self.screen.refresh_now)
-
-    @work(exclusive=True, group="metrics")
-    async def collect_metrics(self, client: Client) -> None:
-        """Metrics history from connect on (pushed by the host over Hyperswarm, polled over
-        HTTP); a new connection's collector replaces the old one."""
-        with contextlib.suppress(InferError):
-            async for pools in client.watch_metrics(METRICS_EVERY_MS):
-                self.metrics_history.add(pools)
-
-    def _every_screen(self) -> Iterable[Screen[object]]:
-        seen = set()
-        for stack in self._screen_stacks.values():
-            for screen in stack:
-                if id(screen) not in seen:
-                    seen.add(id(screen))
-                    yield screen
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """Every action is in the palette: the screens, then what the current screen's keys do."""
@@ -138,7 +99,6 @@ class ClientApp(InfertuiApp):
     ) -> None:
         super().__init__(settings)
         self.target = target
-        self.options: ClientSettings = settings.client
         self.reconnector = Reconnector(
             target,
             self.set_connection,
@@ -194,6 +154,7 @@ class HostApp(InfertuiApp):
 
     def __init__(self, settings: Settings, local: LocalClient, *, start: bool = True) -> None:
         super().__init__(settings)
+        self.local = local
         self.live = local
         self._start = start
         self.exit_code = 0
@@ -205,7 +166,7 @@ class HostApp(InfertuiApp):
             self.start_host()
             self.handle_signals(STOP_SIGNALS)
         else:
-            self.set_connection(ConnectionState("connected", "Serving", self.live))
+            self.set_connection(ConnectionState("connected", "Serving", self.local))
 
     def on_unmount(self) -> None:
         self.handle_signals(())
@@ -225,15 +186,15 @@ class HostApp(InfertuiApp):
     async def start_host(self) -> None:
         self.set_connection(ConnectionState("connecting", "Loading the model…"))
         try:
-            await self.live.service.start()
+            await self.local.service.start()
         except InferError as err:
             log.error("cannot start: %s", err.message)
             self.set_connection(ConnectionState("closed", f"Cannot start: {err.message}"))
             self.exit_code = 1
             return
-        self.live.refresh_info()
-        self.set_connection(ConnectionState("connected", "Serving", self.live))
-        log.info("host dashboard ready: serving %s", ", ".join(self.live.service.registry.ids()))
+        self.local.refresh_info()
+        self.set_connection(ConnectionState("connected", "Serving", self.local))
+        log.info("host dashboard ready: serving %s", ", ".join(self.local.service.engine_ids()))
 
     async def action_quit(self) -> None:
         if self.stopping:  # a second q or signal while the first one drains
@@ -241,7 +202,7 @@ class HostApp(InfertuiApp):
         self.stopping = True
         self.set_connection(ConnectionState("closed", "Stopping: finishing running jobs…"))
         if self._start:
-            await self.live.service.stop()
+            await self.local.service.stop()
         self.exit(self.exit_code)
 
 

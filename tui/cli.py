@@ -1,4 +1,6 @@
-"""The `infertui` command line: `host` serves models, `config path` shows the settings file."""
+"""The `infertui` command line: `host` serves models, `connect` chats with a host, `ask` sends
+one prompt, `hosts` lists a topic's hosts, `id` prints this machine's IDs, `config` shows the
+settings file."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ async def serve(settings: Settings, stop: asyncio.Event, *, reset_id: bool = Fal
             status.parameters.n_ctx, status.chat_format, status.parameters.n_gpu_layers,
         )  # fmt: skip
     faces = "".join(f", {t.name} on {t.describe()}" for t in service.transports)
-    log.info("infertui host ready: serving %s%s", ", ".join(service.registry.ids()), faces)
+    log.info("infertui host ready: serving %s%s", ", ".join(service.engine_ids()), faces)
     await stop.wait()
     log.info("shutting down")
     await service.stop()

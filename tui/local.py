@@ -12,10 +12,13 @@ from infertui.core.host import HostService
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import Finished, TokenText
 from infertui.core.protocol.openai import AddEngineRequest
-from infertui.core.protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from infertui.core.protocol.snapshots import (
+    EngineStatus,
+    LiveJob,
+    MetricsSnapshot,
+    QueueSnapshot,
+)
 from infertui.core.scheduler import Job
-
-from .screens.streams import LiveJob
 
 
 class LocalReply(ChatReply):
@@ -69,22 +72,7 @@ class LocalClient(Client):
 
     def live_jobs(self) -> list[LiveJob]:
         """Every job in flight on every engine, with its latest text."""
-        rows = []
-        for pool in self.service.registry.pools():
-            rates = {s.job_id: s.tps for s in pool.slots() if s.job_id}
-            for job in pool.jobs():
-                rows.append(
-                    LiveJob(
-                        job_id=job.id,
-                        engine=pool.id,
-                        client=job.client_id or "",
-                        state="running" if job.id in rates else "queued",
-                        tokens_out=job.tokens_published,
-                        tokens_per_s=rates.get(job.id, 0.0),
-                        text_tail=job.text_tail,
-                    )
-                )
-        return rows
+        return self.service.live_jobs()
 
     def chat(
         self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
@@ -108,17 +96,17 @@ class LocalClient(Client):
         self.refresh_info()
 
     async def remove_engine(self, engine_id: str) -> None:
-        await self.service.registry.remove(engine_id)
+        await self.service.remove_engine(engine_id)
         self.refresh_info()
 
     async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None:
-        await self.service.pool(engine_id).reload(model_path)
+        await self.service.reload_engine(engine_id, model_path)
 
     async def drain_engine(self, engine_id: str, deadline_ms: int = 5000) -> None:
-        await self.service.pool(engine_id).drain(deadline_ms)
+        await self.service.drain_engine(engine_id, deadline_ms)
 
     async def resume_engine(self, engine_id: str) -> None:
-        self.service.pool(engine_id).resume()
+        self.service.resume_engine(engine_id)
 
     async def wait_closed(self) -> None:
         await self._closed.wait()

@@ -18,10 +18,9 @@ from typing import Any, Literal
 
 from ..protocol.common import ChatMessage
 from ..protocol.openai import AddEngineRequest
-from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
 
 Transport = Literal["p2p", "http", "local"]  # local: the host's own dashboard
-FinishReason = Literal["stop", "length", "abort", "error"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ from httpx import USE_CLIENT_DEFAULT
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.openai import AddEngineRequest
-from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
-from .base import ChatReply, ChatStats, Client, FinishReason, HostInfo
+from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
+from .base import ChatReply, ChatStats, Client, HostInfo
 from .errors import kind_for_openai_code
 
 HEALTH_POLL_S = 2.0

@@ -457,15 +457,11 @@ class BatchLoop:
         now = time.perf_counter()
         req = slot.request
         first = slot.first_token_at
-        return TimingStats(
-            queue_wait_ms=(slot.admitted_at - req.enqueued_at) * 1000,
-            prefill_ms=((slot.prefill_done_at or now) - slot.admitted_at) * 1000,
-            ttft_ms=(first - req.enqueued_at) * 1000 if first else None,
-            decode_ms=(now - first) * 1000 if first else 0.0,
-            total_ms=(now - req.enqueued_at) * 1000,
-            tokens_in=len(req.prompt_tokens),
-            tokens_out=req.tokens_out,
-        )
+        return TimingStats.measured(
+            enqueued=req.enqueued_at, end=now, first_token=first,
+            tokens_in=len(req.prompt_tokens), tokens_out=req.tokens_out,
+            admitted=slot.admitted_at, prefill_done=slot.prefill_done_at,
+        )  # fmt: skip
 
     def _decode_failed(self, rc: int, slots: Sequence[_Slot], events: Events) -> None:
         log.error("llama_decode returned %d for %d sequences; failing them", rc, len(slots))

@@ -8,24 +8,11 @@ from pathlib import Path
 
 from ..engine import EngineSpec
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.snapshots import (
-    EngineParameters,
-    EngineState,
-    EngineStatus,
-    Performance,
-    PoolState,
-)
+from ..protocol.snapshots import EngineStatus, PoolState
 from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
+from .views import engine_status
 
 log = logging.getLogger(__name__)
-
-_ENGINE_STATE = {
-    PoolState.LOADING: EngineState.LOADING,
-    PoolState.READY: EngineState.LOADED,
-    PoolState.DRAINING: EngineState.LOADED,
-    PoolState.DRAINED: EngineState.LOADED,
-    PoolState.FAILED: EngineState.FAILED,
-}
 
 
 class EngineRegistry:
@@ -114,33 +101,3 @@ class EngineRegistry:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()
-
-
-def engine_status(pool: Pool) -> EngineStatus:
-    """Spec 004's engine status for one pool, with what the dashboards add."""
-    engine = pool.engine
-    spec = pool.spec
-    return EngineStatus(
-        engine_id=pool.id,
-        status=_ENGINE_STATE[pool.state],
-        model_path=spec.model_path,
-        parameters=engine.parameters
-        if engine
-        else EngineParameters(
-            n_ctx=spec.n_ctx,
-            n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
-            main_gpu_id=spec.main_gpu_id,
-            n_threads=spec.n_threads,
-            n_parallel=spec.slots_requested,
-        ),
-        memory_usage=engine.memory if engine else None,
-        performance=Performance(
-            last_inference_tps=round(pool.metrics.last_job_tps, 2),
-            total_requests=pool.total_requests,
-        ),
-        pool_state=pool.state,
-        chat_format=engine.chat_format.description if engine else None,
-        model_description=engine.model.description if engine else None,
-        gpu_offload=bool(engine and engine.n_gpu_layers != 0),
-        error=pool.error,
-    )

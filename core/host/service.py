@@ -1,7 +1,9 @@
-"""HostService: the host core every face (P2P, HTTP, TUI) is a view on.
+"""HostService: the one door to the host for every face (HTTP, Hyperswarm, the dashboard).
 
-It owns the engine registry (and, in later layers, the transports), turns settings into
-engines at start(), and drains and frees everything at stop().
+It owns the engines (a registry of pools, private to it) and the transports, turns settings
+into engines at start(), and drains and frees everything at stop(). Faces submit and cancel
+through `Job` handles and read protocol models; every engine operation is written here once,
+and each face only maps its typed result or error onto its wire format.
 """
 
 from __future__ import annotations
@@ -10,17 +12,25 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from ..config import HostSettings
 from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
-from ..protocol.common import ChatMessage, SamplingParams
+from ..protocol.errors import ErrorKind, InferError
 from ..protocol.openai import AddEngineRequest
+from ..protocol.orchestrator import Capabilities, PoolHealth
 from ..protocol.p2p import ServerInfo
-from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
-from ..scheduler import Job, Pool
+from ..protocol.snapshots import (
+    EngineStatus,
+    LiveJob,
+    MetricsSnapshot,
+    QueueSnapshot,
+    SnapshotKind,
+)
+from ..scheduler import Job, JobArgs
+from ..scheduler.metrics import Histogram
+from . import views
 from .registry import EngineRegistry
 
 log = logging.getLogger(__name__)
@@ -74,7 +84,7 @@ class HostService:
 
     def __init__(self, settings: HostSettings | None = None) -> None:
         self.settings = settings or HostSettings()
-        self.registry = EngineRegistry(self.settings.queue)
+        self._registry = EngineRegistry(self.settings.queue)
         self.transports: list[Transport] = []
         self.started_at = time.time()
         self.version = engine_version()
@@ -93,7 +103,7 @@ class HostService:
             path = await asyncio.to_thread(bundled_model_path)
             specs = [engine_spec(BUNDLED_MODEL_ID, str(path), self.settings)]
         for spec in specs:
-            await self.registry.add(spec)
+            await self._registry.add(spec)
         for transport in self.transports:
             await transport.start()
 
@@ -102,37 +112,30 @@ class HostService:
         for transport in reversed(self.transports):
             await transport.stop()
         grace = self.settings.drain_on_stop_ms
-        await asyncio.gather(*(pool.drain(grace) for pool in self.registry.pools()))
-        await self.registry.close()
+        await asyncio.gather(*(pool.drain(grace) for pool in self._registry.pools()))
+        await self._registry.close()
         log.info("host stopped")
 
     # ---- work --------------------------------------------------------------------------------
 
     def submit(
-        self,
-        *,
-        model: str | None,
-        params: SamplingParams,
-        messages: Sequence[ChatMessage] | None = None,
-        prompt: str | None = None,
-        client_id: str | None = None,
-        client_limit: int | None = None,
-        job_id: str | None = None,
-        correlation_id: str | None = None,
+        self, *, model: str | None = None, pool_id: str | None = None, **job: Unpack[JobArgs]
     ) -> Job:
-        pool = self.registry.resolve(model)
-        return pool.submit(
-            params=params,
-            messages=messages,
-            prompt=prompt,
-            client_id=client_id,
-            client_limit=client_limit,
-            job_id=job_id,
-            correlation_id=correlation_id,
-        )
+        """Queue a job on the engine `model` names (or the default one), or, with `pool_id`,
+        on that pool and no other: a pin never falls back (spec 002)."""
+        if pool_id is None:
+            pool = self._registry.resolve(model)
+        elif pool_id in self._registry.ids():
+            pool = self._registry.get(pool_id)
+        else:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, f"unknown pool_id '{pool_id}'", param="pool_id"
+            )
+        return pool.submit(**job)
 
-    def pool(self, engine_id: str) -> Pool:
-        return self.registry.get(engine_id)
+    def position(self, job: Job) -> tuple[int, int]:
+        """(queue position, predicted start in ms) of a job now; (0, 0) once it runs."""
+        return self._registry.get(job.pool_id).position(job)
 
     # ---- snapshots ---------------------------------------------------------------------------
 
@@ -140,14 +143,39 @@ class HostService:
     def uptime_s(self) -> float:
         return time.time() - self.started_at
 
+    def engine_ids(self) -> list[str]:
+        return self._registry.ids()
+
     def engines(self) -> list[EngineStatus]:
-        return self.registry.statuses()
+        return self._registry.statuses()
+
+    def engine_status(self, engine_id: str) -> EngineStatus:
+        return self._registry.status(engine_id)
+
+    def pool_health(self, pool_id: str) -> PoolHealth:
+        return views.pool_health(self._registry.get(pool_id))
+
+    def pool_metrics(self, pool_id: str) -> MetricsSnapshot:
+        return self._registry.get(pool_id).metrics_snapshot()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            pools=[views.pool_capabilities(p, self.version) for p in self._registry.pools()]
+        )
+
+    def live_jobs(self) -> list[LiveJob]:
+        """Every job in flight on every engine, with its latest text."""
+        return [job for pool in self._registry.pools() for job in views.live_jobs(pool)]
+
+    def histograms(self) -> list[tuple[str, Histogram, Histogram]]:
+        """(pool id, time to first token, request latency) for every pool."""
+        return [(p.id, p.metrics.ttft_hist, p.metrics.latency_hist) for p in self._registry.pools()]
 
     def queues(self) -> list[QueueSnapshot]:
-        return [pool.queue() for pool in self.registry.pools()]
+        return [pool.queue() for pool in self._registry.pools()]
 
     def metrics(self) -> list[MetricsSnapshot]:
-        return [pool.metrics_snapshot() for pool in self.registry.pools()]
+        return [pool.metrics_snapshot() for pool in self._registry.pools()]
 
     def addresses(self) -> dict[str, str]:
         """Where each transport serves: {"http": "http://…", "p2p": "<server ID>"}."""
@@ -155,7 +183,7 @@ class HostService:
 
     def server_info(self, capabilities: dict[str, Any], server_id: str | None = None) -> ServerInfo:
         """Who this host is, the same on every face; each adds its own capabilities."""
-        engines = self.registry.ids()
+        engines = self.engine_ids()
         return ServerInfo(
             host_name=self.settings.host_name or socket.gethostname(),
             model=engines[0] if engines else "",
@@ -165,17 +193,43 @@ class HostService:
             capabilities=capabilities,
         )
 
-    async def add_engine(self, request: AddEngineRequest) -> Pool:
-        """Load a GGUF as a new engine; every face adds engines through here."""
+    # ---- engine operations (every face calls these) -------------------------------------------
+
+    async def add_engine(self, request: AddEngineRequest) -> EngineStatus:
+        """Load a GGUF as a new engine."""
         spec = engine_spec(
             request.engine_id, request.model_path, self.settings, n_ctx=request.n_ctx,
             n_gpu_layers=request.n_gpu_layers, main_gpu_id=request.main_gpu_id,
         )  # fmt: skip
-        return await self.registry.add(spec)
+        pool = await self._registry.add(spec)
+        return views.engine_status(pool)
 
-    def snapshot(self, kind: str) -> dict[str, Any]:
-        """One snapshot as JSON, the same on every transport: "engines", "queue" or "metrics"."""
-        if kind == "engines":
+    async def remove_engine(self, engine_id: str) -> None:
+        """Cancel the engine's jobs and unload it."""
+        await self._registry.remove(engine_id)
+
+    async def reload_engine(self, engine_id: str, model_path: str | None = None) -> EngineStatus:
+        """Load the new model beside the old and switch atomically, or keep the old one and
+        raise (OC-CTRL-2003)."""
+        pool = self._registry.get(engine_id)
+        await pool.reload(model_path)
+        return views.engine_status(pool)
+
+    async def drain_engine(self, engine_id: str, deadline_ms: int) -> int:
+        """Stop admitting, let jobs finish until the deadline, cancel the rest; returns how
+        many were cancelled."""
+        result = await self._registry.get(engine_id).drain(deadline_ms)
+        return result["cancelled"]
+
+    def resume_engine(self, engine_id: str) -> EngineStatus:
+        """Admit again after a drain."""
+        pool = self._registry.get(engine_id)
+        pool.resume()
+        return views.engine_status(pool)
+
+    def snapshot(self, kind: SnapshotKind) -> dict[str, Any]:
+        """One snapshot as JSON, the same on every transport."""
+        if kind is SnapshotKind.ENGINES:
             return {"engines": [s.model_dump(mode="json") for s in self.engines()]}
-        rows = self.metrics() if kind == "metrics" else self.queues()
+        rows = self.metrics() if kind is SnapshotKind.METRICS else self.queues()
         return {"pools": [row.model_dump(mode="json") for row in rows]}

@@ -42,6 +42,17 @@ class SamplingParams(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")
     ignore_eos: bool = Field(False, description="keep going past end-of-generation (benchmarks)")
 
+    @classmethod
+    def of(cls, request: BaseModel, **overrides: object) -> SamplingParams:
+        """The sampling a request of any dialect asks for: its fields of the same names that
+        are set (None leaves llama.cpp's default); `stop` may be one string or a list."""
+        values = {name: getattr(request, name, None) for name in cls.model_fields}
+        values.update(overrides)
+        stop = values["stop"]
+        if stop is not None:
+            values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
+        return cls.model_validate({k: v for k, v in values.items() if v is not None})
+
     @property
     def uses_penalties(self) -> bool:
         return (

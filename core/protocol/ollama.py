@@ -31,15 +31,7 @@ class OllamaChatRequest(BaseModel):
     stop: list[str] | None = Field(None, max_length=MAX_STOPS)
 
     def sampling(self) -> SamplingParams:
-        given = {
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "top_k": self.top_k,
-            "seed": self.seed,
-            "max_tokens": self.max_tokens,
-            "stop": tuple(self.stop) if self.stop else None,
-        }
-        return SamplingParams(**{k: v for k, v in given.items() if v is not None})
+        return SamplingParams.of(self)
 
 
 class AssistantTurn(BaseModel):

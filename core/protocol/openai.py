@@ -40,27 +40,7 @@ class _Sampling(BaseModel):
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
 
     def sampling(self, max_tokens: int) -> SamplingParams:
-        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        extra = {
-            k: v
-            for k, v in (
-                ("top_k", self.top_k),
-                ("min_p", self.min_p),
-                ("repeat_penalty", self.repeat_penalty),
-            )
-            if v is not None
-        }
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            seed=self.seed,
-            presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            stop=tuple(stops),
-            max_tokens=max_tokens,
-            ignore_eos=self.ignore_eos,
-            **extra,
-        )
+        return SamplingParams.of(self, max_tokens=max_tokens)
 
 
 class ChatCompletionRequest(_Sampling):

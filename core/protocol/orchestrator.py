@@ -61,14 +61,7 @@ class TaskRequest(BaseModel):
         return value if value in ("text", "json", "edits") else None
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            stop=tuple(self.stop or ()),
-            max_tokens=self.max_tokens,
-        )
+        return SamplingParams.of(self)
 
 
 class TaskAccepted(BaseModel):

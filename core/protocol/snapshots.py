@@ -13,6 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
+class SnapshotKind(StrEnum):
+    """The snapshots every face serves (P2P message types `engines`, `queue`, `metrics`)."""
+
+    ENGINES = "engines"
+    QUEUE = "queue"
+    METRICS = "metrics"
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -80,6 +88,30 @@ class TimingStats(_Frozen):
     tokens_in: int = 0
     tokens_out: int = 0
 
+    @classmethod
+    def measured(
+        cls,
+        *,
+        enqueued: float,
+        end: float,
+        first_token: float | None,
+        tokens_in: int,
+        tokens_out: int,
+        admitted: float | None = None,
+        prefill_done: float | None = None,
+    ) -> TimingStats:
+        """From the job's instants on one clock, in seconds: queued, given a slot, prompt
+        decoded, first token, end. Where a job never got a slot, those parts are zero."""
+        return cls(
+            queue_wait_ms=(admitted - enqueued) * 1000 if admitted is not None else 0.0,
+            prefill_ms=((prefill_done or end) - admitted) * 1000 if admitted is not None else 0.0,
+            ttft_ms=(first_token - enqueued) * 1000 if first_token else None,
+            decode_ms=(end - first_token) * 1000 if first_token else 0.0,
+            total_ms=(end - enqueued) * 1000,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+        )
+
     @property
     def decode_tps(self) -> float:
         """Tokens per second after the first one (the steady decode rate)."""
@@ -96,6 +128,18 @@ class SlotSnapshot(_Frozen):
     tokens_in: int = 0
     tokens_out: int = 0
     tps: float = 0.0
+
+
+class LiveJob(_Frozen):
+    """A job in flight as the host dashboard shows it, with its latest text."""
+
+    job_id: str
+    engine: str
+    client: str
+    state: Literal["queued", "running"]
+    tokens_out: int
+    tokens_per_s: float
+    text_tail: str
 
 
 class QueueEntry(_Frozen):

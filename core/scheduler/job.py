@@ -18,10 +18,12 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from enum import StrEnum
+from typing import Required, TypedDict
 
 from ..engine import Engine, GenerationRequest
+from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.events import Admitted, Finished, JobEvent, TokenText
 from ..protocol.snapshots import TimingStats
 
@@ -31,6 +33,19 @@ _ids = itertools.count(1)
 
 
 TEXT_TAIL = 240
+
+
+class JobArgs(TypedDict, total=False):
+    """What a face gives to submit a job: a chat (`messages`) or a plain completion
+    (`prompt`), how to sample it, and who asks (for per-client limits and logs)."""
+
+    params: Required[SamplingParams]
+    messages: Sequence[ChatMessage] | None
+    prompt: str | None
+    client_id: str | None
+    client_limit: int | None
+    job_id: str | None
+    correlation_id: str | None
 
 
 def new_job_id() -> str:
@@ -104,6 +119,16 @@ class Job:
     def tokens_in(self) -> int:
         return len(self.request.prompt_tokens)
 
+    @property
+    def tokens_out(self) -> int:
+        """Tokens the engine has generated so far (some may not be published yet)."""
+        return self.request.tokens_out
+
+    @property
+    def enqueued_at(self) -> float:
+        """When the job was queued, on the perf_counter clock."""
+        return self.request.enqueued_at
+
     # ---- consumer side -----------------------------------------------------------------------
 
     async def events(self) -> AsyncIterator[JobEvent]:
@@ -145,13 +170,10 @@ class Job:
             self.engine.wake()  # the batch loop frees the slot at its next step
         # The engine's own timings arrive later; the consumer's figures come from here.
         now, first = time.perf_counter(), self.first_token_at
-        timings = TimingStats(
-            ttft_ms=(first - self.request.enqueued_at) * 1000 if first else None,
-            decode_ms=(now - first) * 1000 if first else 0.0,
-            total_ms=(now - self.request.enqueued_at) * 1000,
-            tokens_in=self.tokens_in,
-            tokens_out=self.request.tokens_out,
-        )
+        timings = TimingStats.measured(
+            enqueued=self.enqueued_at, end=now, first_token=first,
+            tokens_in=self.tokens_in, tokens_out=self.tokens_out,
+        )  # fmt: skip
         self._close(Finished("abort", timings))
         return True
 

@@ -1,4 +1,7 @@
-"""Pool: one engine, its slots and a bounded FIFO queue, with admission, drain and reload.
+"""Pool: one engine and its jobs, with admission, a bounded queue, drain and reload.
+
+The waiting jobs themselves sit in the engine's batch loop, which admits them to slots in
+arrival order; the pool bounds how many may wait and predicts when each will start.
 
 Admission happens before a job is queued (OC-CTRL-2010): the pool must be ready, the client
 under its concurrent-job limit, prompt plus max_tokens within the context, and the queue not
@@ -16,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Unpack
 
 from ..engine import Engine, EngineEvent, EngineSpec, GenerationRequest
 from ..protocol.common import ChatMessage, SamplingParams
@@ -28,7 +32,7 @@ from ..protocol.snapshots import (
     QueueSnapshot,
     SlotSnapshot,
 )
-from .job import Job, new_job_id
+from .job import Job, JobArgs, new_job_id
 from .metrics import MetricsRecorder
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,19 @@ class Pool:
         self._idle.set()
         self._loop = asyncio.get_running_loop()
 
+    # What the engine has, or before it has loaded what its spec asks for.
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.n_ctx if self.engine else self.spec.n_ctx
+
+    @property
+    def n_slots(self) -> int:
+        return self.engine.n_parallel if self.engine else self.spec.slots_requested
+
+    @property
+    def gpu_offload(self) -> bool:
+        return bool(self.engine and self.engine.n_gpu_layers != 0)
+
     @classmethod
     async def start(cls, spec: EngineSpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> Pool:
         pool = cls(spec, queue_capacity)
@@ -73,21 +90,15 @@ class Pool:
 
     # ---- admission ---------------------------------------------------------------------------
 
-    def submit(
-        self,
-        *,
-        params: SamplingParams,
-        messages: Sequence[ChatMessage] | None = None,
-        prompt: str | None = None,
-        client_id: str | None = None,
-        client_limit: int | None = None,
-        job_id: str | None = None,
-        correlation_id: str | None = None,
-    ) -> Job:
+    def submit(self, **args: Unpack[JobArgs]) -> Job:
         """Admit a chat (`messages`) or a plain completion (`prompt`), or raise InferError."""
+        client_id = args.get("client_id")
         try:
-            job = self._admit(params, messages, prompt, client_id, client_limit, job_id)
-            job.correlation_id = correlation_id
+            job = self._admit(
+                args["params"], args.get("messages"), args.get("prompt"), client_id,
+                args.get("client_limit"), args.get("job_id"),
+            )  # fmt: skip
+            job.correlation_id = args.get("correlation_id")
         except InferError as exc:
             self.metrics.record_reject(exc.kind.value)
             log.info("pool %s rejected a job from %s: %s", self.id, client_id or "-", exc.message)
@@ -354,6 +365,6 @@ class Pool:
             queue_depth=len(engine.waiting()) if engine else 0,
             queue_capacity=self.queue_capacity,
             slots_busy=engine.busy_slots if engine else 0,
-            slots_total=engine.n_parallel if engine else self.spec.slots_requested,
+            slots_total=self.n_slots,
             memory=engine.memory if engine else None,
         )

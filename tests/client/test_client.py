@@ -138,7 +138,7 @@ async def test_admin_adds_and_removes_an_engine(client: Client) -> None:
 
 async def test_admin_drains_and_resumes_an_engine(client: Client, host: ServedHost) -> None:
     await client.drain_engine("gemma-3-270m", deadline_ms=0)
-    assert await wait_for(lambda: host.service.pool("gemma-3-270m").state.value == "drained")
+    assert await wait_for(lambda: host.service.pool_health("gemma-3-270m").state.value == "drained")
     with pytest.raises(InferError) as caught:
         await client.chat(HELLO, max_tokens=4).text()
     assert caught.value.kind is ErrorKind.POOL_UNREADY

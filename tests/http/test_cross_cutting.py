@@ -118,19 +118,20 @@ async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> N
 
 
 async def test_a_client_disconnect_mid_stream_frees_the_slot(host: Host) -> None:
-    pool = host.service.registry.get(MODEL)
+    service = host.service
     body = {**CHAT, "max_tokens": 400, "stream": True}
     async with (
         httpx.AsyncClient(base_url=host.url) as client,
         client.stream("POST", "/v1/chat/completions", json=body) as response,
     ):
         async for _ in response.aiter_lines():
-            if pool.metrics_snapshot().slots_busy == 1 and pool.jobs()[0].tokens_published > 3:
+            jobs = service.live_jobs()
+            if service.pool_metrics(MODEL).slots_busy == 1 and jobs[0].tokens_out > 3:
                 break
     deadline = asyncio.get_running_loop().time() + 1.0
-    while pool.metrics_snapshot().slots_busy and asyncio.get_running_loop().time() < deadline:
+    while service.pool_metrics(MODEL).slots_busy and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
-    snapshot = pool.metrics_snapshot()
+    snapshot = service.pool_metrics(MODEL)
     assert snapshot.slots_busy == 0, "the slot is free within a second"
     assert snapshot.cancelled == 1
 

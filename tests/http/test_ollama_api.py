@@ -75,7 +75,7 @@ async def test_spec_001_pre_stream_errors_are_http_statuses_in_the_spec_shape(ho
 
 async def _fail_running_job(host: Host) -> None:
     """Simulates the batch loop failing a job mid-stream (as a llama_decode error does)."""
-    pool = host.service.registry.get(MODEL)
+    pool = host.service._registry.get(MODEL)  # white box: inject a failure into a live job
     while not pool.jobs() or pool.jobs()[0].tokens_published < 2:
         await asyncio.sleep(0.005)
     error = InferError(ErrorKind.GENERATION_FAILED, "llama_decode failed (code -3)")

@@ -185,7 +185,7 @@ async def test_spec_004_engine_still_loading_is_503(host: Host, model_path, tmp_
     adding = asyncio.create_task(
         host.client.post("/engines", json={"engine_id": "second", "model_path": str(copy)})
     )
-    while "second" not in host.service.registry.ids():
+    while "second" not in host.service.engine_ids():
         await asyncio.sleep(0.001)
     busy = await host.client.post(
         "/v1/chat/completions", json={"model": "second", "messages": CHAT, "max_tokens": 2}
@@ -242,7 +242,7 @@ async def test_spec_004_adding_a_bad_model_is_a_clear_error(
     response = await host.client.post("/engines", json={"engine_id": "bad", "model_path": path})
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
-    assert "bad" not in host.service.registry.ids()
+    assert "bad" not in host.service.engine_ids()
     assert (await host.client.get("/v1/health")).json()["status"] == "healthy"
 
 

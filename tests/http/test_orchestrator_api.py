@@ -53,7 +53,7 @@ async def test_oc_ctrl_2010_context_and_budget_are_checked_before_enqueue(host: 
     assert body["code"] == "INVALID_PARAMS"
     assert body["retriable"] is False
     assert "1024" in body["message"]
-    assert host.service.registry.get(MODEL).queue().depth == 0
+    assert host.service.queues()[0].depth == 0
 
 
 async def test_oc_ctrl_2020_2021_2022_2027_stream_started_tokens_metrics_end(host: Host) -> None:

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from infertui.core.engine import EngineSpec
-from infertui.core.host import EngineRegistry
+from infertui.core.host.registry import EngineRegistry
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.snapshots import EngineState, PoolState

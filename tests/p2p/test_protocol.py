@@ -323,7 +323,7 @@ async def test_admin_operations_only_for_admin_peers(
         assert resumed["payload"]["engine"]["pool_state"] == "ready"
         removed = await ask("engine_remove", engine_id="extra")
         assert removed["payload"]["status"] == "removed"
-        assert host.service.registry.ids() == ["gemma-3-270m"]
+        assert host.service.engine_ids() == ["gemma-3-270m"]
     finally:
         await peer.close()
 

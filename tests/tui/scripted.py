@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from infertui.core.client import ChatReply, ChatStats, Client, ConnectionState, HostInfo
 from infertui.core.protocol.common import ChatMessage
@@ -14,6 +14,7 @@ from infertui.core.protocol.snapshots import (
     EngineParameters,
     EngineState,
     EngineStatus,
+    LiveJob,
     MemoryUsage,
     MetricsSnapshot,
     Percentiles,
@@ -24,8 +25,7 @@ from infertui.core.protocol.snapshots import (
     SlotSnapshot,
 )
 from infertui.tui.app import ClientApp, HostApp
-from infertui.tui.screens.metrics import MetricsHistory, host_totals
-from infertui.tui.screens.streams import LiveJob
+from infertui.tui.metrics_history import MetricsHistory, host_totals
 
 REPLY = [
     "Here are three colours:\n\n",
@@ -138,12 +138,22 @@ class ScriptedLocal(ScriptedClient):
 
     def live_jobs(self) -> list[LiveJob]:
         return [
-            LiveJob("job-7f3a", "gemma-3-270m", "p2p:8nd3kq1wzt5e", "running", 130, 24.8,
-                    "the sea was calm that morning, and the boats"),
-            LiveJob("job-91c2", "gemma-3-270m", "http:127.0.0.1", "running", 12, 25.1,
-                    "SELECT name FROM users WHERE"),
-            LiveJob("job-a001", "gemma-3-270m", "p2p:c4xq9hdy1m0p", "queued", 0, 0.0, ""),
+            _live("job-7f3a", "p2p:8nd3kq1wzt5e", "running", 130, 24.8,
+                  "the sea was calm that morning, and the boats"),
+            _live("job-91c2", "http:127.0.0.1", "running", 12, 25.1,
+                  "SELECT name FROM users WHERE"),
+            _live("job-a001", "p2p:c4xq9hdy1m0p", "queued", 0, 0.0, ""),
         ]  # fmt: skip
+
+
+def _live(
+    job_id: str, client: str, state: Literal["queued", "running"], tokens: int, tps: float,
+    tail: str,
+) -> LiveJob:  # fmt: skip
+    return LiveJob(
+        job_id=job_id, engine="gemma-3-270m", client=client, state=state, tokens_out=tokens,
+        tokens_per_s=tps, text_tail=tail,
+    )  # fmt: skip
 
 
 def _engine(

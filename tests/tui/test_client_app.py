@@ -118,7 +118,7 @@ async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -
         app.screen.query_one("#model_path", Input).value = str(bundled_model_path())
         app.screen.query_one("#n_ctx", Input).value = "512"
         await pilot.click("#load")
-        await until(pilot, lambda: "second" in host.service.registry.ids(), 60)
+        await until(pilot, lambda: "second" in host.service.engine_ids(), 60)
         await until(pilot, lambda: screen.query_one("#engines", DataTable).row_count == 2)
         # the outcome line follows the add's reply, which may land after the table refresh
         await until(pilot, lambda: "done" in str(screen.query_one("#outcome", Static).render()))
@@ -127,7 +127,7 @@ async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.press("y")
-        await until(pilot, lambda: host.service.registry.ids() == ["gemma-3-270m"], 30)
+        await until(pilot, lambda: host.service.engine_ids() == ["gemma-3-270m"], 30)
         await until(pilot, lambda: table.row_count == 1)
 
 

@@ -77,7 +77,7 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
         assert not isinstance(app.screen, QrModal)
         await pilot.press("ctrl+q")
         await until(pilot, lambda: not app.is_running, 20)
-    assert service.registry.ids() == []  # quitting stopped the host and freed its engines
+    assert service.engine_ids() == []  # quitting stopped the host and freed its engines
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

@@ -15,6 +15,7 @@ from infertui.core.client import ChatReply, explain
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.protocol.errors import InferError
 
+from ..base import infertui_app
 from ..widgets.host_bar import HostBar
 from ..widgets.message import AssistantMessage, UserMessage
 
@@ -71,7 +72,7 @@ class ChatScreen(Screen[None]):
         text = event.value.strip()
         if not text:
             return
-        client = getattr(self.app, "client", None)
+        client = infertui_app(self).client
         if client is None:
             self.notify("Not connected to a host yet.", severity="warning")
             return
@@ -88,10 +89,10 @@ class ChatScreen(Screen[None]):
 
     @work(exclusive=True, group="reply")
     async def stream_reply(self, view: AssistantMessage) -> None:
-        client = getattr(self.app, "client", None)
+        app = infertui_app(self)
+        client, options = app.client, app.options
         if client is None:
             return
-        options = self.app.options  # type: ignore[attr-defined]
         system = [ChatMessage(role="system", content=options.system_prompt)]
         messages = [*system, *self.history] if options.system_prompt else list(self.history)
         reply = client.chat(messages, **options.sampling())
@@ -134,7 +135,7 @@ class ChatScreen(Screen[None]):
 
     async def show_queue_position(self) -> None:
         """Before the first token: how busy the host is, and when to expect a start."""
-        client = getattr(self.app, "client", None)
+        client = infertui_app(self).client
         if client is None or self.reply is None:
             return
         try:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from textual.screen import Screen
 from textual.widgets import Static
 
-from infertui.core.client import Client, explain
+from infertui.core.client import Client, ConnectionState, explain
 from infertui.core.protocol.errors import InferError
+
+from ..base import infertui_app
 
 
 class DashboardScreen(Screen[None]):
@@ -19,6 +21,10 @@ class DashboardScreen(Screen[None]):
     def on_mount(self) -> None:
         self.set_interval(self.REFRESH_S, self._tick)
         self.call_after_refresh(self._tick)
+        self.watch(infertui_app(self), "connection", self._connection_changed, init=False)
+
+    def _connection_changed(self, _: ConnectionState) -> None:
+        self.call_later(self.refresh_now)
 
     def on_screen_resume(self) -> None:
         self.call_after_refresh(self._tick)
@@ -36,11 +42,11 @@ class DashboardScreen(Screen[None]):
             self._busy = False
 
     async def _refresh(self) -> None:
-        client: Client | None = getattr(self.app, "client", None)
+        app = infertui_app(self)
+        client = app.client
         trouble = self.query_one("#trouble", Static)
         if client is None:
-            state = getattr(self.app, "connection", None)
-            trouble.update(state.message if state is not None else "Not connected.")
+            trouble.update(app.connection.message)
             trouble.display = True
             return
         try:

@@ -4,6 +4,8 @@ Long operations run in workers; their outcome (or error, in plain words) shows i
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from pydantic import ValidationError
 from textual import on, work
 from textual.app import ComposeResult
@@ -17,6 +19,7 @@ from infertui.core.protocol.errors import InferError
 from infertui.core.protocol.openai import AddEngineRequest
 from infertui.core.protocol.snapshots import MemoryUsage
 
+from ..base import infertui_app
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
 from .forms import FormModal, first_problem
@@ -75,7 +78,7 @@ class EnginesScreen(DashboardScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Engine actions show greyed out for a client the host does not list as admin."""
         if action in ("add", "remove", "reload", "drain", "resume"):
-            client: Client | None = getattr(self.app, "client", None)
+            client = infertui_app(self).client
             return True if client is not None and client.info.admin else None
         return True
 
@@ -101,7 +104,7 @@ class EnginesScreen(DashboardScreen):
 
         def remove(yes: bool | None) -> None:
             if yes:
-                self.operate(f"Removing {engine}…", "remove_engine", engine)
+                self.operate(f"Removing {engine}…", lambda c: c.remove_engine(engine))
 
         question = f"Remove engine {engine}? Its running jobs are cancelled. (y / Esc)"
         self.app.push_screen(ConfirmModal(question), remove)
@@ -109,7 +112,7 @@ class EnginesScreen(DashboardScreen):
     def action_reload(self) -> None:
         engine = self.selected()
         if engine is not None:
-            self.operate(f"Reloading {engine}…", "reload_engine", engine)
+            self.operate(f"Reloading {engine}…", lambda c: c.reload_engine(engine))
 
     def action_drain(self) -> None:
         engine = self.selected()
@@ -119,29 +122,31 @@ class EnginesScreen(DashboardScreen):
         def drain(seconds: float | None) -> None:
             if seconds is not None:
                 doing = f"Draining {engine} ({seconds:g} s deadline)…"
-                self.operate(doing, "drain_engine", engine, deadline_ms=int(seconds * 1000))
+                deadline_ms = int(seconds * 1000)
+                self.operate(doing, lambda c: c.drain_engine(engine, deadline_ms=deadline_ms))
 
         self.app.push_screen(DrainModal(engine), drain)
 
     def action_resume(self) -> None:
         engine = self.selected()
         if engine is not None:
-            self.operate(f"Resuming {engine}…", "resume_engine", engine)
+            self.operate(f"Resuming {engine}…", lambda c: c.resume_engine(engine))
 
     def add_engine(self, request: AddEngineRequest | None) -> None:
         if request is not None:
             doing = f"Loading {request.engine_id} from {request.model_path}…"
-            self.operate(doing, "add_engine", request)
+            self.operate(doing, lambda c: c.add_engine(request))
 
     @work(group="engine-ops")
-    async def operate(self, doing: str, method: str, *args: object, **kwargs: object) -> None:
-        client: Client | None = getattr(self.app, "client", None)
+    async def operate(self, doing: str, call: Callable[[Client], Awaitable[None]]) -> None:
+        """Run one engine operation on the connected host and say how it went."""
+        client = infertui_app(self).client
         if client is None:
             self.say("Not connected.", error=True)
             return
         self.say(doing)
         try:
-            await getattr(client, method)(*args, **kwargs)
+            await call(client)
         except InferError as err:
             self.say(f"{doing.rstrip('…')} failed: {explain(err)}", error=True)
             return

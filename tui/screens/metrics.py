@@ -2,53 +2,16 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 from textual.app import ComposeResult
 from textual.containers import Grid, Vertical
 from textual.widgets import DataTable, Footer, Label, Sparkline, Static
 
 from infertui.core.client import Client
-from infertui.core.protocol.snapshots import MetricsSnapshot
 
+from ..base import infertui_app
+from ..metrics_history import PLOTS
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
-
-HISTORY = 60  # samples kept per plot (a minute at one a second)
-PLOTS = {
-    "tps": "tokens/s",
-    "depth": "queue depth",
-    "ttft": "TTFT p50 ms",
-    "ttft95": "TTFT p95 ms",
-    "busy": "busy slots",
-    "errors": "errors (failed + rejected)",
-}
-
-
-def host_totals(pools: list[MetricsSnapshot]) -> dict[str, float]:
-    """One figure per plot for the whole host (latency: the worst engine's)."""
-    return {
-        "tps": sum(p.decode_tps_recent for p in pools),
-        "depth": sum(p.queue_depth for p in pools),
-        "ttft": max((p.ttft_ms.p50 or 0.0 for p in pools), default=0.0),
-        "ttft95": max((p.ttft_ms.p95 or 0.0 for p in pools), default=0.0),
-        "busy": sum(p.slots_busy for p in pools),
-        "errors": sum(p.failed + p.rejected for p in pools),
-    }
-
-
-class MetricsHistory:
-    """The last minute of host-wide figures. The app keeps it from the moment it connects,
-    so the plots are already full when the screen opens."""
-
-    def __init__(self) -> None:
-        self.series: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in PLOTS}
-        self.latest: list[MetricsSnapshot] = []
-
-    def add(self, pools: list[MetricsSnapshot]) -> None:
-        self.latest = pools
-        for key, value in host_totals(pools).items():
-            self.series[key].append(value)
 
 
 class MetricsScreen(DashboardScreen):
@@ -73,7 +36,7 @@ class MetricsScreen(DashboardScreen):
         super().on_mount()
 
     async def refresh_data(self, client: Client) -> None:
-        history: MetricsHistory = getattr(self.app, "metrics_history", None) or MetricsHistory()
+        history = infertui_app(self).metrics_history
         if not history.latest:
             history.add(await client.metrics())
         for key, series in history.series.items():

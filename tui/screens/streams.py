@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,29 +9,12 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from infertui.core.client import Client
 
+from ..base import infertui_app
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
 from .qr import QrModal
 
 TAIL_CHARS = 40
-
-
-@dataclass(frozen=True, slots=True)
-class LiveJob:
-    job_id: str
-    engine: str
-    client: str
-    state: str  # queued | running
-    tokens_out: int
-    tokens_per_s: float
-    text_tail: str
-
-
-class LiveSource(Protocol):
-    """What the host screen reads beyond the Client API: the jobs in flight, their text."""
-
-    def live_jobs(self) -> list[LiveJob]: ...
-    def addresses(self) -> dict[str, str]: ...
 
 
 class StreamsScreen(DashboardScreen):
@@ -59,11 +39,11 @@ class StreamsScreen(DashboardScreen):
         super().on_mount()
 
     def server_id(self) -> str | None:
-        source: LiveSource | None = getattr(self.app, "live", None)
+        source = infertui_app(self).live
         return source.addresses().get("p2p") if source else None
 
     async def refresh_data(self, client: Client) -> None:
-        source: LiveSource | None = getattr(self.app, "live", None)
+        source = infertui_app(self).live
         if source is None:
             return
         lines = Text()

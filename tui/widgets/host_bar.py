@@ -11,6 +11,8 @@ from textual.widgets import Static
 
 from infertui.core.client import ConnectionState
 
+from ..base import infertui_app
+
 PHASE_STYLE = {
     "connected": ("●", "green"),
     "connecting": ("◌", "yellow"),
@@ -27,7 +29,7 @@ def short_id(address: str) -> str:
 
 
 class HostBar(Static):
-    """Shows the app's connection state; the app calls `show()` whenever it changes."""
+    """Shows the app's connection state, following it as it changes."""
 
     DEFAULT_CSS = """
     HostBar { dock: top; height: 1; background: $panel; padding: 0 1; }
@@ -43,9 +45,7 @@ class HostBar(Static):
 
     def on_mount(self) -> None:
         self.countdown = self.set_interval(1, self.render_state, pause=True)
-        state = getattr(self.app, "connection", None)
-        if state is not None:
-            self.show(state)
+        self.watch(infertui_app(self), "connection", self.show)
 
     def show(self, state: ConnectionState) -> None:
         self.state = state

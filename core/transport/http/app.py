@@ -47,7 +47,7 @@ def create_app(
     app.state.service = service
     app.state.tasks = TaskStore()
     app.state.usage = ProcessUsage()
-    app.state.metrics_registry = metrics.registry_for(service)
+    app.state.metrics_registry = metrics.collector_registry(service)
     app.state.background = set[asyncio.Task[object]]()
     for module in (
         routes_openai,

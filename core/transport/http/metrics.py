@@ -7,13 +7,13 @@ from collections.abc import Callable, Iterator
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import registry as prometheus_registry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import Collector
 
 from ...host import HostService
 from ...protocol.snapshots import MetricsSnapshot
@@ -22,25 +22,25 @@ from ...scheduler.metrics import Histogram
 router = APIRouter(tags=["Metrics"])
 
 
-class HostCollector(Collector):
+class HostCollector(prometheus_registry.Collector):
     """Every pool's counters, gauges and latency histograms, labelled by pool."""
 
     def __init__(self, service: HostService) -> None:
         self._service = service
 
     def collect(self) -> Iterator[Metric]:
-        pools = self._service.registry.pools()
+        service = self._service
         gauges: dict[str, tuple[str, Callable[[MetricsSnapshot], float]]] = {
             "queue_depth": ("Jobs waiting for a slot", lambda s: s.queue_depth),
             "queue_capacity": ("Jobs that may wait before QUEUE_FULL", lambda s: s.queue_capacity),
             "slots_busy": ("Slots decoding a job", lambda s: s.slots_busy),
             "slots_total": ("Slots of the engine", lambda s: s.slots_total),
         }
-        snapshots = [(pool, pool.metrics_snapshot()) for pool in pools]
+        snapshots = service.metrics()
         for name, (doc, read) in gauges.items():
             gauge = GaugeMetricFamily(f"infertui_{name}", doc, labels=["pool"])
-            for pool, snap in snapshots:
-                gauge.add_metric([pool.id], read(snap))
+            for snap in snapshots:
+                gauge.add_metric([snap.pool_id], read(snap))
             yield gauge
         requests = CounterMetricFamily(
             "infertui_requests", "Jobs by outcome (rejected: refused at admission)",
@@ -52,25 +52,23 @@ class HostCollector(Collector):
             "infertui_tokens_per_second", "Decode and prefill speed",
             labels=["pool", "phase", "window"],
         )  # fmt: skip
-        for pool, snap in snapshots:
+        for snap in snapshots:
+            pool = snap.pool_id
             for outcome in ("accepted", "rejected", "completed", "cancelled", "failed"):
-                requests.add_metric([pool.id, outcome], getattr(snap, outcome))
-            tokens.add_metric([pool.id, "prompt"], snap.tokens_in_total)
-            tokens.add_metric([pool.id, "generated"], snap.tokens_out_total)
+                requests.add_metric([pool, outcome], getattr(snap, outcome))
+            tokens.add_metric([pool, "prompt"], snap.tokens_in_total)
+            tokens.add_metric([pool, "generated"], snap.tokens_out_total)
             for kind, count in snap.errors_by_class.items():
-                errors.add_metric([pool.id, kind], count)
-            rates.add_metric([pool.id, "decode", "recent"], snap.decode_tps_recent)
-            rates.add_metric([pool.id, "decode", "lifetime"], snap.decode_tps_lifetime)
-            rates.add_metric([pool.id, "prefill", "recent"], snap.prefill_tps_recent)
-            rates.add_metric([pool.id, "prefill", "lifetime"], snap.prefill_tps_lifetime)
+                errors.add_metric([pool, kind], count)
+            rates.add_metric([pool, "decode", "recent"], snap.decode_tps_recent)
+            rates.add_metric([pool, "decode", "lifetime"], snap.decode_tps_lifetime)
+            rates.add_metric([pool, "prefill", "recent"], snap.prefill_tps_recent)
+            rates.add_metric([pool, "prefill", "lifetime"], snap.prefill_tps_lifetime)
         yield from (requests, tokens, errors, rates)
+        histograms = service.histograms()
+        yield self._histogram("ttft", "Time to first token", [(p, t) for p, t, _ in histograms])
         yield self._histogram(
-            "ttft", "Time to first token", [(p.id, p.metrics.ttft_hist) for p in pools]
-        )
-        yield self._histogram(
-            "request_latency",
-            "Enqueue to last token",
-            [(p.id, p.metrics.latency_hist) for p in pools],
+            "request_latency", "Enqueue to last token", [(p, lat) for p, _, lat in histograms]
         )
 
     @staticmethod
@@ -81,7 +79,7 @@ class HostCollector(Collector):
         return family
 
 
-def registry_for(service: HostService) -> CollectorRegistry:
+def collector_registry(service: HostService) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(HostCollector(service))
     return registry

@@ -21,7 +21,7 @@ from ...protocol.openai import (
     SystemUsage,
 )
 from ...protocol.snapshots import EngineState, EngineStatus
-from .routes_openai import service_of
+from .deps import service_of
 
 router = APIRouter(tags=["Engines and health (spec 004)"])
 
@@ -44,9 +44,7 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     summary="Load a GGUF model as a new engine (listed as loading until it is ready)",
 )
 async def add_engine(body: AddEngineRequest, request: Request) -> AddEngineResponse:
-    service = service_of(request)
-    pool = await service.add_engine(body)
-    status = service.registry.status(pool.id)
+    status = await service_of(request).add_engine(body)
     return AddEngineResponse(
         engine_id=status.engine_id,
         status=status.status,
@@ -67,7 +65,7 @@ async def list_engines(request: Request) -> EngineList:
     summary="Cancel the engine's jobs and unload it",
 )
 async def remove_engine(engine_id: str, request: Request) -> RemoveEngineResponse:
-    await service_of(request).registry.remove(engine_id)
+    await service_of(request).remove_engine(engine_id)
     return RemoveEngineResponse(engine_id=engine_id)
 
 
@@ -78,7 +76,7 @@ async def remove_engine(engine_id: str, request: Request) -> RemoveEngineRespons
     summary="Parameters, memory use and performance of one engine",
 )
 async def engine_status(engine_id: str, request: Request) -> EngineStatus:
-    return service_of(request).registry.status(engine_id)
+    return service_of(request).engine_status(engine_id)
 
 
 def summary(status: EngineStatus) -> EngineSummary:

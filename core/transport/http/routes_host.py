@@ -11,7 +11,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ...protocol.p2p import ServerInfo
-from .routes_openai import service_of
+from ...protocol.snapshots import SnapshotKind
+from .deps import service_of
 
 router = APIRouter(tags=["Host snapshots (infertui)"])
 
@@ -25,9 +26,9 @@ async def host_info(request: Request) -> ServerInfo:
 
 @router.get("/v1/host/queue", summary="Per engine: waiting jobs with predicted starts, slots")
 async def host_queue(request: Request) -> dict[str, Any]:
-    return service_of(request).snapshot("queue")
+    return service_of(request).snapshot(SnapshotKind.QUEUE)
 
 
 @router.get("/v1/host/metrics", summary="Per engine: counters, rates and latency percentiles")
 async def host_metrics(request: Request) -> dict[str, Any]:
-    return service_of(request).snapshot("metrics")
+    return service_of(request).snapshot(SnapshotKind.METRICS)

@@ -21,8 +21,8 @@ from ...protocol.ollama import (
     error_body,
 )
 from ...scheduler import Job
+from .deps import collect, submit
 from .families import documented_errors
-from .routes_openai import collect, submit
 from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_event, sse_response
 
 router = APIRouter(tags=["Ollama-style chat (spec 001)"])

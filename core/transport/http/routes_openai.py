@@ -10,7 +10,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
-from ...host import HostService
 from ...protocol.errors import InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.openai import (
@@ -32,6 +31,7 @@ from ...protocol.openai import (
     openai_finish,
 )
 from ...scheduler import Job
+from .deps import collect, service_of, submit
 from .families import documented_errors
 from .streams import HOLE, Template, json_line, merged, sse_response
 
@@ -45,38 +45,12 @@ _SSE = {
 }
 
 
-def service_of(request: Request) -> HostService:
-    service: HostService = request.app.state.service
-    return service
-
-
-def client_of(request: Request) -> str:
-    peer = request.client
-    return f"http:{peer.host}" if peer else "http"
-
-
-def submit(request: Request, **kwargs: Any) -> Job:
-    return service_of(request).submit(
-        client_id=client_of(request),
-        correlation_id=request.state.correlation_id,
-        **kwargs,
-    )
-
-
 def usage_of(jobs: list[Job]) -> Usage:
     tokens_in = sum(job.tokens_in for job in jobs)
     tokens_out = sum(job.result.timings.tokens_out if job.result else 0 for job in jobs)
     return Usage(
         prompt_tokens=tokens_in, completion_tokens=tokens_out, total_tokens=tokens_in + tokens_out
     )
-
-
-async def collect(job: Job) -> tuple[str, Finished]:
-    """The whole reply, or the job's error raised (a pre-stream error: an HTTP status)."""
-    text, final = await job.text()
-    if final.error is not None:
-        raise final.error
-    return text, final
 
 
 @router.post(
@@ -211,5 +185,5 @@ async def models(request: Request) -> ModelList:
 @router.get("/v1/models/{model_id}", response_model=ModelCard, responses={404: _ERRORS[404]})
 async def model(model_id: str, request: Request) -> ModelCard:
     service = service_of(request)
-    pool = service.registry.get(model_id)
-    return ModelCard(id=pool.id, created=int(service.started_at))
+    status = service.engine_status(model_id)
+    return ModelCard(id=status.engine_id, created=int(service.started_at))

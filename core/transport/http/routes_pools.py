@@ -14,15 +14,12 @@ from ...protocol.orchestrator import (
     DrainRequest,
     DrainResponse,
     OrchestratorError,
-    PoolCapabilities,
     PoolHealth,
     ReloadRequest,
     ReloadResponse,
     ResumeResponse,
 )
-from ...protocol.snapshots import PoolState
-from ...scheduler import Pool
-from .routes_openai import service_of
+from .deps import service_of
 
 router = APIRouter(tags=["Pools and capabilities (spec 002)"])
 log = logging.getLogger(__name__)
@@ -32,10 +29,6 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-def pool_of(request: Request, pool_id: str) -> Pool:
-    return service_of(request).registry.get(pool_id)
-
-
 @router.get(
     "/v1/pools/{pool_id}/health",
     response_model=PoolHealth,
@@ -43,18 +36,7 @@ def pool_of(request: Request, pool_id: str) -> Pool:
     summary="Liveness, readiness, draining and a metrics snapshot (OC-CTRL-2001)",
 )
 async def pool_health(pool_id: str, request: Request) -> PoolHealth:
-    pool = pool_of(request, pool_id)
-    return PoolHealth(
-        pool_id=pool.id,
-        live=pool.state is not PoolState.FAILED,
-        ready=pool.state is PoolState.READY,
-        draining=pool.state is PoolState.DRAINING,
-        state=pool.state,
-        engine=pool.engine.version if pool.engine else "llama.cpp",
-        model_path=pool.spec.model_path,
-        metrics=pool.metrics_snapshot(),
-        last_error=pool.error,
-    )
+    return service_of(request).pool_health(pool_id)
 
 
 @router.post(
@@ -66,12 +48,13 @@ async def pool_health(pool_id: str, request: Request) -> PoolHealth:
     summary="Stop admitting, let jobs finish until the deadline, cancel the rest",
 )
 async def drain(pool_id: str, body: DrainRequest, request: Request) -> DrainResponse:
-    pool = pool_of(request, pool_id)
-    task = asyncio.create_task(pool.drain(body.deadline_ms))
+    service = service_of(request)
+    service.engine_status(pool_id)  # an unknown pool is a 404 now, not in the background
+    task = asyncio.create_task(service.drain_engine(pool_id, body.deadline_ms))
     request.app.state.background.add(task)
     task.add_done_callback(request.app.state.background.discard)
     await asyncio.sleep(0)  # the drain has begun once we answer (OC-CTRL-2002)
-    return DrainResponse(pool_id=pool.id, draining=True)
+    return DrainResponse(pool_id=pool_id, draining=True)
 
 
 @router.post(
@@ -85,9 +68,8 @@ async def drain(pool_id: str, body: DrainRequest, request: Request) -> DrainResp
     summary="Admit jobs again after a drain (beyond spec 002: undoes a drain without a reload)",
 )
 async def resume(pool_id: str, request: Request) -> ResumeResponse:
-    pool = pool_of(request, pool_id)
-    pool.resume()
-    return ResumeResponse(pool_id=pool.id, ready=True)
+    service_of(request).resume_engine(pool_id)
+    return ResumeResponse(pool_id=pool_id, ready=True)
 
 
 @router.post(
@@ -108,9 +90,8 @@ async def resume(pool_id: str, request: Request) -> ResumeResponse:
     summary="Load the model beside the old one and switch atomically, or roll back",
 )
 async def reload(pool_id: str, body: ReloadRequest, request: Request) -> ReloadResponse:
-    pool = pool_of(request, pool_id)
-    await pool.reload(body.model_path)
-    return ReloadResponse(pool_id=pool.id, reloaded=True, model_path=pool.spec.model_path)
+    status = await service_of(request).reload_engine(pool_id, body.model_path)
+    return ReloadResponse(pool_id=pool_id, reloaded=True, model_path=status.model_path)
 
 
 @router.get(
@@ -120,31 +101,4 @@ async def reload(pool_id: str, body: ReloadRequest, request: Request) -> ReloadR
     summary="Per pool: engine, version, context, slots, workloads, limits and features",
 )
 async def capabilities(request: Request) -> Capabilities:
-    service = service_of(request)
-    pools = []
-    for pool in service.registry.pools():
-        engine = pool.engine
-        ctx = engine.n_ctx if engine else pool.spec.n_ctx
-        pools.append(
-            PoolCapabilities(
-                pool_id=pool.id,
-                engine="llama.cpp",
-                engine_version=engine.version if engine else service.version,
-                model=pool.spec.model_path,
-                ctx_max=ctx,
-                max_tokens_out=ctx - 1,
-                slots=engine.n_parallel if engine else pool.spec.slots_requested,
-                supported_workloads=["chat", "completion"],
-                rate_limits={"queue_capacity": pool.queue_capacity},
-                features={
-                    "streaming": True,
-                    "cancel": True,
-                    "pin_pool": True,
-                    "output_mode_hint": True,
-                    "gpu_offload": bool(engine and engine.n_gpu_layers != 0),
-                    "artifacts": False,
-                    "budgets": False,
-                },
-            )
-        )
-    return Capabilities(pools=pools)
+    return service_of(request).capabilities()

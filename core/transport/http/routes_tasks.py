@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from ...host import HostService
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Admitted, Finished, TokenText
 from ...protocol.orchestrator import (
@@ -27,8 +28,8 @@ from ...protocol.orchestrator import (
     TaskRequest,
     sse_error,
 )
-from ...scheduler import Job, Pool
-from .routes_openai import client_of, service_of
+from ...scheduler import Job
+from .deps import client_of, service_of
 from .streams import HOLE, INDEX, Template, sse_event, sse_response
 
 router = APIRouter(tags=["Task queue (spec 002)"])
@@ -41,13 +42,13 @@ class TaskStore:
     """Accepted tasks by id, until a while after they end."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, tuple[Job, Pool, str | None]] = {}
+        self._tasks: dict[str, Job] = {}
 
-    def add(self, job: Job, pool: Pool, output_mode: str | None) -> None:
+    def add(self, job: Job) -> None:
         self._sweep()
-        self._tasks[job.id] = (job, pool, output_mode)
+        self._tasks[job.id] = job
 
-    def get(self, task_id: str) -> tuple[Job, Pool, str | None]:
+    def get(self, task_id: str) -> Job:
         try:
             return self._tasks[task_id]
         except KeyError:
@@ -55,10 +56,10 @@ class TaskStore:
 
     def _sweep(self) -> None:
         now = time.perf_counter()
-        for task_id, (job, _, _) in list(self._tasks.items()):
+        for task_id, job in list(self._tasks.items()):
             if job.result is None:
                 continue
-            ended_at = job.request.enqueued_at + job.result.timings.total_ms / 1000
+            ended_at = job.enqueued_at + job.result.timings.total_ms / 1000
             if now - ended_at > FORGET_AFTER_S:
                 del self._tasks[task_id]
 
@@ -110,15 +111,9 @@ _STREAM_EXAMPLE = (
 )
 async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     service = service_of(request)
-    if body.pool_id is not None:  # a pin: this pool or a typed error, never another
-        if body.pool_id not in service.registry.ids():
-            raise InferError(
-                ErrorKind.INVALID_PARAMS, f"unknown pool_id '{body.pool_id}'", param="pool_id"
-            )
-        pool = service.registry.get(body.pool_id)
-    else:
-        pool = service.registry.resolve(body.model)
-    job = pool.submit(
+    job = service.submit(
+        model=body.model,
+        pool_id=body.pool_id,  # a pin: this pool or a typed error, never another
         params=body.sampling(),
         messages=body.messages,
         prompt=body.prompt if not body.messages else None,
@@ -126,13 +121,13 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
         job_id=body.task_id,
         correlation_id=request.state.correlation_id,
     )
-    request.app.state.tasks.add(job, pool, body.output_mode)
+    request.app.state.tasks.add(job)
     return TaskAccepted(
         task_id=job.id,
         queue_position=job.queue_position,
         predicted_start_ms=job.predicted_start_ms,
-        pool_id=pool.id,
-        engine=pool.engine.version if pool.engine else "llama.cpp",
+        pool_id=job.pool_id,
+        engine=service.version,
         output_mode=body.output_mode,
         stream_url=f"/v1/tasks/{job.id}/stream",
     )
@@ -148,12 +143,12 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     summary="SSE: started, then token* with metrics interleaved, then end (or error)",
 )
 async def stream(task_id: str, request: Request) -> EventSourceResponse:
-    job, pool, _ = request.app.state.tasks.get(task_id)
-    return sse_response(task_events(job, pool))
+    job = request.app.state.tasks.get(task_id)
+    return sse_response(task_events(job, service_of(request)))
 
 
-async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
-    position, predicted = pool.position(job)
+async def task_events(job: Job, service: HostService) -> AsyncIterator[ServerSentEvent]:
+    position, predicted = service.position(job)
     started = SSEStarted(queue_position=position, predicted_start_ms=predicted)
     yield sse_event(started.model_dump_json(), "started")
     token = Template(SSEToken(t=HOLE, i=INDEX))
@@ -163,9 +158,9 @@ async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
             yield sse_event(token.render(event.text, index), "token")
             index += 1
             if index % METRICS_EVERY == 0:
-                yield metrics_event(job, pool)
+                yield metrics_event(job, service)
         elif isinstance(event, Admitted):
-            yield metrics_event(job, pool)
+            yield metrics_event(job, service)
         elif isinstance(event, Finished):
             if event.error is not None:
                 yield sse_event(sse_error(event.error).model_dump_json(), "error")
@@ -180,12 +175,12 @@ async def task_events(job: Job, pool: Pool) -> AsyncIterator[ServerSentEvent]:
             yield sse_event(end.model_dump_json(), "end")
 
 
-def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
-    snapshot = pool.metrics_snapshot()
+def metrics_event(job: Job, service: HostService) -> ServerSentEvent:
+    snapshot = service.pool_metrics(job.pool_id)
     metrics = SSEMetrics(
         queue_depth=snapshot.queue_depth,
         kv_warmth=False,
-        tokens_out=job.request.tokens_out,
+        tokens_out=job.tokens_out,
         decode_tps=round(snapshot.decode_tps_recent, 1),
         slots_busy=snapshot.slots_busy,
         slots_total=snapshot.slots_total,
@@ -203,7 +198,7 @@ def metrics_event(job: Job, pool: Pool) -> ServerSentEvent:
     summary="Cancel race-free: once this answers, no further token is emitted (OC-CTRL-2012)",
 )
 async def cancel(task_id: str, request: Request) -> TaskCancelled:
-    job, _, _ = request.app.state.tasks.get(task_id)
+    job = request.app.state.tasks.get(task_id)
     cancelled = job.cancel()
     return TaskCancelled(
         task_id=task_id,

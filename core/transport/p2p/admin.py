@@ -15,8 +15,9 @@ from pydantic import BaseModel, Field
 
 from ...host import HostService
 from ...protocol.openai import AddEngineRequest
+from ...protocol.snapshots import SnapshotKind
 
-SNAPSHOT_TYPES = ("engines", "metrics", "queue")
+SNAPSHOT_TYPES = tuple(kind.value for kind in SnapshotKind)
 ADMIN_TYPES = ("engine_add", "engine_remove", "engine_reload", "engine_drain", "engine_resume")
 MIN_INTERVAL_MS = 200
 
@@ -33,20 +34,19 @@ class Subscription(BaseModel):
 
 async def run_admin(service: HostService, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Carry out one admin operation; InferErrors (and ValidationErrors) go back to the peer."""
-    registry = service.registry
     if kind == "engine_add":
-        pool = await service.add_engine(AddEngineRequest.model_validate(payload))
-        return {"engine": registry.status(pool.id).model_dump(mode="json")}
+        status = await service.add_engine(AddEngineRequest.model_validate(payload))
+        return {"engine": status.model_dump(mode="json")}
     target = EngineTarget.model_validate(payload)
-    pool = registry.get(target.engine_id)
+    engine_id = target.engine_id
     if kind == "engine_remove":
-        await registry.remove(target.engine_id)
-        return {"engine_id": target.engine_id, "status": "removed"}
+        await service.remove_engine(engine_id)
+        return {"engine_id": engine_id, "status": "removed"}
+    if kind == "engine_drain":
+        cancelled = await service.drain_engine(engine_id, target.deadline_ms)
+        return {"engine_id": engine_id, "cancelled": cancelled}
     if kind == "engine_reload":
-        await pool.reload(target.model_path)
-    elif kind == "engine_resume":
-        pool.resume()
+        status = await service.reload_engine(engine_id, target.model_path)
     else:
-        result = await pool.drain(target.deadline_ms)
-        return {"engine_id": pool.id, "cancelled": result["cancelled"]}
-    return {"engine": registry.status(pool.id).model_dump(mode="json")}
+        status = service.resume_engine(engine_id)
+    return {"engine": status.model_dump(mode="json")}

@@ -24,6 +24,7 @@ from ...protocol import p2p
 from ...protocol.common import ChatMessage, SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
+from ...protocol.snapshots import SnapshotKind
 from ...scheduler import Job
 from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin
 from .bridge import Bridge, PeerConnection
@@ -246,7 +247,8 @@ class PeerSession:
                 if job is not None:
                     job.cancel()
             elif envelope.type in SNAPSHOT_TYPES:
-                self.send(envelope.type, self.server.service.snapshot(envelope.type), rid)
+                kind = SnapshotKind(envelope.type)
+                self.send(kind, self.server.service.snapshot(kind), rid)
             elif envelope.type == "metrics_subscribe":
                 self.subscribe(rid or "", Subscription.model_validate(envelope.payload))
             elif envelope.type == "unsubscribe":
@@ -274,7 +276,7 @@ class PeerSession:
     def subscribe(self, rid: str, subscription: Subscription) -> None:
         async def push() -> None:
             while True:
-                self.send("metrics", self.server.service.snapshot("metrics"), rid)
+                self.send("metrics", self.server.service.snapshot(SnapshotKind.METRICS), rid)
                 await asyncio.sleep(subscription.interval_ms / 1000)
 
         self.cancel_task(rid)
@@ -312,7 +314,7 @@ class PeerSession:
         job = self.server.service.submit(
             model=start.model,
             messages=messages,
-            params=sampling(start),
+            params=SamplingParams.of(start),
             client_id=f"p2p:{self.peer[:12]}",
             client_limit=self.server.peer_job_limit,
         )
@@ -345,17 +347,3 @@ class PeerSession:
                     self.send("chat_end", end, rid)
         finally:
             self.jobs.pop(rid, None)
-
-
-def sampling(start: p2p.ChatStart) -> SamplingParams:
-    given = {
-        name: getattr(start, name)
-        for name in (
-            "temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
-            "frequency_penalty", "repeat_penalty", "max_tokens",
-        )
-        if getattr(start, name) is not None
-    }  # fmt: skip
-    if start.stop:
-        given["stop"] = tuple(start.stop)
-    return SamplingParams(**given)

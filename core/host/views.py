@@ -1,0 +1,111 @@
+"""What the faces show of a pool, built once: spec 004's engine status, spec 002's pool
+health and capabilities, and the host dashboard's live jobs. Before an engine has loaded
+(or after it failed) the figures come from its spec."""
+
+from __future__ import annotations
+
+from ..protocol.orchestrator import PoolCapabilities, PoolHealth
+from ..protocol.snapshots import (
+    EngineParameters,
+    EngineState,
+    EngineStatus,
+    LiveJob,
+    Performance,
+    PoolState,
+)
+from ..scheduler import Pool
+
+_ENGINE_STATE = {
+    PoolState.LOADING: EngineState.LOADING,
+    PoolState.READY: EngineState.LOADED,
+    PoolState.DRAINING: EngineState.LOADED,
+    PoolState.DRAINED: EngineState.LOADED,
+    PoolState.FAILED: EngineState.FAILED,
+}
+ENGINE_NAME = "llama.cpp"
+
+
+def engine_status(pool: Pool) -> EngineStatus:
+    """Spec 004's engine status for one pool, with what the dashboards add."""
+    engine = pool.engine
+    spec = pool.spec
+    return EngineStatus(
+        engine_id=pool.id,
+        status=_ENGINE_STATE[pool.state],
+        model_path=spec.model_path,
+        parameters=engine.parameters
+        if engine
+        else EngineParameters(
+            n_ctx=spec.n_ctx,
+            n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
+            main_gpu_id=spec.main_gpu_id,
+            n_threads=spec.n_threads,
+            n_parallel=spec.slots_requested,
+        ),
+        memory_usage=engine.memory if engine else None,
+        performance=Performance(
+            last_inference_tps=round(pool.metrics.last_job_tps, 2),
+            total_requests=pool.total_requests,
+        ),
+        pool_state=pool.state,
+        chat_format=engine.chat_format.description if engine else None,
+        model_description=engine.model.description if engine else None,
+        gpu_offload=pool.gpu_offload,
+        error=pool.error,
+    )
+
+
+def pool_health(pool: Pool) -> PoolHealth:
+    """Spec 002's liveness and readiness (OC-CTRL-2001)."""
+    return PoolHealth(
+        pool_id=pool.id,
+        live=pool.state is not PoolState.FAILED,
+        ready=pool.state is PoolState.READY,
+        draining=pool.state is PoolState.DRAINING,
+        state=pool.state,
+        engine=pool.engine.version if pool.engine else ENGINE_NAME,
+        model_path=pool.spec.model_path,
+        metrics=pool.metrics_snapshot(),
+        last_error=pool.error,
+    )
+
+
+def pool_capabilities(pool: Pool, version: str) -> PoolCapabilities:
+    """Spec 002's capabilities of one pool; `version` is the engine library's."""
+    return PoolCapabilities(
+        pool_id=pool.id,
+        engine=ENGINE_NAME,
+        engine_version=pool.engine.version if pool.engine else version,
+        model=pool.spec.model_path,
+        ctx_max=pool.n_ctx,
+        max_tokens_out=pool.n_ctx - 1,
+        slots=pool.n_slots,
+        supported_workloads=["chat", "completion"],
+        rate_limits={"queue_capacity": pool.queue_capacity},
+        features={
+            "streaming": True,
+            "cancel": True,
+            "pin_pool": True,
+            "output_mode_hint": True,
+            "gpu_offload": pool.gpu_offload,
+            "artifacts": False,
+            "budgets": False,
+        },
+    )
+
+
+def live_jobs(pool: Pool) -> list[LiveJob]:
+    """The pool's jobs in flight, running ones with their speed, and their latest text."""
+    rates = {s.job_id: s.tps for s in pool.slots() if s.job_id}
+    return [
+        LiveJob(
+            job_id=job.id,
+            engine=pool.id,
+            client=job.client_id or "",
+            state="running" if job.id in rates else "queued",
+            tokens_out=job.tokens_published,
+            tokens_per_s=rates.get(job.id, 0.0),
+            text_tail=job.text_tail,
+        )
+        for job in pool.jobs()
+    ]

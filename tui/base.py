@@ -1,0 +1,70 @@
+"""What both apps share, and all a screen may read from its app: typed attributes, not
+lookups by name. The connection state is reactive: every host bar and dashboard watches it,
+so a change reaches each screen without the app walking its screens."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Protocol
+
+from textual import work
+from textual.app import App
+from textual.dom import DOMNode
+from textual.reactive import reactive
+
+from infertui.core.client import Client, ConnectionState
+from infertui.core.config import ClientSettings, Settings
+from infertui.core.protocol.errors import InferError
+from infertui.core.protocol.snapshots import LiveJob
+
+from .metrics_history import MetricsHistory
+
+METRICS_EVERY_MS = 1000
+
+
+class LiveSource(Protocol):
+    """What the host screen reads beyond the Client API: the jobs in flight, their text."""
+
+    def live_jobs(self) -> list[LiveJob]: ...
+    def addresses(self) -> dict[str, str]: ...
+
+
+class InfertuiApp(App[int]):
+    """The state every screen reads: the client while connected, the connection's state,
+    the metrics history, the chat options and, on a host, its live jobs."""
+
+    connection: reactive[ConnectionState] = reactive(
+        ConnectionState("connecting", "Starting…"), always_update=True, init=False
+    )
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.client: Client | None = None
+        self.metrics_history = MetricsHistory()
+        self.options: ClientSettings = settings.client
+        self.live: LiveSource | None = None
+        if settings.keymap:
+            self.set_keymap(settings.keymap)
+
+    def set_connection(self, state: ConnectionState) -> None:
+        """Attributes down: every screen's bar shows the new state, dashboards refresh."""
+        self.client = state.client if state.phase == "connected" else None
+        self.connection = state
+        if state.phase == "connected" and state.client is not None:
+            self.collect_metrics(state.client)
+
+    @work(exclusive=True, group="metrics")
+    async def collect_metrics(self, client: Client) -> None:
+        """Metrics history from connect on (pushed by the host over Hyperswarm, polled over
+        HTTP); a new connection's collector replaces the old one."""
+        with contextlib.suppress(InferError):
+            async for pools in client.watch_metrics(METRICS_EVERY_MS):
+                self.metrics_history.add(pools)
+
+
+def infertui_app(node: DOMNode) -> InfertuiApp:
+    """The app a screen or widget runs in, typed."""
+    app = node.app
+    assert isinstance(app, InfertuiApp), "infertui's screens run in an InfertuiApp"
+    return app
