@@ -77,6 +77,11 @@ RULES = [
         tuple(f"infertui.core.{part}" for part in ("host", "scheduler", "engine", "transport")),
     ),
     Rule(
+        "the tui takes protocol names from infertui.core.protocol, not its modules",
+        ("infertui.tui",),
+        tuple(f"infertui.core.protocol.{m}" for m in ("common", "errors", "events", "snapshots")),
+    ),
+    Rule(
         "nothing outside core.engine imports llama_cpp",
         ("infertui.core", "infertui.tui"),
         ("llama_cpp",),

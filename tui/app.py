@@ -21,7 +21,7 @@ from infertui.core.client import ConnectionState, Reconnector
 from infertui.core.config import ClientSettings, Settings
 from infertui.core.host import HostService
 from infertui.core.logging import configure_file
-from infertui.core.protocol.errors import InferError
+from infertui.core.protocol import InferError
 from infertui.core.transport.p2p.ids import load_seed
 
 from .base import InfertuiApp as BaseApp

@@ -15,8 +15,7 @@ from typing import Any, TextIO
 
 from infertui.core.client import connect, explain
 from infertui.core.config import Settings
-from infertui.core.protocol.common import ChatMessage
-from infertui.core.protocol.errors import InferError
+from infertui.core.protocol import ChatMessage, InferError
 from infertui.core.transport.p2p.ids import load_seed
 
 

@@ -14,8 +14,7 @@ from textual.reactive import reactive
 
 from infertui.core.client import Client, ConnectionState
 from infertui.core.config import ClientSettings, Settings
-from infertui.core.protocol.errors import InferError
-from infertui.core.protocol.snapshots import LiveJob
+from infertui.core.protocol import InferError, LiveJob
 
 from .metrics_history import MetricsHistory
 

@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_dashboard(settings: config.Settings, *, reset_id: bool) -> int:
-    from infertui.core.protocol.errors import InferError
+    from infertui.core.protocol import InferError
 
     from .app import run_host_app
     from .headless import build_service
@@ -327,7 +327,7 @@ def list_hosts(args: argparse.Namespace) -> int:
     """`infertui hosts --topic NAME`: one line per host found, with its server info."""
     import asyncio
 
-    from infertui.core.protocol.errors import InferError
+    from infertui.core.protocol import InferError
     from infertui.core.transport.p2p.discovery import find_hosts
 
     bootstrap = args.bootstrap or config.load_settings().bootstrap

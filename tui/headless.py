@@ -9,7 +9,7 @@ from pathlib import Path
 
 from infertui.core.config import Settings
 from infertui.core.host import HostService
-from infertui.core.protocol.errors import InferError
+from infertui.core.protocol import InferError
 from infertui.core.transport.http import HttpServer, create_app
 from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import load_seed, parse_server_id, read_allow_file

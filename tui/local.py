@@ -9,14 +9,16 @@ from typing import Any
 
 from infertui.core.client import ChatReply, ChatStats, Client, HostInfo
 from infertui.core.host import HostService
-from infertui.core.protocol.common import ChatMessage, SamplingParams
-from infertui.core.protocol.events import Finished, TokenText
-from infertui.core.protocol.openai import AddEngineRequest
-from infertui.core.protocol.snapshots import (
+from infertui.core.protocol import (
+    AddEngineRequest,
+    ChatMessage,
     EngineStatus,
+    Finished,
     LiveJob,
     MetricsSnapshot,
     QueueSnapshot,
+    SamplingParams,
+    TokenText,
 )
 from infertui.core.scheduler import Job
 

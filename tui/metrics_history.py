@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from infertui.core.protocol.snapshots import MetricsSnapshot
+from infertui.core.protocol import MetricsSnapshot
 
 HISTORY = 60  # samples kept per plot (a minute at one a second)
 PLOTS = {

@@ -1,1 +1,53 @@
-"""Wire models of specs 000, 001, 002, 004 and the error taxonomy. Depends on pydantic only."""
+"""Wire models of specs 000, 001, 002, 004 and the error taxonomy. Depends on pydantic only.
+
+The shared vocabulary is importable from here: messages and sampling, the error taxonomy,
+job events and the snapshots every face serves. Each dialect's own wire models stay in its
+module (`openai`, `ollama`, `orchestrator`, `p2p`), for the face that speaks it.
+"""
+
+from .common import ChatMessage, SamplingParams
+from .errors import ErrorKind, InferError
+from .events import Admitted, Finished, JobEvent, TokenText
+from .openai import AddEngineRequest
+from .snapshots import (
+    EngineParameters,
+    EngineState,
+    EngineStatus,
+    FinishReason,
+    LiveJob,
+    MemoryUsage,
+    MetricsSnapshot,
+    Percentiles,
+    PoolState,
+    QueueEntry,
+    QueueSnapshot,
+    SlotSnapshot,
+    SnapshotKind,
+    TimingStats,
+)
+
+__all__ = [
+    "AddEngineRequest",
+    "Admitted",
+    "ChatMessage",
+    "EngineParameters",
+    "EngineState",
+    "EngineStatus",
+    "ErrorKind",
+    "FinishReason",
+    "Finished",
+    "InferError",
+    "JobEvent",
+    "LiveJob",
+    "MemoryUsage",
+    "MetricsSnapshot",
+    "Percentiles",
+    "PoolState",
+    "QueueEntry",
+    "QueueSnapshot",
+    "SamplingParams",
+    "SlotSnapshot",
+    "SnapshotKind",
+    "TimingStats",
+    "TokenText",
+]

@@ -64,10 +64,15 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
 
         reader = asyncio.create_task(read())
         table = app.screen.query_one("#streams", DataTable)
-        await until(pilot, lambda: table.row_count == 1 and len(seen) > 8, 30)
-        row = table.get_row_at(0)
+
+        def live_row() -> bool:  # the table refreshes every REFRESH_S: wait for one with text
+            return (
+                table.row_count == 1 and len(seen) > 8 and bool(str(table.get_row_at(0)[5]).strip())
+            )
+
+        await until(pilot, live_row, 30)
+        row = table.get_row_at(0)  # the reply's latest text, live, while it is written
         assert str(row[1]).startswith("http:127.0.0.1") and row[2] == "running"
-        assert str(row[5]).strip()  # the reply's latest text, live
         reply.abort()
         await reader
         await until(pilot, lambda: table.row_count == 0, 10)

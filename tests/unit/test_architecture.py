@@ -63,6 +63,8 @@ def test_import_rules_hold() -> None:
          "the client reaches a host only through a transport"),
         ("tui/screens/chat.py", "from infertui.core.host import HostService",
          "screens and widgets reach the host only through core.client"),
+        ("tui/app.py", "from infertui.core.protocol.errors import InferError",
+         "the tui takes protocol names from infertui.core.protocol, not its modules"),
         ("tui/widgets/message.py", "import llama_cpp", "nothing outside core.engine imports llama_cpp"),
     ],
 )  # fmt: skip

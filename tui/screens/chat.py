@@ -12,8 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from infertui.core.client import ChatReply, explain
-from infertui.core.protocol.common import ChatMessage
-from infertui.core.protocol.errors import InferError
+from infertui.core.protocol import ChatMessage, InferError
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar

@@ -7,7 +7,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from infertui.core.client import Client, ConnectionState, explain
-from infertui.core.protocol.errors import InferError
+from infertui.core.protocol import InferError
 
 from ..base import infertui_app
 

@@ -15,9 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from infertui.core.client import Client, explain
-from infertui.core.protocol.errors import InferError
-from infertui.core.protocol.openai import AddEngineRequest
-from infertui.core.protocol.snapshots import MemoryUsage
+from infertui.core.protocol import AddEngineRequest, InferError, MemoryUsage
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar
