@@ -57,6 +57,9 @@ class HttpSettings(BaseModel):
     """The optional HTTP API of `infertui host`."""
 
     listen: str | None = Field(None, description="[HOST:]PORT to serve on; unset: no HTTP API")
+    max_body_mb: float = Field(
+        4.0, gt=0, description="largest request body (413 above it); 4 MB is ~1M tokens of text"
+    )
     cors_origins: list[str] = Field(
         default_factory=list, description="origins allowed by CORS; empty: CORS off"
     )

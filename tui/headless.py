@@ -37,7 +37,10 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
     http = settings.host.http
     if http.listen:
         key = settings.api_key.get_secret_value() if settings.api_key else None
-        app = create_app(service, api_key=key, cors_origins=http.cors_origins)
+        app = create_app(
+            service, api_key=key, cors_origins=http.cors_origins,
+            max_body_bytes=int(http.max_body_mb * 2**20),
+        )  # fmt: skip
         service.attach(HttpServer(app, http.listen))
     return service
 

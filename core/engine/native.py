@@ -25,7 +25,14 @@ from .sampler import SamplerChain
 def check_model_file(path: str, n_gpu_layers: int) -> int:
     """Typed errors for the ways a model file can be wrong before llama.cpp sees it."""
     file = Path(path)
-    if not file.is_file():
+    try:
+        found = file.is_file()
+    except OSError as exc:  # a name too long, a loop of links: nothing to load either way
+        raise InferError(
+            ErrorKind.MODEL_FILE_NOT_FOUND, f"cannot use model_path: {exc.strerror}",
+            param="model_path",
+        ) from None  # fmt: skip
+    if not found:
         raise InferError(
             ErrorKind.MODEL_FILE_NOT_FOUND, f"model file not found: {path}", param="model_path"
         )

@@ -37,6 +37,7 @@ class ErrorKind(StrEnum):
     DECODE_TIMEOUT = "DECODE_TIMEOUT"
     # protocol and access
     BAD_MESSAGE = "BAD_MESSAGE"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
     UNAUTHORIZED = "UNAUTHORIZED"
     FORBIDDEN = "FORBIDDEN"
@@ -126,6 +127,9 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
         "TIMEOUT_NO_RESPONSE", "DECODE_TIMEOUT", _SRV, "decode_timeout", 504, retriable=True
     ),
     ErrorKind.BAD_MESSAGE: ErrorMapping("BAD_MESSAGE", "INVALID_PARAMS", _REQ, "bad_request", 400),
+    ErrorKind.PAYLOAD_TOO_LARGE: ErrorMapping(
+        "BAD_MESSAGE", "INVALID_PARAMS", _REQ, "payload_too_large", 413
+    ),
     ErrorKind.UNSUPPORTED_VERSION: ErrorMapping(
         "UNSUPPORTED_VERSION", "INVALID_PARAMS", _REQ, "unsupported_version", 400
     ),

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_STOPS, ChatMessage, SamplingParams
+from .common import MAX_PATH, MAX_STOPS, ChatMessage, SamplingParams
 from .errors import InferError
 from .snapshots import EngineParameters, EngineState, FinishReason
 
@@ -169,7 +169,7 @@ class AddEngineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     engine_id: str = Field(min_length=1, max_length=128, pattern=r"^[^/\s]+$")
-    model_path: str = Field(min_length=1)
+    model_path: str = Field(min_length=1, max_length=MAX_PATH)
     n_ctx: int = Field(4096, ge=128)
     n_gpu_layers: int = Field(100, ge=0, description="more layers than the model has: all")
     main_gpu_id: int = Field(0, ge=0)

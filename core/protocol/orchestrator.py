@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .common import MAX_STOPS, ChatMessage, SamplingParams
+from .common import MAX_PATH, MAX_STOPS, ChatMessage, SamplingParams
 from .errors import InferError
 from .snapshots import MetricsSnapshot, PoolState
 
@@ -186,7 +186,9 @@ class ResumeResponse(BaseModel):
 
 
 class ReloadRequest(BaseModel):
-    model_path: str | None = Field(None, description="the new GGUF; the current one when absent")
+    model_path: str | None = Field(
+        None, max_length=MAX_PATH, description="the new GGUF; the current one when absent"
+    )
 
 
 class ReloadResponse(BaseModel):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .common import MAX_STOPS, ChatMessage
 from .errors import ErrorKind, InferError
+from .json_text import parse_json
 
 PROTOCOL_VERSION = 1
 MAX_PROMPT_BYTES = 8 * 1024  # spec 000: a prompt over 8 KB is BAD_MESSAGE
@@ -120,10 +121,7 @@ def decode_line(line: bytes | str) -> tuple[Envelope, _Payload | None]:
             line = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise _bad(f"line is not valid UTF-8: {exc.reason}") from None
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise _bad(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    raw = parse_json(line)
     if not isinstance(raw, dict):
         raise _bad("a message must be a JSON object")
     request_id = raw.get("request_id") if isinstance(raw.get("request_id"), str) else None

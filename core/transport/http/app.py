@@ -22,9 +22,11 @@ from . import (
 )
 from .errors import install_error_handlers
 from .families import Family, family_of, is_health
-from .middleware import ApiKeyMiddleware, CorrelationMiddleware
+from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, CorrelationMiddleware
 from .routes_engines import ProcessUsage
 from .routes_tasks import TaskStore
+
+DEFAULT_MAX_BODY_BYTES = 4 * 2**20  # see HttpSettings.max_body_mb
 
 DESCRIPTION = """\
 infertui's host over HTTP: OpenAI-compatible completions and engine management (spec 004),
@@ -35,7 +37,11 @@ health ones needs `Authorization: Bearer <key>`.
 
 
 def create_app(
-    service: HostService, *, api_key: str | None = None, cors_origins: Sequence[str] = ()
+    service: HostService,
+    *,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     app = FastAPI(
         title="infertui",
@@ -45,6 +51,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.service = service
+    app.state.max_body_bytes = max_body_bytes
     app.state.tasks = TaskStore()
     app.state.usage = ProcessUsage()
     app.state.metrics_registry = metrics.collector_registry(service)
@@ -61,7 +68,9 @@ def create_app(
         app.include_router(module.router)
     install_error_handlers(app)
     document_errors(app, api_key=bool(api_key))
-    # Added last runs first: correlation IDs wrap everything, then CORS, then the key check.
+    # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
+    # then the body limit.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     if cors_origins:

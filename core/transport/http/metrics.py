@@ -18,8 +18,9 @@ from prometheus_client.core import (
 from ...host import HostService
 from ...protocol.snapshots import MetricsSnapshot
 from ...scheduler.metrics import Histogram
+from .routing import StrictJSONRoute
 
-router = APIRouter(tags=["Metrics"])
+router = APIRouter(tags=["Metrics"], route_class=StrictJSONRoute)
 
 
 class HostCollector(prometheus_registry.Collector):

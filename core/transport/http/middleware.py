@@ -7,6 +7,7 @@ import hmac
 import logging
 import uuid
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...logging import correlation_id
@@ -70,3 +71,37 @@ class ApiKeyMiddleware:
             ErrorKind.UNAUTHORIZED, f"{reason} API key: send Authorization: Bearer <key>"
         )
         await error_response(err, family_of(path))(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """A request whose Content-Length is over the limit is answered 413 in its endpoint's
+    error shape before a byte of it is read; a body without a length is cut off as soon as it
+    passes the limit (the route's body read ends in the same 413)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if length.isdigit() and int(length) > self.max_bytes:
+                err = InferError(
+                    ErrorKind.PAYLOAD_TOO_LARGE,
+                    f"the request body ({int(length):,} bytes) is over the host's limit of "
+                    f"{self.max_bytes:,} bytes",
+                )
+                await error_response(err, family_of(scope.get("path", "")))(scope, receive, send)
+                return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise HTTPException(413)  # FastAPI hands these to the error handlers
+            return message
+
+        await self.app(scope, limited, send)

@@ -22,8 +22,9 @@ from ...protocol.openai import (
 )
 from ...protocol.snapshots import EngineState, EngineStatus
 from .deps import service_of
+from .routing import StrictJSONRoute
 
-router = APIRouter(tags=["Engines and health (spec 004)"])
+router = APIRouter(tags=["Engines and health (spec 004)"], route_class=StrictJSONRoute)
 
 _ADD_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorEnvelope, "description": "not a GGUF file, or invalid parameters"},

@@ -13,8 +13,9 @@ from fastapi import APIRouter, Request
 from ...protocol.p2p import ServerInfo
 from ...protocol.snapshots import SnapshotKind
 from .deps import service_of
+from .routing import StrictJSONRoute
 
-router = APIRouter(tags=["Host snapshots (infertui)"])
+router = APIRouter(tags=["Host snapshots (infertui)"], route_class=StrictJSONRoute)
 
 
 @router.get("/v1/host", response_model=ServerInfo, summary="Host name, models and addresses")

@@ -23,9 +23,10 @@ from ...protocol.ollama import (
 from ...scheduler import Job
 from .deps import collect, submit
 from .families import documented_errors
+from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_event, sse_response
 
-router = APIRouter(tags=["Ollama-style chat (spec 001)"])
+router = APIRouter(tags=["Ollama-style chat (spec 001)"], route_class=StrictJSONRoute)
 
 _ERRORS = documented_errors(OllamaErrorEnvelope)
 _NDJSON_EXAMPLE = (
@@ -48,7 +49,7 @@ async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse 
     job = submit(request, model=body.model, messages=body.messages, params=body.sampling())
     if body.stream:
         return ndjson_response(ndjson_lines(job))
-    text, _ = await collect(job)
+    [(text, _)] = await collect(request, job)
     return OllamaChatResponse(
         id=f"cmpl-{job.id}",
         model=job.pool_id,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,9 +32,10 @@ from ...protocol.openai import (
 from ...scheduler import Job
 from .deps import collect, service_of, submit
 from .families import documented_errors
+from .routing import StrictJSONRoute
 from .streams import HOLE, Template, json_line, merged, sse_response
 
-router = APIRouter(tags=["OpenAI-compatible (spec 004)"])
+router = APIRouter(tags=["OpenAI-compatible (spec 004)"], route_class=StrictJSONRoute)
 
 FINGERPRINT = "fp_infertui"
 DONE = "[DONE]"
@@ -69,7 +69,7 @@ async def chat_completions(
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         return sse_response(chat_chunks(job, model, created, include_usage))
-    text, final = await collect(job)
+    [(text, final)] = await collect(request, job)
     return ChatCompletion(
         id=f"chatcmpl-{job.id}",
         created=created,
@@ -137,7 +137,7 @@ async def completions(
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         return sse_response(completion_chunks(jobs, cid, model, created, include_usage))
-    results = await asyncio.gather(*(collect(job) for job in jobs))
+    results = await collect(request, *jobs)
     return TextCompletion(
         id=cid,
         created=created,

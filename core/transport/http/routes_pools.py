@@ -20,8 +20,9 @@ from ...protocol.orchestrator import (
     ResumeResponse,
 )
 from .deps import service_of
+from .routing import StrictJSONRoute
 
-router = APIRouter(tags=["Pools and capabilities (spec 002)"])
+router = APIRouter(tags=["Pools and capabilities (spec 002)"], route_class=StrictJSONRoute)
 log = logging.getLogger(__name__)
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {

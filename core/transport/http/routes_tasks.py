@@ -30,9 +30,10 @@ from ...protocol.orchestrator import (
 )
 from ...scheduler import Job
 from .deps import client_of, service_of
+from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, Template, sse_event, sse_response
 
-router = APIRouter(tags=["Task queue (spec 002)"])
+router = APIRouter(tags=["Task queue (spec 002)"], route_class=StrictJSONRoute)
 
 FORGET_AFTER_S = 300
 METRICS_EVERY = 32  # tokens between `metrics` frames

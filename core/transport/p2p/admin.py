@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ...host import HostService
+from ...protocol.common import MAX_PATH
 from ...protocol.openai import AddEngineRequest
 from ...protocol.snapshots import SnapshotKind
 
@@ -24,7 +25,7 @@ MIN_INTERVAL_MS = 200
 
 class EngineTarget(BaseModel):
     engine_id: str = Field(min_length=1)
-    model_path: str | None = None
+    model_path: str | None = Field(None, max_length=MAX_PATH)
     deadline_ms: int = Field(5000, ge=0, le=3_600_000)
 
 

@@ -296,7 +296,8 @@ class PeerSession:
             except ValidationError as err:
                 self.send_error(InferError(ErrorKind.BAD_MESSAGE, str(err.errors()[0]["msg"])), rid)
 
-        log.info("peer %s (admin): %s %s", self.peer, kind, payload.get("engine_id", ""))
+        engine = str(payload.get("engine_id", ""))[:128]  # not validated yet: a bounded excerpt
+        log.info("peer %s (admin): %s %s", self.peer, kind, engine)
         self.spawn(f"admin:{rid}", run())
 
     def start_chat(self, rid: str, start: p2p.ChatStart) -> None:

@@ -1,0 +1,143 @@
+"""Careless and hostile HTTP clients (issue 12): bad text, huge paths and bodies, and clients
+that leave before a non-streaming reply is done. None may cost the host more than a clear
+error, and none may stop it serving others."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+import pytest
+
+from .conftest import MODEL, Host, HostFactory
+
+pytestmark = pytest.mark.model
+
+LONE_SURROGATE = "\\ud800x"  # as JSON text: a lone UTF-16 surrogate escape
+
+BODIES = {
+    "/v1/chat/completions": '{"model":"%s","messages":[{"role":"user","content":"%s"}]}',
+    "/v1/completions": '{"model":"%s","prompt":"%s"}',
+    "/chat/completions": '{"model":"%s","messages":[{"role":"user","content":"%s"}]}',
+    "/chat/sse": '{"model":"%s","messages":[{"role":"user","content":"%s"}]}',
+    "/v1/tasks": '{"model":"%s","prompt":"%s"}',
+}
+
+
+def error_text(response: httpx.Response) -> str:
+    return response.text.lower()
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_a_lone_surrogate_is_a_400_and_the_host_serves_on(host: Host, path: str) -> None:
+    for model, text in ((MODEL, LONE_SURROGATE), (LONE_SURROGATE, "hi")):
+        body = BODIES[path] % (model, text)
+        response = await host.client.post(
+            path, content=body.encode(), headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 400, response.text
+        assert "invalid json" in error_text(response) and "surrogate" in error_text(response)
+    pinned = '{"pool_id":"' + LONE_SURROGATE + '","prompt":"hi"}'
+    response = await host.client.post(
+        "/v1/tasks", content=pinned.encode(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    ok = await host.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}
+    )
+    assert ok.status_code == 200
+
+
+async def test_a_control_character_names_the_place_not_a_field(host: Host) -> None:
+    body = b'{"model":"gemma-3-270m","prompt":"a\x01b"}'
+    response = await host.client.post(
+        "/v1/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "bad_request"
+    assert "control character" in error["message"] and "column" in error["message"]
+    assert error.get("param") is None
+
+
+async def test_a_path_too_long_for_the_filesystem_is_a_404_not_a_500(host: Host) -> None:
+    response = await host.client.post(
+        "/engines", json={"engine_id": "e1", "model_path": "/" + "A" * 300}
+    )
+    assert response.status_code == 404, response.text
+    assert response.json()["error"]["code"] == "model_file_not_found"
+
+
+async def test_a_megabyte_path_is_refused_and_stays_out_of_the_log(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    huge = "/" + "A" * 2**20  # under the body limit (a 5 MB one is a 413)
+    response = await host.client.post("/engines", json={"engine_id": "e1", "model_path": huge})
+    assert response.status_code == 400
+    assert "model_path" in response.json()["error"]["message"]
+    assert len(response.content) < 2000
+    assert max((len(r.getMessage()) for r in caplog.records), default=0) < 10_000
+
+
+async def test_a_body_over_the_limit_is_a_413_and_health_stays_quick(host: Host) -> None:
+    big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * (5 * 2**20)}]}
+
+    async def health_times() -> list[float]:
+        times = []
+        for _ in range(20):
+            start = asyncio.get_running_loop().time()
+            assert (await host.client.get("/v1/health")).status_code == 200
+            times.append(asyncio.get_running_loop().time() - start)
+        return times
+
+    bodies = [host.client.post("/v1/chat/completions", json=big) for _ in range(4)]
+    *responses, times = await asyncio.gather(*bodies, health_times())
+    for response in responses:
+        assert response.status_code == 413
+        error = response.json()["error"]
+        assert (
+            error["code"] == "payload_too_large" and "limit of 4,194,304 bytes" in error["message"]
+        )
+    assert max(times) < 0.5, times
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Tell a story."}]}),
+        ("/v1/completions", {"prompt": ["Once upon a time", "In a galaxy"]}),
+        ("/chat/completions", {"messages": [{"role": "user", "content": "Tell a story."}]}),
+    ],
+)
+async def test_a_non_streaming_client_that_leaves_cancels_its_jobs(
+    start_host: HostFactory, path: str, body: dict[str, object]
+) -> None:
+    host = await start_host(parallel=2)
+    request = {"model": MODEL, "max_tokens": 900, "temperature": 0, "ignore_eos": True, **body}
+    async with httpx.AsyncClient(base_url=host.url, timeout=1.0) as impatient:
+        with pytest.raises(httpx.ReadTimeout):
+            await impatient.post(path, json=request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5.0  # within a decode step; a loaded CI box is slow
+    while host.service.pool_metrics(MODEL).slots_busy and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    metrics = host.service.pool_metrics(MODEL)
+    assert metrics.slots_busy == 0, "the slots are free soon after the client left"
+    assert metrics.cancelled == (2 if path == "/v1/completions" else 1)
+    assert metrics.tokens_out_total < 400, "the jobs stopped, they did not run to 900 tokens each"
+
+
+async def test_a_chunked_body_over_the_limit_is_cut_off_with_a_413(host: Host) -> None:
+    async def chunks():  # no Content-Length: the host counts as the bytes come
+        yield b'{"model":"gemma-3-270m","prompt":"'
+        for _ in range(5):
+            yield b"x" * 2**20
+        yield b'"}'
+
+    response = await host.client.post(
+        "/v1/completions", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
