@@ -4,7 +4,7 @@ screens as a remote client without a network hop."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 from infertui.core.client import ChatReply, ChatStats, Client, HostInfo
@@ -24,12 +24,21 @@ from infertui.core.scheduler import Job
 
 
 class LocalReply(ChatReply):
-    def __init__(self, job: Job) -> None:
-        self._job = job
-        self.request_id = job.id
+    """A reply from this process's host; its job is admitted while the caller starts reading
+    (the prompt is tokenized off the event loop first)."""
+
+    def __init__(self, submission: Coroutine[Any, Any, Job]) -> None:
+        self._submission = asyncio.ensure_future(submission)
+        # an error nobody reads (the reply was dropped unread) is not worth a warning
+        self._submission.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._aborted = False
 
     async def __aiter__(self) -> AsyncIterator[str]:
-        async for event in self._job.events():
+        job = await self._submission  # an admission error is raised here
+        self.request_id = job.id
+        if self._aborted:
+            job.cancel()
+        async for event in job.events():
             if isinstance(event, TokenText):
                 yield event.text
             elif isinstance(event, Finished):
@@ -45,7 +54,10 @@ class LocalReply(ChatReply):
                 )
 
     def abort(self) -> None:
-        self._job.cancel()
+        self._aborted = True
+        done = self._submission
+        if done.done() and not done.cancelled() and done.exception() is None:
+            done.result().cancel()
 
 
 class LocalClient(Client):
@@ -79,10 +91,11 @@ class LocalClient(Client):
     def chat(
         self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
     ) -> ChatReply:
-        job = self.service.submit(
-            model=model, messages=messages, params=SamplingParams(**params), client_id="local"
+        return LocalReply(
+            self.service.submit(
+                model=model, messages=messages, params=SamplingParams(**params), client_id="local"
+            )
         )
-        return LocalReply(job)
 
     async def engines(self) -> list[EngineStatus]:
         return self.service.engines()

@@ -28,7 +28,7 @@ from ..protocol.snapshots import (
     QueueSnapshot,
     SnapshotKind,
 )
-from ..scheduler import Job, JobArgs
+from ..scheduler import Job, JobArgs, Pool
 from ..scheduler.metrics import Histogram
 from . import views
 from .registry import EngineRegistry
@@ -118,20 +118,28 @@ class HostService:
 
     # ---- work --------------------------------------------------------------------------------
 
-    def submit(
+    async def submit(
         self, *, model: str | None = None, pool_id: str | None = None, **job: Unpack[JobArgs]
     ) -> Job:
         """Queue a job on the engine `model` names (or the default one), or, with `pool_id`,
-        on that pool and no other: a pin never falls back (spec 002)."""
-        if pool_id is None:
-            pool = self._registry.resolve(model)
-        elif pool_id in self._registry.ids():
-            pool = self._registry.get(pool_id)
-        else:
-            raise InferError(
-                ErrorKind.INVALID_PARAMS, f"unknown pool_id '{pool_id}'", param="pool_id"
-            )
+        on that pool and no other: a pin never falls back (spec 002). The prompt is tokenized
+        on a worker thread, so that one client's long prompt never holds up the event loop
+        that serves the others (a 4 MB prompt takes seconds)."""
+        pool = self._pool_for(model, pool_id)
+        engine = pool.engine
+        messages, prompt = job.get("messages"), job.get("prompt")
+        tokens = await asyncio.to_thread(pool.prompt_tokens, messages, prompt)
+        if pool.engine is not engine:  # reloaded meanwhile: the new model tokenizes anew
+            tokens = await asyncio.to_thread(pool.prompt_tokens, messages, prompt)
+        job["prompt_tokens"] = tokens
         return pool.submit(**job)
+
+    def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
+        if pool_id is None:
+            return self._registry.resolve(model)
+        if pool_id in self._registry.ids():
+            return self._registry.get(pool_id)
+        raise InferError(ErrorKind.INVALID_PARAMS, f"unknown pool_id '{pool_id}'", param="pool_id")
 
     def position(self, job: Job) -> tuple[int, int]:
         """(queue position, predicted start in ms) of a job now; (0, 0) once it runs."""

@@ -46,6 +46,7 @@ class JobArgs(TypedDict, total=False):
     client_limit: int | None
     job_id: str | None
     correlation_id: str | None
+    prompt_tokens: list[int] | None  # the prompt tokenized already (off the event loop)
 
 
 def new_job_id() -> str:

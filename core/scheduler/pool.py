@@ -96,7 +96,7 @@ class Pool:
         try:
             job = self._admit(
                 args["params"], args.get("messages"), args.get("prompt"), client_id,
-                args.get("client_limit"), args.get("job_id"),
+                args.get("client_limit"), args.get("job_id"), args.get("prompt_tokens"),
             )  # fmt: skip
             job.correlation_id = args.get("correlation_id")
         except InferError as exc:
@@ -112,15 +112,20 @@ class Pool:
         )  # fmt: skip
         return job
 
-    def _admit(
-        self,
-        params: SamplingParams,
-        messages: Sequence[ChatMessage] | None,
-        prompt: str | None,
-        client_id: str | None,
-        client_limit: int | None,
-        job_id: str | None,
-    ) -> Job:
+    def prompt_tokens(
+        self, messages: Sequence[ChatMessage] | None, prompt: str | None
+    ) -> list[int]:
+        """A job's prompt as tokens: its messages through the chat template, or its plain
+        prompt. Safe on any thread (it reads only the model's vocabulary), and for a long
+        prompt worth running on one: a megabyte of text takes most of a second."""
+        engine = self._ready_engine()
+        if messages is not None:
+            return engine.chat_prompt(messages)
+        if prompt is not None:
+            return engine.text_prompt(prompt)
+        raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")
+
+    def _ready_engine(self) -> Engine:
         engine = self.engine
         if self.state is not PoolState.READY or engine is None:
             raise InferError(
@@ -129,6 +134,19 @@ class Pool:
                 engine_id=self.id,
                 retry_after_ms=1000 if self.state is PoolState.LOADING else None,
             )
+        return engine
+
+    def _admit(
+        self,
+        params: SamplingParams,
+        messages: Sequence[ChatMessage] | None,
+        prompt: str | None,
+        client_id: str | None,
+        client_limit: int | None,
+        job_id: str | None,
+        tokens: list[int] | None,
+    ) -> Job:
+        engine = self._ready_engine()
         if (
             client_id is not None
             and client_limit is not None
@@ -144,12 +162,8 @@ class Pool:
             raise InferError(
                 ErrorKind.INVALID_PARAMS, f"job id '{job_id}' is already in use", param="task_id"
             )
-        if messages is not None:
-            tokens = engine.chat_prompt(messages)
-        elif prompt is not None:
-            tokens = engine.text_prompt(prompt)
-        else:
-            raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")
+        if tokens is None:
+            tokens = self.prompt_tokens(messages, prompt)
         n_ctx = engine.n_ctx
         max_tokens = params.max_tokens if params.max_tokens is not None else n_ctx - len(tokens)
         if len(tokens) + max_tokens > n_ctx or max_tokens < 1:

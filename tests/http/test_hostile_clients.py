@@ -141,3 +141,24 @@ async def test_a_chunked_body_over_the_limit_is_cut_off_with_a_413(host: Host) -
     )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "payload_too_large"
+
+
+async def test_long_prompts_are_tokenized_off_the_event_loop(host: Host) -> None:
+    """Four 3 MB prompts take seconds to tokenize; health answers meanwhile (issue 12 §4)."""
+    prompt = "The quick brown fox jumps over the lazy dog. " * (3 * 2**20 // 45)
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 4}
+    posts = [asyncio.create_task(host.client.post("/v1/completions", json=body)) for _ in range(4)]
+    await asyncio.sleep(0.3)  # the bodies are in; tokenization has begun
+    loop = asyncio.get_running_loop()
+    times = []
+    while not all(post.done() for post in posts):
+        start = loop.time()
+        assert (await host.client.get("/v1/health")).status_code == 200
+        times.append(loop.time() - start)
+        await asyncio.sleep(0.05)
+    for post in posts:
+        response = post.result()
+        assert response.status_code == 400  # far over the 1,024-token context
+        assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert len(times) >= 5, "the prompts took a while: health was asked meanwhile"
+    assert max(times) < 0.25, times

@@ -363,3 +363,17 @@ async def test_our_client_reports_a_refusal_as_forbidden(start_p2p_host, testnet
     with pytest.raises(InferError) as caught:
         await P2PClient.connect(host.server_id, bootstrap=testnet)
     assert caught.value.kind is ErrorKind.FORBIDDEN
+
+
+async def test_a_lone_surrogate_is_bad_message_and_the_session_lives_on(raw_peer) -> None:
+    """Python's json accepts "\\ud800"; the text then failed at tokenization and the session
+    ended without a word. It is refused at the door instead (issue 12)."""
+    peer = await raw_peer()
+    await peer.until("server_info")
+    peer.send(b'{"type":"chat_start","request_id":"bad","payload":{"prompt":"\\ud800x"}}\n')
+    error = await peer.until("error")
+    assert error["payload"]["code"] == "BAD_MESSAGE"
+    assert "surrogate" in error["payload"]["message"]
+    peer.send(chat_start("good", max_tokens=2, temperature=0))
+    end = await peer.until("chat_end")
+    assert end["request_id"] == "good"

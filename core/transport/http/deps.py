@@ -23,8 +23,8 @@ def client_of(request: Request) -> str:
     return f"http:{peer.host}" if peer else "http"
 
 
-def submit(request: Request, **kwargs: Any) -> Job:
-    return service_of(request).submit(
+async def submit(request: Request, **kwargs: Any) -> Job:
+    return await service_of(request).submit(
         client_id=client_of(request),
         correlation_id=request.state.correlation_id,
         **kwargs,

@@ -46,7 +46,7 @@ def _chunk_template() -> Template:
     summary="Chat; with `stream: true` one JSON object per line, the last with done: true",
 )
 async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse | StreamingResponse:
-    job = submit(request, model=body.model, messages=body.messages, params=body.sampling())
+    job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
     if body.stream:
         return ndjson_response(ndjson_lines(job))
     [(text, _)] = await collect(request, job)
@@ -92,7 +92,7 @@ async def ndjson_lines(job: Job) -> AsyncIterator[str]:
     summary="Chat as Server-Sent Events, ending with data: [END]",
 )
 async def chat_sse(body: OllamaChatRequest, request: Request) -> EventSourceResponse:
-    job = submit(request, model=body.model, messages=body.messages, params=body.sampling())
+    job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
     return sse_response(sse_events(job))
 
 

@@ -62,7 +62,7 @@ def usage_of(jobs: list[Job]) -> Usage:
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | EventSourceResponse:
-    job = submit(
+    job = await submit(
         request, model=body.model, messages=body.messages, params=body.sampling(body.max_tokens)
     )
     model, created = job.pool_id, int(time.time())
@@ -127,7 +127,7 @@ async def completions(
     jobs: list[Job] = []
     try:
         for prompt in body.prompts:
-            jobs.append(submit(request, model=body.model, prompt=prompt, params=params))
+            jobs.append(await submit(request, model=body.model, prompt=prompt, params=params))
     except InferError:
         for job in jobs:  # all prompts are admitted, or none
             job.cancel()

@@ -112,7 +112,7 @@ _STREAM_EXAMPLE = (
 )
 async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     service = service_of(request)
-    job = service.submit(
+    job = await service.submit(
         model=body.model,
         pool_id=body.pool_id,  # a pin: this pool or a typed error, never another
         params=body.sampling(),

@@ -139,6 +139,7 @@ class PeerSession:
         self.peer = conn.remote_id
         self.admin = conn.remote_key in server.admins
         self.jobs: dict[str, Job] = {}
+        self.starting: dict[str, bool] = {}  # request ids being admitted: aborted yet?
         self.streams: set[asyncio.Task[None]] = set()
         self.tasks: dict[str, asyncio.Task[None]] = {}  # subscriptions, admin operations
         self._out: list[bytes] = []
@@ -246,6 +247,8 @@ class PeerSession:
                 job = self.jobs.get(rid or "")
                 if job is not None:
                     job.cancel()
+                elif rid in self.starting:
+                    self.starting[rid] = True
             elif envelope.type in SNAPSHOT_TYPES:
                 kind = SnapshotKind(envelope.type)
                 self.send(kind, self.server.service.snapshot(kind), rid)
@@ -307,22 +310,37 @@ class PeerSession:
                 ErrorKind.UNSUPPORTED_VERSION,
                 f"protocol version {wanted} requested; this host speaks {p2p.PROTOCOL_VERSION}",
             )
-        if rid in self.jobs:
+        if rid in self.jobs or rid in self.starting:
             raise InferError(ErrorKind.BAD_MESSAGE, f"request_id '{rid}' is already running")
         messages = start.messages or [ChatMessage(role="user", content=start.prompt)]
         if start.system:
             messages = [ChatMessage(role="system", content=start.system), *messages]
-        job = self.server.service.submit(
-            model=start.model,
-            messages=messages,
-            params=SamplingParams.of(start),
-            client_id=f"p2p:{self.peer[:12]}",
-            client_limit=self.server.peer_job_limit,
-        )
-        self.jobs[rid] = job
-        task = asyncio.create_task(self.stream(rid, job))
+        self.starting[rid] = False  # not aborted (yet)
+        task = asyncio.create_task(self.chat(rid, messages, SamplingParams.of(start), start.model))
         self.streams.add(task)
         task.add_done_callback(self.streams.discard)
+
+    async def chat(
+        self, rid: str, messages: list[ChatMessage], params: SamplingParams, model: str | None
+    ) -> None:
+        """Admit the job (its prompt is tokenized off the event loop), then stream it."""
+        try:
+            job = await self.server.service.submit(
+                model=model,
+                messages=messages,
+                params=params,
+                client_id=f"p2p:{self.peer[:12]}",
+                client_limit=self.server.peer_job_limit,
+            )
+        except InferError as err:
+            self.send_error(err, rid)
+            return
+        finally:
+            aborted = self.starting.pop(rid, False)
+        self.jobs[rid] = job
+        if aborted:  # the peer aborted while its prompt was being tokenized
+            job.cancel()
+        await self.stream(rid, job)
 
     async def stream(self, rid: str, job: Job) -> None:
         index = 0
