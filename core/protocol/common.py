@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 Role = Literal["system", "user", "assistant"]
 MAX_STOPS = 16  # stop strings per request
 MAX_PATH = 4096  # bytes in a model path (Linux PATH_MAX)
+MAX_PROMPTS = 128  # prompts in one completion request
 
 
 class ChatMessage(BaseModel):

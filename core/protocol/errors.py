@@ -43,6 +43,7 @@ class ErrorKind(StrEnum):
     FORBIDDEN = "FORBIDDEN"
     NOT_FOUND = "NOT_FOUND"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    CONFLICT = "CONFLICT"
     # connection (client side)
     INVALID_SERVER_ID = "INVALID_SERVER_ID"
     CONNECT_FAILED = "CONNECT_FAILED"
@@ -138,6 +139,7 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
     ),
     ErrorKind.FORBIDDEN: ErrorMapping("FORBIDDEN", "INVALID_PARAMS", _REQ, "forbidden", 403),
     ErrorKind.NOT_FOUND: ErrorMapping("BAD_MESSAGE", "INVALID_PARAMS", _NF, "not_found", 404),
+    ErrorKind.CONFLICT: ErrorMapping("BAD_MESSAGE", "INVALID_PARAMS", _REQ, "conflict", 409),
     ErrorKind.METHOD_NOT_ALLOWED: ErrorMapping(
         "BAD_MESSAGE", "INVALID_PARAMS", _REQ, "method_not_allowed", 405
     ),

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_PATH, MAX_STOPS, ChatMessage, SamplingParams
+from .common import MAX_PATH, MAX_PROMPTS, MAX_STOPS, ChatMessage, SamplingParams
 from .errors import InferError
 from .snapshots import EngineParameters, EngineState, FinishReason
 
@@ -49,7 +49,9 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str]
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] = Field(
+        description=f"one prompt, or up to {MAX_PROMPTS} (one choice each)"
+    )
     max_tokens: int = Field(16, ge=1)
 
     @property

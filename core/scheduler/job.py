@@ -14,8 +14,8 @@ The batch loop never waits for a consumer.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -28,9 +28,6 @@ from ..protocol.events import Admitted, Finished, JobEvent, TokenText
 from ..protocol.snapshots import TimingStats
 
 log = logging.getLogger(__name__)
-
-_ids = itertools.count(1)
-
 
 TEXT_TAIL = 240
 
@@ -50,7 +47,8 @@ class JobArgs(TypedDict, total=False):
 
 
 def new_job_id() -> str:
-    return f"job-{int(time.time() * 1000) % 10**9:09d}-{next(_ids)}"
+    """A random id: a task's id is what lets a client read or cancel it, so not guessable."""
+    return f"job-{secrets.token_urlsafe(12)}"
 
 
 class _TextRun:

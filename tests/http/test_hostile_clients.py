@@ -162,3 +162,75 @@ async def test_long_prompts_are_tokenized_off_the_event_loop(host: Host) -> None
         assert response.json()["error"]["code"] == "context_length_exceeded"
     assert len(times) >= 5, "the prompts took a while: health was asked meanwhile"
     assert max(times) < 0.25, times
+
+
+async def _task(host: Host, **body: object) -> str:
+    response = await host.client.post(
+        "/v1/tasks", json={"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, **body}
+    )
+    assert response.status_code == 202, response.text
+    return str(response.json()["task_id"])
+
+
+async def _read(host: Host, task_id: str, stop_after: int | None = None) -> list[tuple[str, dict]]:
+    from .test_orchestrator_api import parse_sse
+
+    events: list[tuple[str, dict]] = []
+    async with host.client.stream("GET", f"/v1/tasks/{task_id}/stream") as response:
+        assert response.status_code == 200
+        buffer = ""
+        async for text in response.aiter_text():
+            buffer += text
+            *blocks, buffer = buffer.split("\n\n")
+            events.extend(parse_sse("\n\n".join(blocks) + "\n\n"))
+            tokens = sum(1 for name, _ in events if name == "token")
+            if stop_after is not None and tokens >= stop_after:
+                break  # this reader leaves mid-stream
+    return events
+
+
+def _tokens(events: list[tuple[str, dict]]) -> str:
+    return "".join(payload["t"] for name, payload in events if name == "token")
+
+
+async def test_a_finished_task_streams_again_in_full(host: Host) -> None:
+    task_id = await _task(host)
+    first = await asyncio.wait_for(_read(host, task_id), 30)
+    second = await asyncio.wait_for(_read(host, task_id), 5)  # used to hang for ever
+    assert first[-1][0] == second[-1][0] == "end"
+    assert _tokens(first) == _tokens(second) != ""
+
+
+async def test_two_readers_both_get_every_token_and_a_leaving_one_cancels_nothing(
+    host: Host,
+) -> None:
+    task_id = await _task(host, max_tokens=60)
+    quitter, stayer = await asyncio.gather(
+        _read(host, task_id, stop_after=3), asyncio.wait_for(_read(host, task_id), 30)
+    )
+    assert stayer[-1][0] == "end" and stayer[-1][1]["finish_reason"] == "length"
+    assert _tokens(stayer).startswith(_tokens(quitter))
+    late = await asyncio.wait_for(_read(host, task_id), 5)
+    assert _tokens(late) == _tokens(stayer)
+
+
+async def test_task_ids_are_random_and_a_finished_one_is_not_taken_again(host: Host) -> None:
+    ids = {await _task(host, max_tokens=1) for _ in range(3)}
+    assert len(ids) == 3
+    assert all(len(i) >= 16 and i.startswith("job-") for i in ids)
+    mine = await _task(host, task_id="my-task", max_tokens=1)
+    await asyncio.wait_for(_read(host, mine), 30)
+    again = await host.client.post("/v1/tasks", json={"prompt": "Hi", "task_id": "my-task"})
+    assert again.status_code == 409
+    assert again.json()["code"] == "INVALID_PARAMS" and "exists" in again.json()["message"]
+
+
+async def test_prompt_arrays_that_can_never_fit_are_400s(start_host: HostFactory) -> None:
+    host = await start_host(parallel=1, queue=2)
+    empty = await host.client.post("/v1/completions", json={"model": MODEL, "prompt": []})
+    assert empty.status_code == 400
+    many = {"model": MODEL, "prompt": ["Hi"] * 5, "max_tokens": 2}
+    response = await host.client.post("/v1/completions", json=many)
+    assert response.status_code == 400, response.text
+    assert "more than engine" in response.json()["error"]["message"]
+    assert host.service.pool_metrics(MODEL).slots_busy == 0, "the admitted ones were let go"

@@ -24,7 +24,7 @@ from .errors import install_error_handlers
 from .families import Family, family_of, is_health
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, CorrelationMiddleware
 from .routes_engines import ProcessUsage
-from .routes_tasks import TaskStore
+from .task_store import TaskStore
 
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20  # see HttpSettings.max_body_mb
 

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
-from ...protocol.errors import InferError
+from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.openai import (
     AssistantMessage,
@@ -128,9 +128,18 @@ async def completions(
     try:
         for prompt in body.prompts:
             jobs.append(await submit(request, model=body.model, prompt=prompt, params=params))
-    except InferError:
+    except InferError as err:
         for job in jobs:  # all prompts are admitted, or none
             job.cancel()
+        if err.kind is ErrorKind.QUEUE_FULL and jobs:
+            m = service_of(request).pool_metrics(jobs[0].pool_id)
+            if len(body.prompts) > m.queue_capacity + m.slots_total:  # a retry cannot help
+                raise InferError(
+                    ErrorKind.INVALID_PARAMS,
+                    f"{len(body.prompts)} prompts are more than engine '{m.pool_id}' can hold "
+                    f"({m.slots_total} slots and a queue of {m.queue_capacity})",
+                    param="prompt",
+                ) from None
         raise
     model, created = jobs[0].pool_id if jobs else body.model, int(time.time())
     cid = f"cmpl-{jobs[0].id}" if jobs else f"cmpl-{created}"

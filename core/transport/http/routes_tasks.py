@@ -1,21 +1,20 @@
 """Spec 002, data plane: admit a task, stream it as SSE, cancel it race-free.
 
 POST /v1/tasks admits (OC-CTRL-2010) and answers 202 with the queue position; the job runs
-whether or not anyone streams it, and its events wait in the job until GET .../stream reads
-them. A task is forgotten a while after it ends.
+whether or not anyone streams it, and GET .../stream replays it from the start to any number
+of readers (task_store.py). Task ids are random, so knowing one is what lets a client read
+or cancel it. A task is forgotten a while after it ends.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ...host import HostService
-from ...protocol.errors import ErrorKind, InferError
-from ...protocol.events import Admitted, Finished, TokenText
+from ...protocol.events import Admitted, TokenText
 from ...protocol.orchestrator import (
     Backpressure,
     OrchestratorError,
@@ -28,41 +27,14 @@ from ...protocol.orchestrator import (
     TaskRequest,
     sse_error,
 )
-from ...scheduler import Job
 from .deps import client_of, service_of
 from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, Template, sse_event, sse_response
+from .task_store import Task
 
 router = APIRouter(tags=["Task queue (spec 002)"], route_class=StrictJSONRoute)
 
-FORGET_AFTER_S = 300
 METRICS_EVERY = 32  # tokens between `metrics` frames
-
-
-class TaskStore:
-    """Accepted tasks by id, until a while after they end."""
-
-    def __init__(self) -> None:
-        self._tasks: dict[str, Job] = {}
-
-    def add(self, job: Job) -> None:
-        self._sweep()
-        self._tasks[job.id] = job
-
-    def get(self, task_id: str) -> Job:
-        try:
-            return self._tasks[task_id]
-        except KeyError:
-            raise InferError(ErrorKind.NOT_FOUND, f"no task '{task_id}'", param="task_id") from None
-
-    def _sweep(self) -> None:
-        now = time.perf_counter()
-        for task_id, job in list(self._tasks.items()):
-            if job.result is None:
-                continue
-            ended_at = job.enqueued_at + job.result.timings.total_ms / 1000
-            if now - ended_at > FORGET_AFTER_S:
-                del self._tasks[task_id]
 
 
 _EXAMPLES = {
@@ -73,13 +45,13 @@ _EXAMPLES = {
             "output_mode": "text",
         },
         "response": {
-            "task_id": "job-000000001-1",
+            "task_id": "job-Jz4oWqkR1dx8bS2a",
             "queue_position": 0,
             "predicted_start_ms": 0,
             "pool_id": "gemma-3-270m",
             "engine": "llama.cpp",
             "output_mode": "text",
-            "stream_url": "/v1/tasks/job-000000001-1/stream",
+            "stream_url": "/v1/tasks/job-Jz4oWqkR1dx8bS2a/stream",
         },
     }
 }
@@ -112,6 +84,7 @@ _STREAM_EXAMPLE = (
 )
 async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     service = service_of(request)
+    request.app.state.tasks.check_new(body.task_id)
     job = await service.submit(
         model=body.model,
         pool_id=body.pool_id,  # a pin: this pool or a typed error, never another
@@ -144,25 +117,23 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     summary="SSE: started, then token* with metrics interleaved, then end (or error)",
 )
 async def stream(task_id: str, request: Request) -> EventSourceResponse:
-    job = request.app.state.tasks.get(task_id)
-    return sse_response(task_events(job, service_of(request)))
+    task = request.app.state.tasks.get(task_id)
+    return sse_response(task_events(task, service_of(request)))
 
 
-async def task_events(job: Job, service: HostService) -> AsyncIterator[ServerSentEvent]:
-    position, predicted = service.position(job)
+async def task_events(task: Task, service: HostService) -> AsyncIterator[ServerSentEvent]:
+    position, predicted = task.position(service)
     started = SSEStarted(queue_position=position, predicted_start_ms=predicted)
     yield sse_event(started.model_dump_json(), "started")
     token = Template(SSEToken(t=HOLE, i=INDEX))
-    index = 0
-    async for event in job.events():
+    async for event in task.follow():
         if isinstance(event, TokenText):
-            yield sse_event(token.render(event.text, index), "token")
-            index += 1
-            if index % METRICS_EVERY == 0:
-                yield metrics_event(job, service)
+            yield sse_event(token.render(event.text, event.index), "token")
+            if (event.index + 1) % METRICS_EVERY == 0:
+                yield metrics_event(task, service)
         elif isinstance(event, Admitted):
-            yield metrics_event(job, service)
-        elif isinstance(event, Finished):
+            yield metrics_event(task, service)
+        else:
             if event.error is not None:
                 yield sse_event(sse_error(event.error).model_dump_json(), "error")
                 return
@@ -176,12 +147,12 @@ async def task_events(job: Job, service: HostService) -> AsyncIterator[ServerSen
             yield sse_event(end.model_dump_json(), "end")
 
 
-def metrics_event(job: Job, service: HostService) -> ServerSentEvent:
-    snapshot = service.pool_metrics(job.pool_id)
+def metrics_event(task: Task, service: HostService) -> ServerSentEvent:
+    snapshot = service.pool_metrics(task.pool_id)
     metrics = SSEMetrics(
         queue_depth=snapshot.queue_depth,
         kv_warmth=False,
-        tokens_out=job.tokens_out,
+        tokens_out=task.tokens_out,
         decode_tps=round(snapshot.decode_tps_recent, 1),
         slots_busy=snapshot.slots_busy,
         slots_total=snapshot.slots_total,
@@ -199,11 +170,11 @@ def metrics_event(job: Job, service: HostService) -> ServerSentEvent:
     summary="Cancel race-free: once this answers, no further token is emitted (OC-CTRL-2012)",
 )
 async def cancel(task_id: str, request: Request) -> TaskCancelled:
-    job = request.app.state.tasks.get(task_id)
-    cancelled = job.cancel()
+    task = request.app.state.tasks.get(task_id)
+    cancelled = task.cancel()
     return TaskCancelled(
         task_id=task_id,
         cancelled=cancelled,
-        state=job.state.value,
-        tokens_emitted=job.tokens_published,
+        state=task.state,
+        tokens_emitted=task.tokens_emitted,
     )
