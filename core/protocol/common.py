@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Role = Literal["system", "user", "assistant"]
 MAX_STOPS = 16  # stop strings per request
+MAX_STOP_CHARS = 1024  # characters in one stop string
+MAX_MESSAGES = 1024  # turns in one conversation
 MAX_PATH = 4096  # bytes in a model path (Linux PATH_MAX)
 MAX_PROMPTS = 128  # prompts in one completion request
 
@@ -19,6 +21,20 @@ class ChatMessage(BaseModel):
 
     role: Role
     content: str
+
+    @field_validator("content")
+    @classmethod
+    def _no_nul(cls, content: str) -> str:
+        # llama.cpp's chat templates take C strings: a NUL would silently cut the turn short
+        if "\x00" in content:
+            raise ValueError("a message may not contain a NUL character (U+0000)")
+        return content
+
+
+# Every list and string a request carries is bounded: what a job keeps must stay small.
+Stop = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+Stops = Annotated[list[Stop], Field(max_length=MAX_STOPS)]
+Messages = Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
 
 
 class SamplingParams(BaseModel):
@@ -38,7 +54,7 @@ class SamplingParams(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repeat_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0 disables")
     repeat_last_n: int = Field(64, ge=0, le=4096)
-    stop: tuple[str, ...] = Field(
+    stop: tuple[Stop, ...] = Field(
         (), max_length=MAX_STOPS, description="never emitted, not even in part"
     )
     max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_STOPS, ChatMessage, SamplingParams
+from .common import Messages, SamplingParams, Stops
 from .errors import InferError
 
 SSE_END = "[END]"
@@ -21,14 +21,14 @@ class OllamaChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1)
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: Messages
     stream: bool = False
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
     seed: int | None = Field(None, ge=0, le=2**32 - 2)
     max_tokens: int | None = Field(None, ge=1)
-    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
+    stop: Stops | None = None
 
     def sampling(self) -> SamplingParams:
         return SamplingParams.of(self)

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import MAX_PATH, MAX_PROMPTS, MAX_STOPS, ChatMessage, SamplingParams
+from .common import MAX_PATH, MAX_PROMPTS, Messages, SamplingParams, Stop, Stops
 from .errors import InferError
 from .snapshots import EngineParameters, EngineState, FinishReason
 
@@ -32,7 +32,7 @@ class _Sampling(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**32 - 2)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
+    stop: Stop | Stops | None = None
     # beyond OpenAI: llama.cpp's own knobs, as llama-server accepts them
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -44,7 +44,7 @@ class _Sampling(BaseModel):
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: Messages
     max_tokens: int = Field(128, ge=1)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .common import MAX_PATH, MAX_STOPS, ChatMessage, SamplingParams
+from .common import MAX_PATH, Messages, SamplingParams, Stops
 from .errors import InferError
 from .snapshots import MetricsSnapshot, PoolState
 
@@ -38,13 +38,13 @@ class TaskRequest(BaseModel):
     model: str | None = Field(None, description="engine id; the default engine when absent")
     pool_id: str | None = Field(None, description="pin: this pool or an error, never another")
     prompt: str | None = None
-    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    messages: Messages | None = None
     max_tokens: int = Field(128, ge=1)
     temperature: float = Field(0.8, ge=0.0, le=2.0)
     top_p: float = Field(0.95, ge=0.0, le=1.0)
     top_k: int = Field(40, ge=0)
     seed: int | None = Field(None, ge=0, le=2**32 - 2)
-    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
+    stop: Stops | None = None
     output_mode: OutputMode | None = Field(
         None, description="a hint, recorded; unknown values are ignored (OC-CTRL-2063)"
     )

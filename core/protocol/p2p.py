@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .common import MAX_STOPS, ChatMessage
+from .common import Messages, Stops
 from .errors import ErrorKind, InferError
 from .json_text import parse_json
 
@@ -48,7 +48,7 @@ class ServerInfo(_Payload):
 
 class ChatStart(_Payload):
     prompt: str = ""
-    messages: list[ChatMessage] | None = None
+    messages: Messages | None = None
     model: str | None = None
     system: str | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -59,7 +59,7 @@ class ChatStart(_Payload):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
-    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
+    stop: Stops | None = None
     max_tokens: int | None = Field(None, ge=1)
     protocol_version: int | None = None
 

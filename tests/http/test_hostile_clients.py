@@ -234,3 +234,20 @@ async def test_prompt_arrays_that_can_never_fit_are_400s(start_host: HostFactory
     assert response.status_code == 400, response.text
     assert "more than engine" in response.json()["error"]["message"]
     assert host.service.pool_metrics(MODEL).slots_busy == 0, "the admitted ones were let go"
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"messages": [{"role": "user", "content": "a\u0000b"}]}, "NUL"),
+        ({"messages": [{"role": "user", "content": "Hi"}], "stop": ["x" * 2000]}, "stop"),
+        ({"messages": [{"role": "user", "content": "Hi"}] * 1025}, "messages"),
+    ],
+)
+async def test_every_string_and_list_is_bounded_and_a_nul_is_refused(
+    host: Host, body: dict[str, object], words: str
+) -> None:
+    """A NUL used to cut a turn short in silence; stop strings had no size limit (issue 12)."""
+    response = await host.client.post("/v1/chat/completions", json={"model": MODEL, **body})
+    assert response.status_code == 400, response.text
+    assert words in response.json()["error"]["message"]
