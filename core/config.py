@@ -60,6 +60,16 @@ class HttpSettings(BaseModel):
     max_body_mb: float = Field(
         4.0, gt=0, description="largest request body (413 above it); 4 MB is ~1M tokens of text"
     )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a new connection must send a whole request head by then"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="longest wait for the next piece of a request body (408)"
+    )
+    keep_alive_s: int = Field(5, ge=1, description="an idle kept-alive connection is closed")
+    max_connections: int = Field(
+        1000, ge=1, description="connections and requests at once; beyond it a 503"
+    )
     cors_origins: list[str] = Field(
         default_factory=list, description="origins allowed by CORS; empty: CORS off"
     )
@@ -87,6 +97,11 @@ class HostSettings(BaseModel):
     models: list[str] = Field(
         default_factory=list,
         description="GGUF paths, optionally as ID=PATH; empty: the bundled Gemma 3 270M",
+    )
+    model_dirs: list[str] = Field(
+        default_factory=list,
+        description="folders engines may be added or reloaded from at run time, besides the "
+        "data dir's models/ and the folders of the models given at start",
     )
     engine: EngineDefaults = EngineDefaults()
     queue: int = Field(64, ge=1, description="jobs that may wait per engine before QUEUE_FULL")

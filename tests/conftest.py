@@ -115,7 +115,9 @@ ServedHostFactory = Callable[..., Coroutine[Any, Any, ServedHost]]
 
 
 @pytest.fixture
-async def start_served_host(testnet: list[str]) -> AsyncIterator[ServedHostFactory]:
+async def start_served_host(
+    testnet: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ServedHostFactory]:
     """Start (and at teardown stop) hosts; pass `seed` and `port` to bring one back."""
     hosts: list[ServedHost] = []
 
@@ -124,6 +126,7 @@ async def start_served_host(testnet: list[str]) -> AsyncIterator[ServedHostFacto
     ) -> ServedHost:
         settings = HostSettings.model_validate(
             {"queue": queue, "drain_on_stop_ms": 0, "host_name": "test-host",
+             "model_dirs": [str(tmp_path_factory.getbasetemp())],
              "engine": {"ctx": 1024, "parallel": parallel, "threads": 2}}
         )  # fmt: skip
         service = HostService(settings)

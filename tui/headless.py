@@ -39,9 +39,9 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
         key = settings.api_key.get_secret_value() if settings.api_key else None
         app = create_app(
             service, api_key=key, cors_origins=http.cors_origins,
-            max_body_bytes=int(http.max_body_mb * 2**20),
+            max_body_bytes=int(http.max_body_mb * 2**20), body_timeout_s=http.body_timeout_s,
         )  # fmt: skip
-        service.attach(HttpServer(app, http.listen))
+        service.attach(HttpServer(app, http.listen, http))
     return service
 
 

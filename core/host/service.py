@@ -12,9 +12,11 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, Unpack
 
+from .. import paths
 from ..config import HostSettings
 from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
 from ..protocol.errors import ErrorKind, InferError
@@ -69,6 +71,14 @@ def engine_spec(
     )
 
 
+def model_roots(settings: HostSettings, started_with: Sequence[str]) -> list[Path]:
+    """Where engines may be loaded from at run time: the configured folders, the data dir's
+    models/, and the folders of the models the host started with (the bundled one's too)."""
+    folders = [Path(folder) for folder in settings.model_dirs]
+    folders += [paths.data_dir() / "models", *(Path(path).parent for path in started_with)]
+    return [folder.expanduser().resolve() for folder in folders]
+
+
 class Transport(Protocol):
     """A face of the host (HTTP, Hyperswarm) that HostService starts and stops."""
 
@@ -85,6 +95,7 @@ class HostService:
     def __init__(self, settings: HostSettings | None = None) -> None:
         self.settings = settings or HostSettings()
         self._registry = EngineRegistry(self.settings.queue)
+        self._model_roots = model_roots(self.settings, [])
         self.transports: list[Transport] = []
         self.started_at = time.time()
         self.version = engine_version()
@@ -102,6 +113,7 @@ class HostService:
         else:
             path = await asyncio.to_thread(bundled_model_path)
             specs = [engine_spec(BUNDLED_MODEL_ID, str(path), self.settings)]
+        self._model_roots = model_roots(self.settings, [spec.model_path for spec in specs])
         for spec in specs:
             await self._registry.add(spec)
         for transport in self.transports:
@@ -206,7 +218,8 @@ class HostService:
     async def add_engine(self, request: AddEngineRequest) -> EngineStatus:
         """Load a GGUF as a new engine."""
         spec = engine_spec(
-            request.engine_id, request.model_path, self.settings, n_ctx=request.n_ctx,
+            request.engine_id, self._confined(request.model_path), self.settings,
+            n_ctx=request.n_ctx,
             n_gpu_layers=request.n_gpu_layers, main_gpu_id=request.main_gpu_id,
         )  # fmt: skip
         pool = await self._registry.add(spec)
@@ -220,7 +233,7 @@ class HostService:
         """Load the new model beside the old and switch atomically, or keep the old one and
         raise (OC-CTRL-2003)."""
         pool = self._registry.get(engine_id)
-        await pool.reload(model_path)
+        await pool.reload(self._confined(model_path) if model_path else None)
         return views.engine_status(pool)
 
     async def drain_engine(self, engine_id: str, deadline_ms: int) -> int:
@@ -228,6 +241,22 @@ class HostService:
         many were cancelled."""
         result = await self._registry.get(engine_id).drain(deadline_ms)
         return result["cancelled"]
+
+    def _confined(self, model_path: str) -> str:
+        """The path, resolved, if it lies in a folder this host loads models from; else
+        FORBIDDEN, saying nothing of the file (whether it exists, what it holds)."""
+        try:
+            path = Path(model_path).expanduser().resolve()
+        except (OSError, RuntimeError):  # a name too long, a loop of links
+            path = None
+        if path is None or not any(path.is_relative_to(root) for root in self._model_roots):
+            raise InferError(
+                ErrorKind.FORBIDDEN,
+                "model_path is outside the folders this host loads models from "
+                "(host.model_dirs in its config)",
+                param="model_path",
+            )
+        return str(path)
 
     def resume_engine(self, engine_id: str) -> EngineStatus:
         """Admit again after a drain."""

@@ -38,6 +38,7 @@ class ErrorKind(StrEnum):
     # protocol and access
     BAD_MESSAGE = "BAD_MESSAGE"
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
     UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
     UNAUTHORIZED = "UNAUTHORIZED"
     FORBIDDEN = "FORBIDDEN"
@@ -130,6 +131,9 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
     ErrorKind.BAD_MESSAGE: ErrorMapping("BAD_MESSAGE", "INVALID_PARAMS", _REQ, "bad_request", 400),
     ErrorKind.PAYLOAD_TOO_LARGE: ErrorMapping(
         "BAD_MESSAGE", "INVALID_PARAMS", _REQ, "payload_too_large", 413
+    ),
+    ErrorKind.REQUEST_TIMEOUT: ErrorMapping(
+        "BAD_MESSAGE", "INVALID_PARAMS", _REQ, "request_timeout", 408
     ),
     ErrorKind.UNSUPPORTED_VERSION: ErrorMapping(
         "UNSUPPORTED_VERSION", "INVALID_PARAMS", _REQ, "unsupported_version", 400

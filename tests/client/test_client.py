@@ -147,14 +147,14 @@ async def test_admin_drains_and_resumes_an_engine(client: Client, host: ServedHo
     await client.resume_engine("gemma-3-270m")  # already taking jobs: nothing to do
 
 
-async def test_errors_carry_the_spec_kind_and_a_sentence(client: Client) -> None:
+async def test_errors_carry_the_spec_kind_and_a_sentence(client: Client, tmp_path) -> None:
     with pytest.raises(InferError) as caught:
         await client.chat(HELLO, model="no-such-model", max_tokens=4).text()
     assert caught.value.kind is ErrorKind.MODEL_NOT_FOUND
     assert explain(caught.value).startswith("The host does not serve that model.")
     with pytest.raises(InferError) as caught:
         await client.add_engine(
-            AddEngineRequest(engine_id="missing", model_path="/nonexistent/model.gguf")
+            AddEngineRequest(engine_id="missing", model_path=str(tmp_path / "missing.gguf"))
         )
     assert caught.value.kind is ErrorKind.MODEL_FILE_NOT_FOUND
 

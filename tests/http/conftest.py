@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from infertui.core.config import HostSettings
+from infertui.core.config import HostSettings, HttpSettings
 from infertui.core.host import HostService
 from infertui.core.transport.http import HttpServer, create_app
 
@@ -31,7 +31,7 @@ HostFactory = Callable[..., Coroutine[Any, Any, Host]]
 
 
 @pytest.fixture
-async def start_host() -> AsyncIterator[HostFactory]:
+async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HostFactory]:
     hosts: list[Host] = []
 
     async def start(
@@ -41,15 +41,20 @@ async def start_host() -> AsyncIterator[HostFactory]:
         queue: int = 16,
         api_key: str | None = None,
         cors_origins: tuple[str, ...] = (),
+        limits: HttpSettings | None = None,
     ) -> Host:
         settings = HostSettings.model_validate(
             {"queue": queue, "drain_on_stop_ms": 0,
+             "model_dirs": [str(tmp_path_factory.getbasetemp())],  # tests' copies load
              "engine": {"ctx": ctx, "parallel": parallel, "threads": 2}}
         )  # fmt: skip
         service = HostService(settings)
-        server = HttpServer(
-            create_app(service, api_key=api_key, cors_origins=cors_origins), "127.0.0.1:0"
-        )
+        limits = limits or HttpSettings()
+        app = create_app(
+            service, api_key=api_key, cors_origins=cors_origins,
+            body_timeout_s=limits.body_timeout_s,
+        )  # fmt: skip
+        server = HttpServer(app, "127.0.0.1:0", limits)
         service.attach(server)
         await service.start()
         client = httpx.AsyncClient(base_url=server.url, timeout=60)

@@ -10,6 +10,8 @@ import logging
 import httpx
 import pytest
 
+from infertui.core.config import HttpSettings
+
 from .conftest import MODEL, Host, HostFactory
 
 pytestmark = pytest.mark.model
@@ -61,10 +63,9 @@ async def test_a_control_character_names_the_place_not_a_field(host: Host) -> No
     assert error.get("param") is None
 
 
-async def test_a_path_too_long_for_the_filesystem_is_a_404_not_a_500(host: Host) -> None:
-    response = await host.client.post(
-        "/engines", json={"engine_id": "e1", "model_path": "/" + "A" * 300}
-    )
+async def test_a_path_too_long_for_the_filesystem_is_a_404_not_a_500(host: Host, tmp_path) -> None:
+    too_long = str(tmp_path / ("A" * 300))  # in a model folder: the filesystem answers
+    response = await host.client.post("/engines", json={"engine_id": "e1", "model_path": too_long})
     assert response.status_code == 404, response.text
     assert response.json()["error"]["code"] == "model_file_not_found"
 
@@ -251,3 +252,56 @@ async def test_every_string_and_list_is_bounded_and_a_nul_is_refused(
     response = await host.client.post("/v1/chat/completions", json={"model": MODEL, **body})
     assert response.status_code == 400, response.text
     assert words in response.json()["error"]["message"]
+
+
+async def _raw(host: Host) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(host.server.host, host.server.port)
+
+
+async def test_slow_and_idle_connections_are_dropped_and_health_stays_quick(
+    start_host: HostFactory,
+) -> None:
+    """50 slow-header connections and idle sockets used to stay open for ever (issue 12 §7)."""
+    limits = HttpSettings(header_timeout_s=1.0, body_timeout_s=1.0)
+    host = await start_host(limits=limits)
+    slow = [await _raw(host) for _ in range(50)]
+    for _, writer in slow[:25]:
+        writer.write(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert (await host.client.get("/v1/health")).status_code == 200
+    assert loop.time() - start < 0.5
+    closed = await asyncio.gather(*(reader.read() for reader, _ in slow))  # EOF once dropped
+    assert loop.time() - start < 3.0, "every slow or idle connection is closed in time"
+    assert all(data == b"" for data in closed)
+    for _, writer in slow:
+        writer.close()
+
+
+async def test_a_body_that_trickles_in_is_a_408(start_host: HostFactory) -> None:
+    host = await start_host(limits=HttpSettings(body_timeout_s=1.0))
+    reader, writer = await _raw(host)
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"model":'
+    )
+    head = await asyncio.wait_for(reader.readline(), 5)
+    assert b" 408 " in head
+    writer.close()
+
+
+async def test_engines_load_only_from_model_folders_and_say_nothing_of_other_files(
+    host: Host, tmp_path, model_path
+) -> None:
+    """POST /engines used to open any path the host could read, and to quote its first
+    bytes (issue 12 §8): outside the model folders it is a 403 with no file detail."""
+    outside_link = tmp_path / "sneaky.gguf"
+    outside_link.symlink_to("/etc/passwd")  # in a model folder, but it leads out of them
+    for path in ("/etc/passwd", "/etc/no-such-file", str(outside_link), f"{tmp_path}/../../etc"):
+        response = await host.client.post("/engines", json={"engine_id": "x", "model_path": path})
+        assert response.status_code == 403, (path, response.text)
+        message = response.json()["error"]["message"]
+        assert "outside the folders" in message and "root" not in message
+    reload = await host.client.post(f"/v1/pools/{MODEL}/reload", json={"model_path": "/etc/passwd"})
+    assert reload.status_code == 403
+    assert host.service.engine_ids() == [MODEL]

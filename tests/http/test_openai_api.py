@@ -230,11 +230,13 @@ async def test_spec_004_engine_management_add_list_status_remove(
 
 @pytest.mark.parametrize(
     ("path", "status", "code"),
-    [("/nowhere/model.gguf", 404, "model_file_not_found"), ("NOT_GGUF", 400, "model_invalid")],
+    [("MISSING", 404, "model_file_not_found"), ("NOT_GGUF", 400, "model_invalid")],
 )
 async def test_spec_004_adding_a_bad_model_is_a_clear_error(
     host: Host, tmp_path, path, status, code
 ) -> None:
+    if path == "MISSING":
+        path = str(tmp_path / "nowhere.gguf")  # in a model folder, but no file there
     if path == "NOT_GGUF":
         bogus = tmp_path / "bogus.gguf"
         bogus.write_text("hello")

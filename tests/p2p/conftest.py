@@ -32,12 +32,15 @@ P2PHostFactory = Callable[..., Coroutine[Any, Any, P2PHost]]
 
 
 @pytest.fixture
-async def start_p2p_host(testnet: list[str]) -> AsyncIterator[P2PHostFactory]:
+async def start_p2p_host(
+    testnet: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[P2PHostFactory]:
     hosts: list[P2PHost] = []
 
     async def start(*, parallel: int = 2, queue: int = 8, **server: Any) -> P2PHost:
         settings = HostSettings.model_validate(
             {"queue": queue, "drain_on_stop_ms": 0, "host_name": "test-host",
+             "model_dirs": [str(tmp_path_factory.getbasetemp())],
              "engine": {"ctx": 1024, "parallel": parallel, "threads": 2}}
         )  # fmt: skip
         service = HostService(settings)

@@ -313,7 +313,7 @@ async def test_admin_operations_only_for_admin_peers(
 
         added = await ask("engine_add", engine_id="extra", model_path=str(copy), n_ctx=512)
         assert added["payload"]["engine"]["status"] == "loaded"
-        missing = await ask("engine_add", engine_id="nope", model_path="/no/such.gguf")
+        missing = await ask("engine_add", engine_id="nope", model_path=str(tmp_path / "no.gguf"))
         assert missing["type"] == "error" and "not found" in missing["payload"]["message"]
         reloaded = await ask("engine_reload", engine_id="extra")
         assert reloaded["payload"]["engine"]["pool_state"] == "ready"

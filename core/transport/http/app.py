@@ -42,6 +42,7 @@ def create_app(
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = 30.0,
 ) -> FastAPI:
     app = FastAPI(
         title="infertui",
@@ -70,7 +71,7 @@ def create_app(
     document_errors(app, api_key=bool(api_key))
     # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
     # then the body limit.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
     if cors_origins:
@@ -107,6 +108,9 @@ def document_errors(app: FastAPI, *, api_key: bool) -> None:
                 responses = operation.setdefault("responses", {})
                 if responses.pop("422", None) is not None:
                     responses.setdefault("400", _error(ref, "invalid request"))
+                if "requestBody" in operation:
+                    responses.setdefault("408", _error(ref, "the body came too slowly"))
+                    responses.setdefault("413", _error(ref, "the body is over the size limit"))
                 if api_key and not is_health(path):
                     responses.setdefault("401", _error(ref, "missing or invalid API key"))
         schema["components"]["schemas"].pop("HTTPValidationError", None)

@@ -20,6 +20,7 @@ _STATUS_KINDS = {
     401: ErrorKind.UNAUTHORIZED,
     404: ErrorKind.NOT_FOUND,
     405: ErrorKind.METHOD_NOT_ALLOWED,
+    408: ErrorKind.REQUEST_TIMEOUT,
     413: ErrorKind.PAYLOAD_TOO_LARGE,
 }
 
@@ -58,7 +59,9 @@ def install_error_handlers(app: FastAPI) -> None:
             detail = f"unknown endpoint {request.method} {request.url.path}"
         elif err.status_code == 405:
             detail = f"method {request.method} is not allowed on {request.url.path}"
-        elif err.status_code == 413:  # a chunked body cut by FastAPI's max_body_size
+        elif err.status_code == 408:
+            detail = "the request body came too slowly (http.body_timeout_s)"
+        elif err.status_code == 413:  # a body without a length, cut at the limit
             limit = request.app.state.max_body_bytes
             detail = f"the request body is over the host's limit of {limit:,} bytes"
         return error_response(InferError(kind, detail), family_of(request.url.path))

@@ -3,6 +3,7 @@ correlation IDs (OC-CTRL-2052) and the optional Bearer API key."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import uuid
@@ -76,11 +77,13 @@ class ApiKeyMiddleware:
 class BodyLimitMiddleware:
     """A request whose Content-Length is over the limit is answered 413 in its endpoint's
     error shape before a byte of it is read; a body without a length is cut off as soon as it
-    passes the limit (the route's body read ends in the same 413)."""
+    passes the limit, and a body whose next piece takes longer than `timeout_s` ends in a 408
+    (the route's body read raises either, and the error handlers answer)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -93,15 +96,21 @@ class BodyLimitMiddleware:
                 )
                 await error_response(err, family_of(scope.get("path", "")))(scope, receive, send)
                 return
-        received = 0
+        received, body_done = 0, False
 
         async def limited() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # from here on the next message is the client leaving: no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_s)
+            except TimeoutError:
+                raise HTTPException(408) from None  # FastAPI hands these to the handlers
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_bytes:
-                    raise HTTPException(413)  # FastAPI hands these to the error handlers
+                    raise HTTPException(413)
             return message
 
         await self.app(scope, limited, send)

@@ -28,6 +28,7 @@ router = APIRouter(tags=["Engines and health (spec 004)"], route_class=StrictJSO
 
 _ADD_ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorEnvelope, "description": "not a GGUF file, or invalid parameters"},
+    403: {"model": ErrorEnvelope, "description": "model_path is outside the model folders"},
     404: {"model": ErrorEnvelope, "description": "no file at model_path"},
     409: {"model": ErrorEnvelope, "description": "an engine with this id exists"},
     503: {"model": ErrorEnvelope, "description": "not enough memory for the model or context"},

@@ -82,6 +82,7 @@ async def resume(pool_id: str, request: Request) -> ResumeResponse:
             "model": OrchestratorError,
             "description": "the new model is not valid; old one kept",
         },
+        403: {"model": OrchestratorError, "description": "model_path is outside the model folders"},
         503: {
             "model": OrchestratorError,
             "description": "the new model did not load; old one kept",

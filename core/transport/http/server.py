@@ -10,7 +10,9 @@ from collections.abc import Iterator
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ...config import HttpSettings
 from ...protocol.errors import ErrorKind, InferError
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,23 @@ class _EmbeddedServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.ready.set()
+
+
+class _HeadDeadline(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, plus a deadline for the first request head: a connection
+    that has not sent one in full by then (a slow-header attack, an idle socket) is closed.
+    Between requests, uvicorn's keep-alive timeout does the same."""
+
+    head_timeout_s = 10.0  # set per server by a subclass (see HttpServer.start)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self.loop.call_later(self.head_timeout_s, self._head_due)
+
+    def _head_due(self) -> None:
+        if self.cycle is None and not self.transport.is_closing():
+            log.info("closing a connection from %s: no request head in time", self.client)
+            self.transport.close()
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -50,9 +69,12 @@ class HttpServer:
 
     name = "http"
 
-    def __init__(self, app: FastAPI, listen: str = "127.0.0.1:8080") -> None:
+    def __init__(
+        self, app: FastAPI, listen: str = "127.0.0.1:8080", limits: HttpSettings | None = None
+    ) -> None:
         self.app = app
         self.host, self.port = parse_listen(listen)
+        self.limits = limits or HttpSettings()
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -71,13 +93,19 @@ class HttpServer:
         sock.listen(1024)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
+        protocol = type(
+            "HeadDeadline", (_HeadDeadline,), {"head_timeout_s": self.limits.header_timeout_s}
+        )
         config = uvicorn.Config(
             self.app,
+            http=protocol,
             log_config=None,
             access_log=False,
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=2,
+            timeout_keep_alive=self.limits.keep_alive_s,
+            limit_concurrency=self.limits.max_connections,
         )
         self._server = _EmbeddedServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="http-server")
