@@ -4,6 +4,8 @@ health and capabilities, and the host dashboard's live jobs. Before an engine ha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..protocol.orchestrator import PoolCapabilities, PoolHealth
 from ..protocol.snapshots import (
     EngineParameters,
@@ -64,7 +66,7 @@ def pool_health(pool: Pool) -> PoolHealth:
         draining=pool.state is PoolState.DRAINING,
         state=pool.state,
         engine=pool.engine.version if pool.engine else ENGINE_NAME,
-        model_path=pool.spec.model_path,
+        model_path=Path(pool.spec.model_path).name,  # open without a key: never where it lives
         metrics=pool.metrics_snapshot(),
         last_error=pool.error,
     )

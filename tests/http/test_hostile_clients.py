@@ -305,3 +305,14 @@ async def test_engines_load_only_from_model_folders_and_say_nothing_of_other_fil
     reload = await host.client.post(f"/v1/pools/{MODEL}/reload", json={"model_path": "/etc/passwd"})
     assert reload.status_code == 403
     assert host.service.engine_ids() == [MODEL]
+
+
+async def test_health_open_without_a_key_names_files_not_paths(start_host: HostFactory) -> None:
+    host = await start_host(api_key="k")
+    health = (await host.client.get("/v1/health")).json()
+    pool = (await host.client.get(f"/v1/pools/{MODEL}/health")).json()
+    assert health["engines_summary"][0]["model_path"].endswith(".gguf")
+    assert "/" not in health["engines_summary"][0]["model_path"]
+    assert pool["model_path"].endswith(".gguf") and "/" not in pool["model_path"]
+    listed = await host.client.get("/engines", headers={"Authorization": "Bearer k"})
+    assert listed.json()["engines"][0]["model_path"].startswith("/")  # with the key: the path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -81,10 +82,9 @@ async def engine_status(engine_id: str, request: Request) -> EngineStatus:
     return service_of(request).engine_status(engine_id)
 
 
-def summary(status: EngineStatus) -> EngineSummary:
-    return EngineSummary(
-        engine_id=status.engine_id, status=status.status, model_path=status.model_path
-    )
+def summary(status: EngineStatus, *, file_only: bool = False) -> EngineSummary:
+    path = Path(status.model_path).name if file_only and status.model_path else status.model_path
+    return EngineSummary(engine_id=status.engine_id, status=status.status, model_path=path)
 
 
 class ProcessUsage:
@@ -135,5 +135,6 @@ async def health(request: Request) -> HealthResponse:
             memory_usage_mb=memory,
             cpu_usage_percent=cpu,
         ),
-        engines_summary=[summary(s) for s in statuses],
+        # health is open even with an API key: file names, never where they live
+        engines_summary=[summary(s, file_only=True) for s in statuses],
     )
