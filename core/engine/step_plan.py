@@ -58,7 +58,8 @@ def admission_order(prompt_lengths: Sequence[int]) -> list[int]:
 def ubatches(chunks: dict[int, int], n_ubatch: int) -> list[tuple[list[int], int]]:
     """How llama.cpp splits a decode of `chunks` (sequence: tokens) over one-stream-per-
     sequence KV caches (`llama_batch_allocr::split_equal`, sequential): each ubatch is a run of
-    consecutive sequences and a height, the tokens each gives. For planning and tests."""
+    consecutive sequences and a height, the tokens each gives. The batch loop does not call
+    it: it is the model the admission order is argued and tested against."""
     left = {seq: n for seq, n in chunks.items() if n > 0}
     out: list[tuple[list[int], int]] = []
     while left:

@@ -86,16 +86,18 @@ class BodyLimitMiddleware:
         self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            length = dict(scope["headers"]).get(b"content-length", b"")
-            if length.isdigit() and int(length) > self.max_bytes:
-                err = InferError(
-                    ErrorKind.PAYLOAD_TOO_LARGE,
-                    f"the request body ({int(length):,} bytes) is over the host's limit of "
-                    f"{self.max_bytes:,} bytes",
-                )
-                await error_response(err, family_of(scope.get("path", "")))(scope, receive, send)
-                return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            err = InferError(
+                ErrorKind.PAYLOAD_TOO_LARGE,
+                f"the request body ({int(length):,} bytes) is over the host's limit of "
+                f"{self.max_bytes:,} bytes",
+            )
+            await error_response(err, family_of(scope.get("path", "")))(scope, receive, send)
+            return
         received, body_done = 0, False
 
         async def limited() -> Message:

@@ -41,7 +41,11 @@ class _HeadDeadline(H11Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
-        self.loop.call_later(self.head_timeout_s, self._head_due)
+        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_due)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.cancel()  # do not keep a closed connection alive until the deadline
+        super().connection_lost(exc)
 
     def _head_due(self) -> None:
         if self.cycle is None and not self.transport.is_closing():
