@@ -150,6 +150,15 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None, description="INFERTUI_API_KEY: required of HTTP clients (host), sent (client)"
     )
+    api_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="more API keys the host accepts, e.g. one per teammate: each owns its tasks",
+    )
+    admin_key: SecretStr | None = Field(
+        None,
+        description="INFERTUI_ADMIN_KEY: HTTP clients manage engines with it; unset: only "
+        "on a loopback bind",
+    )
     bootstrap: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="INFERTUI_BOOTSTRAP: HOST:PORT of a private DHT's nodes (comma-separated); "

@@ -90,7 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="TARGET", help="a server ID, or http(s)://HOST:PORT")
-    parser.add_argument("--api-key", metavar="KEY", help="for an HTTP host that wants one")
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="for an HTTP host that wants one (its admin key manages engines)",
+    )
     parser.add_argument(
         "--bootstrap", action="append", metavar="HOST:PORT", help="a private DHT's node"
     )
@@ -178,6 +182,12 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         help="require 'Authorization: Bearer KEY' on HTTP (or set INFERTUI_API_KEY)",
     )
     host.add_argument(
+        "--admin-key",
+        metavar="KEY",
+        help="HTTP clients that send this key may manage engines (or INFERTUI_ADMIN_KEY); "
+        "without one, only on a loopback bind",
+    )
+    host.add_argument(
         "--cors-origin",
         action="append",
         metavar="ORIGIN",
@@ -229,6 +239,7 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "log_level": args.log_level,
         "api_key": args.api_key,
+        "admin_key": args.admin_key,
         "bootstrap": args.bootstrap,
         "host": {
             "p2p": {

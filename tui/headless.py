@@ -10,7 +10,7 @@ from pathlib import Path
 from infertui.core.config import Settings
 from infertui.core.host import HostService
 from infertui.core.protocol import InferError
-from infertui.core.transport.http import HttpServer, create_app
+from infertui.core.transport.http import Access, HttpServer, create_app, is_loopback
 from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import load_seed, parse_server_id, read_allow_file
 
@@ -36,9 +36,13 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
         )
     http = settings.host.http
     if http.listen:
-        key = settings.api_key.get_secret_value() if settings.api_key else None
+        keys = [settings.api_key, *settings.api_keys] if settings.api_key else settings.api_keys
+        admin = settings.admin_key.get_secret_value() if settings.admin_key else None
+        access = Access(
+            [key.get_secret_value() for key in keys], admin, loopback=is_loopback(http.listen)
+        )
         app = create_app(
-            service, api_key=key, cors_origins=http.cors_origins,
+            service, access=access, cors_origins=http.cors_origins,
             max_body_bytes=int(http.max_body_mb * 2**20), body_timeout_s=http.body_timeout_s,
         )  # fmt: skip
         service.attach(HttpServer(app, http.listen, http))

@@ -11,7 +11,7 @@ import pytest
 
 from infertui.core.config import HostSettings, HttpSettings
 from infertui.core.host import HostService
-from infertui.core.transport.http import HttpServer, create_app
+from infertui.core.transport.http import Access, HttpServer, create_app
 
 pytestmark = pytest.mark.model
 
@@ -40,6 +40,7 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         ctx: int = 1024,
         queue: int = 16,
         api_key: str | None = None,
+        access: Access | None = None,
         cors_origins: tuple[str, ...] = (),
         limits: HttpSettings | None = None,
     ) -> Host:
@@ -51,7 +52,8 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         service = HostService(settings)
         limits = limits or HttpSettings()
         app = create_app(
-            service, api_key=api_key, cors_origins=cors_origins,
+            service, access=access or Access([api_key] if api_key else []),
+            cors_origins=cors_origins,
             body_timeout_s=limits.body_timeout_s,
         )  # fmt: skip
         server = HttpServer(app, "127.0.0.1:0", limits)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from infertui.core.config import HttpSettings
+from infertui.core.transport.http import Access, is_loopback
 
 from .conftest import MODEL, Host, HostFactory
 
@@ -224,6 +225,8 @@ async def test_task_ids_are_random_and_a_finished_one_is_not_taken_again(host: H
     again = await host.client.post("/v1/tasks", json={"prompt": "Hi", "task_id": "my-task"})
     assert again.status_code == 409
     assert again.json()["code"] == "INVALID_PARAMS" and "exists" in again.json()["message"]
+    document = (await host.client.get("/openapi.json")).json()
+    assert "409" in document["paths"]["/v1/tasks"]["post"]["responses"]  # a client can expect it
 
 
 async def test_prompt_arrays_that_can_never_fit_are_400s(start_host: HostFactory) -> None:
@@ -316,3 +319,84 @@ async def test_health_open_without_a_key_names_files_not_paths(start_host: HostF
     assert pool["model_path"].endswith(".gguf") and "/" not in pool["model_path"]
     listed = await host.client.get("/engines", headers={"Authorization": "Bearer k"})
     assert listed.json()["engines"][0]["model_path"].startswith("/")  # with the key: the path
+
+
+ADMIN_OPERATIONS = (
+    ("POST", "/engines", {"engine_id": "e2", "model_path": "/nowhere/m.gguf"}),
+    ("DELETE", "/engines/no-such-engine", None),
+    ("POST", f"/v1/pools/{MODEL}/drain", {"deadline_ms": 0}),
+    ("POST", f"/v1/pools/{MODEL}/resume", None),
+    ("POST", f"/v1/pools/{MODEL}/reload", {"model_path": "/nowhere/m.gguf"}),
+)
+
+
+async def _admin_answers(host: Host, key: str | None) -> list[int]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    answers = []
+    for method, path, body in ADMIN_OPERATIONS:
+        response = await host.client.request(method, path, json=body, headers=headers)
+        answers.append(response.status_code)
+    return answers
+
+
+async def test_engine_management_needs_the_admin_key(start_host: HostFactory) -> None:
+    """Issue 12 §8: an API key lets a client generate; only the admin key manages engines."""
+    host = await start_host(access=Access(["alice"], "root-key", loopback=False))
+    assert await _admin_answers(host, None) == [401] * 5  # no key at all
+    assert await _admin_answers(host, "alice") == [403] * 5
+    # The admin key passes the gate: what is left are the operations' own answers.
+    assert await _admin_answers(host, "root-key") == [403, 404, 202, 200, 403]
+    assert host.service.engine_ids() == [MODEL]
+    as_alice = await host.client.get("/v1/host", headers={"Authorization": "Bearer alice"})
+    as_admin = await host.client.get("/v1/host", headers={"Authorization": "Bearer root-key"})
+    assert as_alice.json()["capabilities"]["admin"] is False
+    assert as_admin.json()["capabilities"]["admin"] is True
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    generated = await host.client.post(
+        "/v1/chat/completions", json=chat, headers={"Authorization": "Bearer root-key"}
+    )
+    assert generated.status_code == 200  # the admin key is an API key too
+
+
+async def test_without_an_admin_key_engines_are_managed_on_loopback_only(
+    start_host: HostFactory,
+) -> None:
+    public = await start_host(access=Access(loopback=False))
+    assert await _admin_answers(public, None) == [403] * 5
+    refused = await public.client.delete("/engines/x")
+    assert "--admin-key" in refused.json()["error"]["message"]
+    assert (await public.client.get("/v1/host")).json()["capabilities"]["admin"] is False
+    local = await start_host(access=Access(loopback=True))
+    assert await _admin_answers(local, None) == [403, 404, 202, 200, 403]
+    document = (await public.client.get("/openapi.json")).json()
+    for method, path, _ in ADMIN_OPERATIONS:
+        template = path.replace(MODEL, "{pool_id}").replace("no-such-engine", "{engine_id}")
+        assert {"401", "403"} <= set(document["paths"][template][method.lower()]["responses"])
+
+
+@pytest.mark.parametrize(
+    ("listen", "loopback"),
+    [("8080", True), ("127.0.0.1:0", True), ("[::1]:80", True), ("localhost:1", True),
+     ("0.0.0.0:8080", False), ("[::]:8080", False), ("192.168.1.2:80", False),
+     ("gpu-box:80", False)],
+)  # fmt: skip
+def test_a_bind_is_loopback_only_on_loopback_addresses(listen: str, loopback: bool) -> None:
+    assert is_loopback(listen) is loopback
+
+
+async def test_a_task_is_read_and_cancelled_by_its_owner_or_an_admin(
+    start_host: HostFactory,
+) -> None:
+    """Issue 12 §5: with API keys in play, a task belongs to the key that sent it."""
+    host = await start_host(access=Access(["alice", "bob"], "root-key", loopback=False))
+    alice, bob, root = ({"Authorization": f"Bearer {key}"} for key in ("alice", "bob", "root-key"))
+    body = {"model": MODEL, "prompt": "Count to ten:", "max_tokens": 200}
+    accepted = await host.client.post("/v1/tasks", json=body, headers=alice)
+    task_id = accepted.json()["task_id"]
+    assert (await host.client.post(f"/v1/tasks/{task_id}/cancel", headers=bob)).status_code == 403
+    async with host.client.stream("GET", f"/v1/tasks/{task_id}/stream", headers=bob) as sneak:
+        assert sneak.status_code == 403
+    async with host.client.stream("GET", f"/v1/tasks/{task_id}/stream", headers=alice) as own:
+        assert own.status_code == 200
+    cancel = await host.client.post(f"/v1/tasks/{task_id}/cancel", headers=root)
+    assert cancel.status_code == 200 and cancel.json()["state"] in ("cancelled", "done")

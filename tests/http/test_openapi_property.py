@@ -64,7 +64,7 @@ def test_every_operation_conforms_to_the_openapi_document(live_host: str) -> Non
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, database=None,
+        @settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", 25)), deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         def conforms(case: Any) -> None:
             # Schema-valid requests may still be refused by meaning (an unknown pool is

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from infertui.core.config import load_settings
+from infertui.tui.headless import build_service
 
 
 def test_file_then_environment_then_flags(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,3 +68,22 @@ def test_parallel_takes_a_number_or_auto(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("INFERTUI_HOST__ENGINE__PARALLEL", "0")
     with pytest.raises(ValidationError):
         load_settings()
+
+
+def test_keys_from_file_and_environment_reach_the_http_gate(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys kept off the command line (issue 12 §8): the file's per-person keys and the
+    environment's admin key are what the HTTP app checks; a public bind closes engine
+    management to everyone but the admin."""
+    file = tmp_path / "config.toml"
+    file.write_text('api_keys = ["alice", "bob"]\n[host.http]\nlisten = "0.0.0.0:0"\n')
+    monkeypatch.setenv("INFERTUI_CONFIG", str(file))
+    monkeypatch.setenv("INFERTUI_ADMIN_KEY", "root-key")
+    settings = load_settings(host={"p2p": {"enabled": False}})
+    (http,) = build_service(settings).transports
+    access = http.app.state.access  # type: ignore[attr-defined]
+    assert access.keys_required and not access.loopback
+    assert [access.identity(f"Bearer {k}".encode()) for k in ("alice", "bob", "root-key", "eve")] == [
+        "key0", "key1", "admin", None
+    ]  # fmt: skip

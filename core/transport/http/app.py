@@ -20,6 +20,7 @@ from . import (
     routes_pools,
     routes_tasks,
 )
+from .access import Access
 from .errors import install_error_handlers
 from .families import Family, family_of, is_health
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, CorrelationMiddleware
@@ -32,14 +33,16 @@ DESCRIPTION = """\
 infertui's host over HTTP: OpenAI-compatible completions and engine management (spec 004),
 Ollama-style chat (spec 001), and the orchestrator's task queue and pools (spec 002).
 Every response carries `X-Correlation-Id`. With an API key set, every endpoint but the
-health ones needs `Authorization: Bearer <key>`.
+health ones needs `Authorization: Bearer <key>`. Engine management (adding, removing,
+draining, resuming and reloading engines) needs the admin key; a host without one allows it
+on a loopback bind only.
 """
 
 
 def create_app(
     service: HostService,
     *,
-    api_key: str | None = None,
+    access: Access | None = None,
     cors_origins: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout_s: float = 30.0,
@@ -51,7 +54,9 @@ def create_app(
         docs_url="/docs",
         redoc_url=None,
     )
+    access = access or Access()
     app.state.service = service
+    app.state.access = access
     app.state.max_body_bytes = max_body_bytes
     app.state.tasks = TaskStore()
     app.state.usage = ProcessUsage()
@@ -68,12 +73,12 @@ def create_app(
     ):
         app.include_router(module.router)
     install_error_handlers(app)
-    document_errors(app, api_key=bool(api_key))
+    document_errors(app, api_key=access.keys_required)
     # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
     # then the body limit.
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
-    if api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    if access.keys_required:
+        app.add_middleware(ApiKeyMiddleware, access=access)
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,

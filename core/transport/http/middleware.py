@@ -4,7 +4,6 @@ correlation IDs (OC-CTRL-2052) and the optional Bearer API key."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import uuid
 
@@ -13,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...logging import correlation_id
 from ...protocol.errors import ErrorKind, InferError
+from .access import Access
 from .families import error_response, family_of, is_health
 
 log = logging.getLogger(__name__)
@@ -50,12 +50,13 @@ class CorrelationMiddleware:
 
 
 class ApiKeyMiddleware:
-    """With an API key set, every endpoint but the health ones needs `Authorization: Bearer
-    <key>`; a refusal is a 401 in the endpoint's own error shape. The key is never logged."""
+    """With API keys set, every endpoint but the health ones needs `Authorization: Bearer
+    <key>` (an API key or the admin key); a refusal is a 401 in the endpoint's own error
+    shape. Keys are never logged."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, access: Access) -> None:
         self.app = app
-        self._expected = f"Bearer {api_key}".encode()
+        self.access = access
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -63,7 +64,7 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self._expected):
+        if self.access.accepts(given):
             await self.app(scope, receive, send)
             return
         reason = "missing" if not given else "invalid"

@@ -22,14 +22,19 @@ from ...protocol.openai import (
     SystemUsage,
 )
 from ...protocol.snapshots import EngineState, EngineStatus
+from .access import ADMIN_ONLY, admin_refusals
 from .deps import service_of
 from .routing import StrictJSONRoute
 
 router = APIRouter(tags=["Engines and health (spec 004)"], route_class=StrictJSONRoute)
 
 _ADD_ERRORS: dict[int | str, dict[str, Any]] = {
+    **admin_refusals(ErrorEnvelope),
     400: {"model": ErrorEnvelope, "description": "not a GGUF file, or invalid parameters"},
-    403: {"model": ErrorEnvelope, "description": "model_path is outside the model folders"},
+    403: {
+        "model": ErrorEnvelope,
+        "description": "model_path is outside the model folders, or not the admin key",
+    },
     404: {"model": ErrorEnvelope, "description": "no file at model_path"},
     409: {"model": ErrorEnvelope, "description": "an engine with this id exists"},
     503: {"model": ErrorEnvelope, "description": "not enough memory for the model or context"},
@@ -44,6 +49,7 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     status_code=201,
     response_model=AddEngineResponse,
     responses=_ADD_ERRORS,
+    dependencies=ADMIN_ONLY,
     summary="Load a GGUF model as a new engine (listed as loading until it is ready)",
 )
 async def add_engine(body: AddEngineRequest, request: Request) -> AddEngineResponse:
@@ -64,7 +70,8 @@ async def list_engines(request: Request) -> EngineList:
 @router.delete(
     "/engines/{engine_id}",
     response_model=RemoveEngineResponse,
-    responses=_NOT_FOUND,
+    responses={**admin_refusals(ErrorEnvelope), **_NOT_FOUND},
+    dependencies=ADMIN_ONLY,
     summary="Cancel the engine's jobs and unload it",
 )
 async def remove_engine(engine_id: str, request: Request) -> RemoveEngineResponse:

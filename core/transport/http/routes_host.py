@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 
 from ...protocol.p2p import ServerInfo
 from ...protocol.snapshots import SnapshotKind
+from .access import access_of
 from .deps import service_of
 from .routing import StrictJSONRoute
 
@@ -21,8 +22,8 @@ router = APIRouter(tags=["Host snapshots (infertui)"], route_class=StrictJSONRou
 @router.get("/v1/host", response_model=ServerInfo, summary="Host name, models and addresses")
 async def host_info(request: Request) -> ServerInfo:
     service = service_of(request)
-    # whoever holds the API key may manage engines
-    return service.server_info({"transports": service.addresses(), "admin": True})
+    admin = access_of(request).is_admin(request)  # the engine manager opens read-only if not
+    return service.server_info({"transports": service.addresses(), "admin": admin})
 
 
 @router.get("/v1/host/queue", summary="Per engine: waiting jobs with predicted starts, slots")

@@ -19,6 +19,7 @@ from ...protocol.orchestrator import (
     ReloadResponse,
     ResumeResponse,
 )
+from .access import ADMIN_ONLY, admin_refusals
 from .deps import service_of
 from .routing import StrictJSONRoute
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": OrchestratorError, "description": "unknown pool"}
 }
+_ADMIN_REFUSALS = admin_refusals(OrchestratorError)
 
 
 @router.get(
@@ -44,7 +46,8 @@ async def pool_health(pool_id: str, request: Request) -> PoolHealth:
     "/v1/pools/{pool_id}/drain",
     status_code=202,
     response_model=DrainResponse,
-    responses=_NOT_FOUND,
+    responses={**_ADMIN_REFUSALS, **_NOT_FOUND},
+    dependencies=ADMIN_ONLY,
     openapi_extra={"x-examples": {"drain": {"request": {"deadline_ms": 5000}}}},
     summary="Stop admitting, let jobs finish until the deadline, cancel the rest",
 )
@@ -61,7 +64,9 @@ async def drain(pool_id: str, body: DrainRequest, request: Request) -> DrainResp
 @router.post(
     "/v1/pools/{pool_id}/resume",
     response_model=ResumeResponse,
+    dependencies=ADMIN_ONLY,
     responses={
+        **_ADMIN_REFUSALS,
         **_NOT_FOUND,
         503: {"model": OrchestratorError, "description": "still draining, or not loaded"},
     },
@@ -76,13 +81,18 @@ async def resume(pool_id: str, request: Request) -> ResumeResponse:
 @router.post(
     "/v1/pools/{pool_id}/reload",
     response_model=ReloadResponse,
+    dependencies=ADMIN_ONLY,
     responses={
+        **_ADMIN_REFUSALS,
         **_NOT_FOUND,
         400: {
             "model": OrchestratorError,
             "description": "the new model is not valid; old one kept",
         },
-        403: {"model": OrchestratorError, "description": "model_path is outside the model folders"},
+        403: {
+            "model": OrchestratorError,
+            "description": "model_path is outside the model folders, or not the admin key",
+        },
         503: {
             "model": OrchestratorError,
             "description": "the new model did not load; old one kept",

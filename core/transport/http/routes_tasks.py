@@ -27,6 +27,7 @@ from ...protocol.orchestrator import (
     TaskRequest,
     sse_error,
 )
+from .access import access_of
 from .deps import client_of, service_of
 from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, Template, sse_event, sse_response
@@ -73,6 +74,7 @@ _STREAM_EXAMPLE = (
             "description": "INVALID_PARAMS (e.g. does not fit the context)",
         },
         404: {"model": OrchestratorError, "description": "no engine serves the named model"},
+        409: {"model": OrchestratorError, "description": "a task with this task_id exists"},
         429: {"model": Backpressure, "description": "queue full: Retry-After, X-Backoff-Ms"},
         503: {
             "model": OrchestratorError,
@@ -95,7 +97,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
         job_id=body.task_id,
         correlation_id=request.state.correlation_id,
     )
-    request.app.state.tasks.add(job)
+    request.app.state.tasks.add(job, access_of(request).owner(request))
     return TaskAccepted(
         task_id=job.id,
         queue_position=job.queue_position,
@@ -111,6 +113,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     "/v1/tasks/{task_id}/stream",
     responses={
         200: {"content": {"text/event-stream": {"example": _STREAM_EXAMPLE}}},
+        403: {"model": OrchestratorError, "description": "the task is another API key's"},
         404: {"model": OrchestratorError, "description": "unknown task"},
     },
     openapi_extra={"x-examples": {"stream": _STREAM_EXAMPLE}},
@@ -118,6 +121,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
 )
 async def stream(task_id: str, request: Request) -> EventSourceResponse:
     task = request.app.state.tasks.get(task_id)
+    access_of(request).check_owner(request, task.owner, f"task '{task_id}'")
     return sse_response(task_events(task, service_of(request)))
 
 
@@ -163,7 +167,10 @@ def metrics_event(task: Task, service: HostService) -> ServerSentEvent:
 @router.post(
     "/v1/tasks/{task_id}/cancel",
     response_model=TaskCancelled,
-    responses={404: {"model": OrchestratorError, "description": "unknown task"}},
+    responses={
+        403: {"model": OrchestratorError, "description": "the task is another API key's"},
+        404: {"model": OrchestratorError, "description": "unknown task"},
+    },
     openapi_extra={
         "x-examples": {"cancel": {"task_id": "job-1", "cancelled": True, "state": "done"}}
     },
@@ -171,6 +178,7 @@ def metrics_event(task: Task, service: HostService) -> ServerSentEvent:
 )
 async def cancel(task_id: str, request: Request) -> TaskCancelled:
     task = request.app.state.tasks.get(task_id)
+    access_of(request).check_owner(request, task.owner, f"task '{task_id}'")
     cancelled = task.cancel()
     return TaskCancelled(
         task_id=task_id,

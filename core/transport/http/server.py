@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 from collections.abc import Iterator
@@ -66,6 +67,18 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise InferError(ErrorKind.INVALID_PARAMS, f"port out of range: {number}")
     return host, number
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether `--http` binds only this machine's loopback (engine management is open there
+    without an admin key). A name is bound as given, so only `localhost` counts."""
+    host, _ = parse_listen(listen)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class HttpServer:

@@ -25,8 +25,9 @@ FORGET_AFTER_S = 300
 class Task:
     """One accepted task: its job while it runs, and the transcript of its events."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, owner: str | None = None) -> None:
         self.id = job.id
+        self.owner = owner  # the API key it came with (access.py): who may read or cancel it
         self.pool_id = job.pool_id
         self.job: Job | None = job  # None once it has ended
         self.admitted: Admitted | None = None
@@ -105,8 +106,8 @@ class TaskStore:
                 ErrorKind.CONFLICT, f"task '{task_id}' exists already", param="task_id"
             )
 
-    def add(self, job: Job) -> Task:
-        task = self._tasks[job.id] = Task(job)
+    def add(self, job: Job, owner: str | None = None) -> Task:
+        task = self._tasks[job.id] = Task(job, owner)
         return task
 
     def get(self, task_id: str) -> Task:

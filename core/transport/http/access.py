@@ -1,0 +1,113 @@
+"""Who a request is, and so what it may do (issue 12 §5 and §8).
+
+- With API keys set, every endpoint but the health ones needs one of them (or the admin key)
+  as `Authorization: Bearer <key>`; each key is an identity that owns the tasks it submits.
+- Engine management (add, remove, drain, resume, reload) changes what every client gets, so
+  it needs the admin key. A host without one keeps it to a loopback bind, where only users of
+  this machine reach it, and refuses it on any other.
+- A task is cancelled or read by its owner or an admin; with no key in play, by anyone
+  holding its (unguessable) id.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import Depends, Request
+from pydantic import BaseModel
+
+from ...protocol.errors import ErrorKind, InferError
+
+ADMIN = "admin"
+
+
+def _bearer(key: str) -> bytes:
+    return f"Bearer {key}".encode()
+
+
+class Access:
+    def __init__(
+        self, api_keys: Sequence[str] = (), admin_key: str | None = None, *, loopback: bool = True
+    ) -> None:
+        self._keys = [_bearer(key) for key in api_keys]
+        self._admin = _bearer(admin_key) if admin_key else None
+        self.loopback = loopback  # the host listens on a loopback address only
+
+    @property
+    def keys_required(self) -> bool:
+        return bool(self._keys)
+
+    @property
+    def admin_key_set(self) -> bool:
+        return self._admin is not None
+
+    def identity(self, authorization: bytes) -> str | None:
+        """`admin`, `key<N>` for the N-th API key, or None (no key, or one not ours)."""
+        if self._admin is not None and hmac.compare_digest(authorization, self._admin):
+            return ADMIN
+        for number, key in enumerate(self._keys):
+            if hmac.compare_digest(authorization, key):
+                return f"key{number}"
+        return None
+
+    def accepts(self, authorization: bytes) -> bool:
+        """Past the API-key gate: no keys are set, or the request carries one of them."""
+        return not self._keys or self.identity(authorization) is not None
+
+    def owner(self, request: Request) -> str | None:
+        """Whom a task submitted by this request belongs to; None with no key in play."""
+        return self.identity(_authorization(request))
+
+    def is_admin(self, request: Request) -> bool:
+        if self._admin is None:
+            return self.loopback
+        return self.identity(_authorization(request)) == ADMIN
+
+    def check_admin(self, request: Request) -> None:
+        if self.is_admin(request):
+            return
+        if self._admin is None:
+            raise InferError(
+                ErrorKind.FORBIDDEN,
+                "engine management is off: this host listens beyond loopback without an "
+                "admin key (start it with --admin-key or INFERTUI_ADMIN_KEY)",
+            )
+        if not _authorization(request):
+            raise InferError(
+                ErrorKind.UNAUTHORIZED,
+                "engine management needs the admin key: send Authorization: Bearer <admin key>",
+            )
+        raise InferError(ErrorKind.FORBIDDEN, "engine management needs the admin key")
+
+    def check_owner(self, request: Request, owner: str | None, what: str) -> None:
+        """The task's owner and admins pass; anyone else is refused (403)."""
+        if owner is None or self.owner(request) == owner or self.is_admin(request):
+            return
+        raise InferError(ErrorKind.FORBIDDEN, f"{what} belongs to another API key")
+
+
+def _authorization(request: Request) -> bytes:
+    return request.headers.get("authorization", "").encode("latin-1")
+
+
+def access_of(request: Request) -> Access:
+    access: Access = request.app.state.access
+    return access
+
+
+def require_admin(request: Request) -> None:
+    """A route dependency: engine management is for admins only."""
+    access_of(request).check_admin(request)
+
+
+def admin_refusals(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """What an admin-only route may answer before it runs, for its OpenAPI `responses`."""
+    return {
+        401: {"model": model, "description": "the admin key is set and was not sent"},
+        403: {"model": model, "description": "not the admin key, or no admin key beyond loopback"},
+    }
+
+
+ADMIN_ONLY = [Depends(require_admin)]  # a route's `dependencies`: engine management
