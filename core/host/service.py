@@ -245,9 +245,13 @@ class HostService:
     def _confined(self, model_path: str) -> str:
         """The path, resolved, if it lies in a folder this host loads models from; else
         FORBIDDEN, saying nothing of the file (whether it exists, what it holds)."""
+        if "\x00" in model_path:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, "model_path holds a NUL character", param="model_path"
+            )
         try:
             path = Path(model_path).expanduser().resolve()
-        except (OSError, RuntimeError):  # a name too long, a loop of links
+        except (OSError, RuntimeError, ValueError):  # too long, a loop of links, unencodable
             path = None
         if path is None or not any(path.is_relative_to(root) for root in self._model_roots):
             raise InferError(

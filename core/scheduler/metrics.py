@@ -77,7 +77,7 @@ class MetricsRecorder:
         self.latency_hist = Histogram()
         self._ttft: deque[float] = deque(maxlen=_RECENT_JOBS)
         self._latency: deque[float] = deque(maxlen=_RECENT_JOBS)
-        self._service_ms: deque[float] = deque(maxlen=32)  # admit -> finish, for ETA estimates
+        self._replies: deque[int] = deque(maxlen=64)  # tokens out of recent whole replies
         self._token_times: deque[tuple[float, int]] = deque()
         self._prefills: deque[tuple[float, int, float]] = deque(maxlen=_RECENT_JOBS)
         self.last_job_tps = 0.0
@@ -112,17 +112,25 @@ class MetricsRecorder:
                 self.ttft_hist.observe(t.ttft_ms)
             self._latency.append(t.total_ms)
             self.latency_hist.observe(t.total_ms)
-            self._service_ms.append(t.total_ms - t.queue_wait_ms)
+            self._replies.append(t.tokens_out)
             if t.decode_tps:
                 self.last_job_tps = t.decode_tps
         if t.prefill_ms > 0 and t.tokens_in:
             self._prefills.append((time.monotonic(), t.tokens_in, t.prefill_ms / 1000))
 
-    def mean_service_ms(self, default: float) -> float:
-        """How long a job holds a slot, from what recent jobs measured."""
-        if not self._service_ms:
-            return default
-        return sum(self._service_ms) / len(self._service_ms)
+    def typical_tokens_out(self) -> int | None:
+        """The length 90% of recent replies stayed within; None before the first one."""
+        if not self._replies:
+            return None
+        ordered = sorted(self._replies)
+        return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+
+    def prefill_rate(self, window_s: float = 60.0) -> float | None:
+        """Prompt tokens per second over the recent window; None when nothing was measured."""
+        now = time.monotonic()
+        recent = [(n, s) for ts, n, s in self._prefills if now - ts <= window_s]
+        seconds = sum(s for _, s in recent)
+        return sum(n for n, _ in recent) / seconds if seconds else None
 
     def decode_rate(self) -> float:
         """Tokens per second over the recent window, across all slots."""
@@ -144,10 +152,7 @@ class MetricsRecorder:
         memory: MemoryUsage | None = None,
     ) -> MetricsSnapshot:
         """The counters now, with the GPU's memory when the engine has one."""
-        now = time.monotonic()
-        recent_prefill = [(n, s) for ts, n, s in self._prefills if now - ts <= 60]
-        prefill_tokens = sum(n for n, _ in recent_prefill)
-        prefill_time = sum(s for _, s in recent_prefill)
+        prefill_tps = self.prefill_rate()
         return MetricsSnapshot(
             pool_id=self.pool_id,
             timestamp=time.time(),
@@ -166,7 +171,7 @@ class MetricsRecorder:
             latency_ms=percentiles(list(self._latency)),
             decode_tps_recent=round(self.decode_rate(), 2),
             decode_tps_lifetime=round(self.tokens_out / self.decode_s, 2) if self.decode_s else 0.0,
-            prefill_tps_recent=round(prefill_tokens / prefill_time, 2) if prefill_time else 0.0,
+            prefill_tps_recent=round(prefill_tps, 2) if prefill_tps else 0.0,
             prefill_tps_lifetime=round(self.tokens_in / self.prefill_s, 2)
             if self.prefill_s
             else 0.0,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from ..protocol.snapshots import (
     QueueSnapshot,
     SlotSnapshot,
 )
+from .forecast import FALLBACK_DECODE_TPS, Rates, start_times
 from .job import Job, JobArgs, new_job_id
 from .metrics import MetricsRecorder
 
@@ -199,17 +199,42 @@ class Pool:
         engine.submit(request)
         return job
 
-    def _eta_ms(self, position: int) -> int:
-        """When the job at this index of the engine's waiting list should start, from
-        measured service times (0 when a slot is free for it)."""
+    def _eta_ms(self, index: int) -> int:
+        """When the job at this index of the engine's waiting list should start (the index
+        one past the end: a job that joins now), forecast from the slots' and the queue's
+        expected work at the measured rates (forecast.py)."""
+        starts = self._forecast()
+        return int(1000 * starts[min(index, len(starts) - 1)])
+
+    def _forecast(self) -> list[float]:
         engine = self.engine
         if engine is None:
-            return 1000
-        free = engine.n_parallel - engine.occupancy()[1]
-        if position < free:
-            return 0
-        rounds = math.ceil((position - free + 1) / engine.n_parallel)
-        return int(rounds * self.metrics.mean_service_ms(default=2000.0))
+            return [1.0]
+        queue = engine.waiting()
+        queued = {request.job_id for request in queue}
+        # Taken by the engine (a job it popped a moment ago counts before it is told so).
+        running = [job for job in self._jobs.values() if job.id not in queued and not job.done]
+        rates = Rates(
+            decode_tps=self._decode_tps_per_sequence(len(running)),
+            prefill_tps=self.metrics.prefill_rate(),
+            typical_tokens_out=self.metrics.typical_tokens_out(),
+        )
+        busy_for = [
+            rates.expected_tokens(job.request.max_tokens, job.tokens_out) / rates.decode_tps
+            for job in running
+        ]
+        waiting = [
+            rates.service_s(request.max_tokens, len(request.prompt_tokens)) for request in queue
+        ]
+        return start_times(busy_for, max(0, engine.n_parallel - len(busy_for)), waiting)
+
+    def _decode_tps_per_sequence(self, running: int) -> float:
+        """What one sequence gets at the batch size now: the recent rate over all slots
+        shared out, else the last job's own rate, else a slow guess."""
+        total = self.metrics.decode_rate()
+        if total > 0 and running:
+            return total / running
+        return self.metrics.last_job_tps or FALLBACK_DECODE_TPS
 
     # ---- events from the engine thread -------------------------------------------------------
 
@@ -352,6 +377,7 @@ class Pool:
         engine = self.engine
         waiting = engine.waiting() if engine else []
         now = time.perf_counter()
+        starts = self._forecast()
         entries = []
         for position, request in enumerate(waiting):
             job = self._jobs.get(request.job_id)
@@ -360,7 +386,7 @@ class Pool:
                     job_id=request.job_id,
                     client_id=job.client_id if job else None,
                     position=position,
-                    predicted_start_ms=self._eta_ms(position),
+                    predicted_start_ms=int(1000 * starts[min(position, len(starts) - 1)]),
                     tokens_in=len(request.prompt_tokens),
                     waited_ms=round((now - request.enqueued_at) * 1000, 1),
                 )

@@ -307,6 +307,9 @@ async def test_engines_load_only_from_model_folders_and_say_nothing_of_other_fil
         assert "outside the folders" in message and "root" not in message
     reload = await host.client.post(f"/v1/pools/{MODEL}/reload", json={"model_path": "/etc/passwd"})
     assert reload.status_code == 403
+    for route, body in (("/engines", {"engine_id": "x"}), (f"/v1/pools/{MODEL}/reload", {})):
+        nul = await host.client.post(route, json={**body, "model_path": f"{tmp_path}/m\u0000"})
+        assert nul.status_code == 400, nul.text  # schemathesis found this one a 500
     assert host.service.engine_ids() == [MODEL]
 
 
@@ -400,3 +403,25 @@ async def test_a_task_is_read_and_cancelled_by_its_owner_or_an_admin(
         assert own.status_code == 200
     cancel = await host.client.post(f"/v1/tasks/{task_id}/cancel", headers=root)
     assert cancel.status_code == 200 and cancel.json()["state"] in ("cancelled", "done")
+
+
+async def test_retry_after_says_when_the_queue_really_frees(start_host: HostFactory) -> None:
+    """Issue 12 §9: Retry-After said 7 s while the queue took 84 s to drain. The hint now
+    comes from the work ahead (running and queued jobs' budgets) at the measured rate."""
+    host = await start_host(parallel=1, queue=1)
+    long_job = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400,
+                "ignore_eos": True, "temperature": 0}  # fmt: skip
+    running = asyncio.create_task(host.client.post("/v1/completions", json=long_job))
+    while host.service.pool_metrics(MODEL).tokens_out_total == 0 and not host.service.live_jobs():
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.5)  # let the rate be measured
+    queued = asyncio.create_task(host.client.post("/v1/completions", json=long_job))
+    await asyncio.sleep(0.3)
+    refused = await host.client.post("/v1/completions", json={**long_job, "max_tokens": 2})
+    asked_at = asyncio.get_running_loop().time()
+    assert refused.status_code == 429, refused.text
+    hint_s = int(refused.headers["X-Backoff-Ms"]) / 1000
+    await asyncio.gather(running, queued)
+    freed_s = asyncio.get_running_loop().time() - asked_at
+    assert 0.5 * freed_s <= hint_s <= 2 * freed_s, (hint_s, freed_s)
+    assert int(refused.headers["Retry-After"]) >= int(hint_s)

@@ -1,0 +1,57 @@
+"""When waiting jobs will start: a small simulation over the engine's slots (issue 12 §9).
+
+A slot frees when its job has produced the tokens it is expected to; each waiting job, in
+order, takes the slot that frees first and holds it for its own expected time. A job is
+expected to run to its max_tokens, or to the length most recent replies stayed within when
+that is shorter: so a hint neither promises a slot that a long job still holds nor waits out
+a budget that replies never use. Rates are what the engine measured lately, at the batch size
+it runs now, so the forecast holds on a 2-core laptop and on an H100 alike.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+FALLBACK_DECODE_TPS = 10.0  # per sequence, before anything was measured: on the slow side
+
+
+@dataclass(frozen=True)
+class Rates:
+    decode_tps: float  # tokens per second per sequence, at the current batch size
+    prefill_tps: float | None  # prompt tokens per second; None: not measured, not counted
+    typical_tokens_out: int | None  # most replies end within this many tokens; None: unknown
+
+    def expected_tokens(self, max_tokens: int, generated: int = 0) -> int:
+        """Tokens a job with this budget has left to produce, having produced `generated`.
+        One already past the typical length is expected to run as long again (capped)."""
+        left = max_tokens - generated
+        typical = self.typical_tokens_out
+        if typical is None:
+            return max(left, 0)
+        return max(min(left, typical - generated if generated < typical else typical), 0)
+
+    def service_s(self, max_tokens: int, prompt_tokens: int) -> float:
+        """Seconds a waiting job will hold its slot: its prefill, then its expected reply."""
+        prefill = prompt_tokens / self.prefill_tps if self.prefill_tps else 0.0
+        return prefill + self.expected_tokens(max_tokens) / self.decode_tps
+
+
+def start_times(
+    busy_for_s: Iterable[float], free_slots: int, waiting_s: Sequence[float]
+) -> list[float]:
+    """Seconds from now until each waiting job starts, and last, until a job that joins the
+    back of the queue now would: `busy_for_s` is how long each busy slot stays busy,
+    `waiting_s` how long each waiting job (in queue order) will hold the slot it gets."""
+    frees = [0.0] * free_slots + list(busy_for_s)
+    if not frees:
+        return [0.0] * (len(waiting_s) + 1)
+    heapq.heapify(frees)
+    starts = []
+    for service in waiting_s:
+        start = heapq.heappop(frees)
+        starts.append(start)
+        heapq.heappush(frees, start + service)
+    starts.append(frees[0])
+    return starts

@@ -1,0 +1,29 @@
+"""The queue forecast behind predicted starts and Retry-After (issue 12 §9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertui.core.scheduler.forecast import Rates, start_times
+
+
+def test_waiting_jobs_take_the_slot_that_frees_first() -> None:
+    # Two slots busy for 3 s and 1 s; three jobs wait, holding a slot 2 s, 5 s and 1 s.
+    assert start_times([3.0, 1.0], 0, [2.0, 5.0, 1.0]) == [1.0, 3.0, 3.0, 4.0]
+
+
+def test_free_slots_start_jobs_at_once() -> None:
+    assert start_times([], 2, [4.0, 4.0, 4.0]) == [0.0, 0.0, 4.0, 4.0]
+    assert start_times([], 0, []) == [0.0]
+
+
+def test_a_job_is_expected_to_run_to_its_budget_until_replies_say_otherwise() -> None:
+    unknown = Rates(decode_tps=10.0, prefill_tps=None, typical_tokens_out=None)
+    assert unknown.expected_tokens(400) == 400
+    assert unknown.expected_tokens(400, generated=100) == 300
+    known = Rates(decode_tps=10.0, prefill_tps=100.0, typical_tokens_out=50)
+    assert known.expected_tokens(400) == 50
+    assert known.expected_tokens(400, generated=30) == 20
+    assert known.expected_tokens(400, generated=80) == 50  # past typical: as long again
+    assert known.expected_tokens(60, generated=55) == 5  # never past its budget
+    assert known.service_s(400, prompt_tokens=200) == pytest.approx(2.0 + 5.0)
