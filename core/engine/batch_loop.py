@@ -30,7 +30,7 @@ from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .graph_samplers import GraphSamplers
-from .native import Batch, LlamaContext, LlamaModel
+from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
 from .sampler import SamplerChain, StepSampler
 from .step_plan import admission_order, fillers, prompt_shares
 from .text import StopMatcher, Utf8Stream
@@ -208,6 +208,7 @@ class BatchLoop:
                 self._graph.close()
             self._ctx.free()
             self._model.free()
+            release_freed_heap()
 
     def _run(self) -> None:
         try:

@@ -321,3 +321,14 @@ def _last_error(lines: list[str]) -> str | None:
         if "error" in text.lower() or "fail" in text.lower():
             return text.split(": ", 1)[-1]
     return None
+
+
+def release_freed_heap() -> None:
+    """Hand memory freed by an unloaded model back to the system. glibc keeps freed heap in
+    its arenas, so without this each reload left ~25-40 MB resident until it plateaued near
+    100 MB (bench/probe_hostile.py). No-op off glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
