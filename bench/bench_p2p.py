@@ -31,19 +31,12 @@ from bench_http import MESSAGES, TTFT_RUNS, compare, inproc, measure
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.transport.p2p.client import P2PClient
 from infertui.core.transport.p2p.ids import load_seed, server_id
-from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
+from infertui.core.transport.p2p.runtime import start_testnet
 
 
 async def p2p(concurrency: int, tokens: int, threads: int, nice: int = 0) -> dict[str, object]:
-    modules = await asyncio.to_thread(ensure_installed)
-    env = {**os.environ, "NODE_PATH": str(modules)}
-    testnet = await asyncio.create_subprocess_exec(
-        node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
-    assert testnet.stdout is not None
+    testnet, bootstrap = await start_testnet()
     assert testnet.stdin is not None
-    bootstrap = json.loads(await testnet.stdout.readline())["bootstrap"]
     data = tempfile.mkdtemp(prefix="bench-p2p-")
     host_env = {**os.environ, "INFERTUI_DATA_DIR": data, "PYTHONUNBUFFERED": "1",
                 "INFERTUI_HOST__PEER_JOB_LIMIT": str(concurrency)}  # fmt: skip

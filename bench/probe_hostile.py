@@ -37,7 +37,7 @@ from infertui.core.engine import bundled_model_path
 from infertui.core.transport.p2p.bridge import Bridge
 from infertui.core.transport.p2p.host import MAX_STRIKES
 from infertui.core.transport.p2p.ids import load_seed, parse_server_id, public_key, server_id
-from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
+from infertui.core.transport.p2p.runtime import start_testnet
 
 MODEL = "gemma-3-270m"
 HEADER_TIMEOUT_S = 2.0
@@ -70,14 +70,7 @@ class LiveHost:
 
 
 async def start_host(threads: int) -> tuple[LiveHost, asyncio.subprocess.Process]:
-    modules = await asyncio.to_thread(ensure_installed)
-    testnet = await asyncio.create_subprocess_exec(
-        node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NODE_PATH": str(modules)},
-    )  # fmt: skip
-    assert testnet.stdout is not None
-    bootstrap = json.loads(await testnet.stdout.readline())["bootstrap"]
+    testnet, bootstrap = await start_testnet()
     data = Path(tempfile.mkdtemp(prefix="probe-hostile-"))
     models = data / "models"
     models.mkdir()
@@ -133,7 +126,7 @@ async def probe_files(host: LiveHost, client: httpx.AsyncClient) -> None:
              str(bundled_model_path().parent)]  # fmt: skip
     leaks = refused = 0
     peer = await Bridge.start(bootstrap=host.bootstrap, seed=host.admin_seed)
-    conn = await peer.connect(bytes.fromhex(public_hex(host.sid)))
+    conn = await peer.connect(parse_server_id(host.sid))
     for i, path in enumerate(paths):
         for method, route, body in (
             ("POST", "/engines", {"engine_id": f"x{i}", "model_path": path}),
@@ -153,10 +146,6 @@ async def probe_files(host: LiveHost, client: httpx.AsyncClient) -> None:
     report("files outside the model folders, via POST /engines, reload and P2P engine_add",
            f"{leaks} of {total} readable or quoted, {refused} refused", "0 readable",
            leaks == 0)  # fmt: skip
-
-
-def public_hex(sid: str) -> str:
-    return parse_server_id(sid).hex()
 
 
 async def _until(reader: asyncio.StreamReader, rid: str, wait_s: float = 30) -> dict[str, Any]:
@@ -261,18 +250,18 @@ TYPES = ["chat_start", "abort", "queue", "metrics", "engines", "metrics_subscrib
          "unsubscribe", "engine_add", "engine_remove", "nonsense", "", "server_info"]  # fmt: skip
 
 
-def p2p_case(rng: random.Random, i: int) -> tuple[bytes, bool]:
-    """One fuzzed line and whether it is malformed (a strike) rather than merely invalid."""
+def p2p_case(rng: random.Random, i: int) -> bytes:
+    """One fuzzed line: malformed (a strike), ill-typed or ill-valued."""
     values: list[Any] = [None, True, -1, 2**70, 1.5e308, "", "\x00", "x" * 5000, [], {},
                          [1, [2, [3]]], {"a": {"b": None}}]  # fmt: skip
     kind = rng.randrange(6)
     if kind == 0:
         junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
-        return junk.replace(b"\n", b" ") + b"\n", True  # one line: one strike
+        return junk.replace(b"\n", b" ") + b"\n"  # one line: one strike
     if kind == 1:
-        return b'{"type":"chat_start","request_id":"r","payload":{"prompt":"\\ud800"}}\n', False
+        return b'{"type":"chat_start","request_id":"r","payload":{"prompt":"\\ud800"}}\n'
     if kind == 2:
-        return b'{"type":"chat_start","payload":' + b"[" * 3000 + b"\n", True
+        return b'{"type":"chat_start","payload":' + b"[" * 3000 + b"\n"
     payload = {key: rng.choice(values) for key in rng.sample(
         ["prompt", "messages", "max_tokens", "temperature", "top_p", "stop", "model",
          "engine_id", "model_path", "interval_ms", "seed"], rng.randrange(0, 5))}  # fmt: skip
@@ -284,7 +273,7 @@ def p2p_case(rng: random.Random, i: int) -> tuple[bytes, bool]:
         message["payload"] = rng.choice(values)
     if kind == 4:
         message["request_id"] = rng.choice(values)
-    return json.dumps(message).encode() + b"\n", False
+    return json.dumps(message).encode() + b"\n"
 
 
 async def fuzz_p2p(host: LiveHost, n: int) -> tuple[int, int, int]:
@@ -293,7 +282,7 @@ async def fuzz_p2p(host: LiveHost, n: int) -> tuple[int, int, int]:
     that the host still answers it."""
     rng = random.Random(12)
     sent = sessions = lost = 0
-    key = bytes.fromhex(public_hex(host.sid))
+    key = parse_server_id(host.sid)
     while sent < n:
         bridge = await Bridge.start(bootstrap=host.bootstrap)
         conn = await bridge.connect(key)
@@ -302,7 +291,7 @@ async def fuzz_p2p(host: LiveHost, n: int) -> tuple[int, int, int]:
         try:
             await _until_type(conn.reader, "server_info")
             while sent < n:
-                line, _ = p2p_case(rng, sent)
+                line = p2p_case(rng, sent)
                 conn.write(line)
                 sent += 1
                 conn.write(json.dumps({"type": "queue", "request_id": f"alive{sent}"}).encode()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -20,7 +19,7 @@ from infertui.core.scheduler import Pool
 from infertui.core.transport.http import HttpServer, create_app
 from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import public_key
-from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, node_executable
+from infertui.core.transport.p2p.runtime import start_testnet
 
 # Tests must never read the developer's own settings or write into their home.
 os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-test-config.toml")
@@ -68,15 +67,9 @@ async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
 @pytest.fixture
 async def testnet() -> AsyncIterator[list[str]]:
     """A 3-node DHT on 127.0.0.1; yields its bootstrap list. Destroyed at teardown."""
-    modules = await asyncio.to_thread(ensure_installed)
-    proc = await asyncio.create_subprocess_exec(
-        node_executable(), str(BRIDGE_DIR / "testnet.js"), "3",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NODE_PATH": str(modules)},
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stdin is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 30)
-    yield json.loads(line)["bootstrap"]
+    proc, bootstrap = await start_testnet()
+    yield bootstrap
+    assert proc.stdin is not None
     proc.stdin.close()
     try:
         await asyncio.wait_for(proc.wait(), 10)

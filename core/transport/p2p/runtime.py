@@ -6,8 +6,10 @@ named for the lockfile's hash, under a file lock so that two processes never rac
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -84,6 +86,20 @@ def ensure_installed() -> Path:
             )
         (target.parent / ".complete").touch()
     return target
+
+
+async def start_testnet(nodes: int = 3) -> tuple[asyncio.subprocess.Process, list[str]]:
+    """A private DHT of `nodes` nodes on 127.0.0.1 (for tests and benches: nothing reaches
+    the public one) and its bootstrap list. Closing the process's stdin ends it."""
+    modules = await asyncio.to_thread(ensure_installed)
+    proc = await asyncio.create_subprocess_exec(
+        node_executable(), str(BRIDGE_DIR / "testnet.js"), str(nodes),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "NODE_PATH": str(modules)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    return proc, list(json.loads(line)["bootstrap"])
 
 
 def main() -> None:
