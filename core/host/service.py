@@ -13,6 +13,7 @@ import logging
 import socket
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, Unpack
 
@@ -36,6 +37,8 @@ from . import views
 from .registry import EngineRegistry
 
 log = logging.getLogger(__name__)
+
+LONG_PROMPT_CHARS = 64 * 1024  # tokenizing this much text takes ~50 ms on one core
 
 
 def spec_from_entry(entry: str, settings: HostSettings) -> EngineSpec:
@@ -99,6 +102,10 @@ class HostService:
         self.transports: list[Transport] = []
         self.started_at = time.time()
         self.version = engine_version()
+        # Long prompts take turns on one thread: a client posting megabytes of text then costs
+        # the host at most one core, and short prompts (the default executor) never queue
+        # behind it.
+        self._long_prompts = ThreadPoolExecutor(1, thread_name_prefix="long-prompt")
 
     def attach(self, transport: Transport) -> None:
         """Serve through this transport too; it starts once the engines are loaded."""
@@ -126,6 +133,7 @@ class HostService:
         grace = self.settings.drain_on_stop_ms
         await asyncio.gather(*(pool.drain(grace) for pool in self._registry.pools()))
         await self._registry.close()
+        self._long_prompts.shutdown(wait=False, cancel_futures=True)
         log.info("host stopped")
 
     # ---- work --------------------------------------------------------------------------------
@@ -140,9 +148,12 @@ class HostService:
         pool = self._pool_for(model, pool_id)
         engine = pool.engine
         messages, prompt = job.get("messages"), job.get("prompt")
-        tokens = await asyncio.to_thread(pool.prompt_tokens, messages, prompt)
+        size = len(prompt or "") + sum(len(message.content) for message in messages or ())
+        executor = self._long_prompts if size > LONG_PROMPT_CHARS else None
+        loop = asyncio.get_running_loop()
+        tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt)
         if pool.engine is not engine:  # reloaded meanwhile: the new model tokenizes anew
-            tokens = await asyncio.to_thread(pool.prompt_tokens, messages, prompt)
+            tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt)
         job["prompt_tokens"] = tokens
         return pool.submit(**job)
 

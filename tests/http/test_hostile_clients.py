@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
 from infertui.core.config import HttpSettings
+from infertui.core.protocol.common import ChatMessage
+from infertui.core.scheduler import Pool
 from infertui.core.transport.http import Access, is_loopback
 
 from .conftest import MODEL, Host, HostFactory
@@ -165,6 +169,41 @@ async def test_long_prompts_are_tokenized_off_the_event_loop(host: Host) -> None
         assert response.json()["error"]["code"] == "context_length_exceeded"
     assert len(times) >= 5, "the prompts took a while: health was asked meanwhile"
     assert max(times) < 0.25, times
+
+
+async def test_a_short_prompt_never_waits_behind_long_ones(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long prompts take turns on one thread, so a flood of megabytes costs the host at most
+    one core; a short prompt is tokenized beside them and answered while they still wait."""
+    threads: dict[int, str] = {}
+    tokenize = Pool.prompt_tokens
+
+    def recorded(
+        pool: Pool, messages: Sequence[ChatMessage] | None, prompt: str | None
+    ) -> list[int]:
+        threads[len(prompt or "")] = threading.current_thread().name
+        return tokenize(pool, messages, prompt)
+
+    monkeypatch.setattr(Pool, "prompt_tokens", recorded)
+    long = "The quick brown fox jumps over the lazy dog. " * (2 * 2**20 // 45)
+    posts = [
+        asyncio.create_task(
+            host.client.post("/v1/completions", json={"model": MODEL, "prompt": long + str(i)})
+        )
+        for i in range(3)
+    ]
+    await asyncio.sleep(0.3)
+    short = await host.client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}
+    )
+    assert short.status_code == 200
+    assert sum(not post.done() for post in posts) >= 2, "long prompts were still in line"
+    for response in await asyncio.gather(*posts):
+        assert response.json()["error"]["code"] == "context_length_exceeded"
+    long_threads = {name for size, name in threads.items() if size > 2**20}
+    assert len(long_threads) == 1 and next(iter(long_threads)).startswith("long-prompt")
+    assert not threads[2].startswith("long-prompt")
 
 
 async def _task(host: Host, **body: object) -> str:
