@@ -90,6 +90,7 @@ class Transport(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     def describe(self) -> str: ...
+    def status(self) -> str: ...
 
 
 class HostService:
@@ -127,11 +128,13 @@ class HostService:
             await transport.start()
 
     async def stop(self) -> None:
-        """Stop the transports, give running jobs a short grace, cancel the rest, free engines."""
-        for transport in reversed(self.transports):
-            await transport.stop()
+        """Give running jobs a short grace (new ones are refused meanwhile) and cancel the rest,
+        then stop the transports and free the engines. The transports stay up through the
+        grace, so that every face, Hyperswarm included, delivers the replies that finish."""
         grace = self.settings.drain_on_stop_ms
         await asyncio.gather(*(pool.drain(grace) for pool in self._registry.pools()))
+        for transport in reversed(self.transports):
+            await transport.stop()
         await self._registry.close()
         self._long_prompts.shutdown(wait=False, cancel_futures=True)
         log.info("host stopped")
@@ -211,6 +214,10 @@ class HostService:
     def addresses(self) -> dict[str, str]:
         """Where each transport serves: {"http": "http://…", "p2p": "<server ID>"}."""
         return {t.name: t.describe() for t in self.transports}
+
+    def transport_status(self) -> dict[str, str]:
+        """How each transport is doing: {"http": "listening", "p2p": "announced · 12 DHT nodes"}."""
+        return {t.name: t.status() for t in self.transports}
 
     def server_info(self, capabilities: dict[str, Any], server_id: str | None = None) -> ServerInfo:
         """Who this host is, the same on every face; each adds its own capabilities."""

@@ -75,6 +75,7 @@ class ChatEnd(_Payload):
     tokens_out: int | None = None
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
+    model: str | None = None  # additive: the engine that answered
 
 
 class Abort(_Payload):

@@ -37,15 +37,18 @@ async def start_p2p_host(
 ) -> AsyncIterator[P2PHostFactory]:
     hosts: list[P2PHost] = []
 
-    async def start(*, parallel: int = 2, queue: int = 8, **server: Any) -> P2PHost:
+    async def start(
+        *, parallel: int = 2, queue: int = 8, drain_ms: int = 0, **server: Any
+    ) -> P2PHost:
         settings = HostSettings.model_validate(
-            {"queue": queue, "drain_on_stop_ms": 0, "host_name": "test-host",
+            {"queue": queue, "drain_on_stop_ms": drain_ms, "host_name": "test-host",
              "model_dirs": [str(tmp_path_factory.getbasetemp())],
              "engine": {"ctx": 1024, "parallel": parallel, "threads": 2}}
         )  # fmt: skip
         service = HostService(settings)
         seed = server.pop("seed", None) or secrets.token_bytes(32)
-        p2p = P2PServer(service, seed=seed, bootstrap=testnet, **server)
+        server.setdefault("bootstrap", testnet)
+        p2p = P2PServer(service, seed=seed, **server)
         service.attach(p2p)
         await service.start()
         await p2p.wait_listening()

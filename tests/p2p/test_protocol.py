@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
+import signal
 
 import pytest
 
@@ -173,6 +175,51 @@ async def test_two_clients_on_one_host_at_once(p2p_host, connect) -> None:
     assert all(s.end.finish_reason in ("stop", "length") for s in streams)
 
 
+async def test_one_key_holds_several_connections_each_with_its_own_replies(
+    p2p_host, connect
+) -> None:
+    """Issue 13: a chat window streams while `ask` runs in another terminal under the same
+    key. Neither connection closes the other, and the job limit counts per connection."""
+    seed = secrets.token_bytes(32)
+    window = await connect(p2p_host.server_id, seed=seed)
+    story = window.chat(prompt="A long story:", max_tokens=48, temperature=0)
+    parts = aiter(story)
+    first = await anext(parts)  # the window is streaming
+    asks = await asyncio.gather(*(connect(p2p_host.server_id, seed=seed) for _ in range(3)))
+    streams = [ask.chat(prompt=f"Question {i}:", max_tokens=6) for i, ask in enumerate(asks)]
+    await asyncio.gather(*(stream.text() for stream in streams))
+    rest = "".join([part async for part in parts])
+    assert story.end is not None and story.end.finish_reason == "length", story.end
+    assert story.end.tokens_out == 48 and first + rest
+    for stream in streams:
+        assert stream.end is not None and stream.end.finish_reason in ("stop", "length")
+        assert stream.end.tokens_out > 0
+
+
+async def test_one_key_is_refused_beyond_its_connection_cap(
+    p2p_host, raw_peer, monkeypatch
+) -> None:
+    from infertui.core.transport.p2p import host as p2p_host_module
+
+    monkeypatch.setattr(p2p_host_module, "MAX_CONNECTIONS_PER_KEY", 2)
+    seed = secrets.token_bytes(32)
+    held = [await raw_peer(seed=seed) for _ in range(2)]
+    for peer in held:
+        assert (await peer.next())["type"] == "server_info"
+    refused = await raw_peer(seed=seed)
+    error = await refused.next()
+    assert error["type"] == "error" and error["payload"]["code"] == "MODEL_BUSY"
+    assert "2 connections" in error["payload"]["message"]
+    await asyncio.wait_for(refused.conn.closed.wait(), 10)
+    await held[0].close()  # one closes: the key may connect again
+    for _ in range(50):
+        if p2p_host.server.connections_by_key[public_key(seed)] < 2:
+            break
+        await asyncio.sleep(0.1)
+    again = await raw_peer(seed=seed)
+    assert (await again.next())["type"] == "server_info"
+
+
 async def test_additive_engine_metrics_and_queue_messages(p2p_host, connect) -> None:
     client = await connect(p2p_host.server_id)
     engines = await client.request("engines")
@@ -203,6 +250,54 @@ async def test_a_host_killed_mid_stream_is_host_disconnected(p2p_host, connect) 
         async for _ in stream:
             p2p_host.server.bridge._proc.kill()  # the host's network process dies
     assert caught.value.kind is ErrorKind.HOST_DISCONNECTED
+
+
+async def test_a_stopping_host_finishes_hyperswarm_replies_within_its_grace(
+    start_p2p_host, connect
+) -> None:
+    """Issue 13: stopping a host drains P2P jobs as it does HTTP ones: a reply under way
+    ends whole, with its chat_end, before the connection goes."""
+    host = await start_p2p_host(drain_ms=20_000)
+    client = await connect(host.server_id)
+    story = client.chat(prompt="A long story:", max_tokens=40, temperature=0)
+    parts = aiter(story)
+    await anext(parts)
+    stopping = asyncio.create_task(host.service.stop())
+    rest = [part async for part in parts]
+    assert story.end is not None and story.end.finish_reason == "length"
+    assert story.end.tokens_out == 40 and rest
+    await stopping
+
+
+async def test_the_bridge_outlives_a_terminal_interrupt(p2p_host, connect) -> None:
+    """Ctrl+C (or systemd's stop) signals the whole process group: the bridge leaves it to
+    its parent to say when to stop, so that replies can drain through it."""
+    bridge = p2p_host.server.bridge
+    bridge._proc.send_signal(signal.SIGINT)
+    bridge._proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)
+    assert bridge._proc.returncode is None
+    client = await connect(p2p_host.server_id)
+    assert await client.chat(prompt="Still here?", max_tokens=3).text() is not None
+
+
+async def test_without_a_dht_node_both_ends_say_so(start_p2p_host, tmp_path, caplog) -> None:
+    """Issue 13: a host no DHT node answers is not "announced" (nobody can find it), and a
+    client whose DHT is unreachable says the trouble is on its side."""
+    nowhere = ["127.0.0.1:9"]  # loopback, and nothing there
+    caplog.set_level(logging.INFO, logger="infertui.core.transport.p2p.host")
+    host = await start_p2p_host(bootstrap=nowhere)
+    assert host.server.status().startswith("not announced"), host.server.status()
+    assert "no DHT node answered" in caplog.text and "announced as" not in caplog.text
+    assert host.service.transport_status()["p2p"] == host.server.status()
+    with pytest.raises(InferError) as caught:
+        await P2PClient.connect(host.server_id, bootstrap=nowhere, connect_timeout=5)
+    assert caught.value.kind is ErrorKind.CONNECT_FAILED
+    assert "no Hyperswarm DHT node answers this machine" in caught.value.message
+
+
+async def test_a_reachable_host_says_announced(p2p_host) -> None:
+    assert p2p_host.server.status().startswith("announced · ")
 
 
 async def test_the_allow_list_closes_other_peers(start_p2p_host, raw_peer, testnet) -> None:

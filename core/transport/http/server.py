@@ -141,6 +141,9 @@ class HttpServer:
     def describe(self) -> str:
         return self.url
 
+    def status(self) -> str:
+        return "listening" if self._server is not None else "stopped"
+
     async def stop(self) -> None:
         if self._server is None or self._task is None:
             return

@@ -108,6 +108,8 @@ class Bridge:
         self._dialed: dict[bytes, PeerConnection] = {}  # opened by connect(), not yet taken
         self._ready: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.public_key = b""
+        # the DHT as the bridge last saw it: {"online", "degraded", "nodes"}
+        self.network: dict[str, Any] = {}
         # every new connection, both the ones peers open and the ones a topic join opens
         self.on_connection: Callable[[PeerConnection], None] | None = None
         self._tasks = [
@@ -181,6 +183,11 @@ class Bridge:
             return await future
         finally:
             self._pending.pop(request, None)
+
+    @property
+    def dht_reachable(self) -> bool:
+        """Whether any DHT node answered: without one, nobody can look us up."""
+        return bool(self.network.get("nodes")) and self.network.get("online") is not False
 
     async def listen(self) -> None:
         await self.command("listen")
@@ -269,8 +276,10 @@ class Bridge:
             conn._on_close()
         elif kind == "pressure" and conn is not None:
             conn._on_pressure(bool(event["paused"]))
-        elif kind == "ready" and not self._ready.done():
-            self._ready.set_result(bytes.fromhex(event["publicKey"]))
+        elif kind in ("ready", "network"):
+            self.network = {key: event.get(key) for key in ("online", "degraded", "nodes")}
+            if kind == "ready" and not self._ready.done():
+                self._ready.set_result(bytes.fromhex(event["publicKey"]))
         elif kind in ("done", "error") and event.get("id") in self._pending:
             future = self._pending[event["id"]]
             if future.done():

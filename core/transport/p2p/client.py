@@ -115,7 +115,15 @@ class P2PClient:
         try:
             try:
                 conn = await asyncio.wait_for(bridge.connect(key), connect_timeout)
-            except TimeoutError:
+            except (TimeoutError, InferError) as err:
+                if not bridge.dht_reachable:  # the trouble is on this side: say so
+                    raise InferError(
+                        ErrorKind.CONNECT_FAILED,
+                        "no Hyperswarm DHT node answers this machine: check its network "
+                        "(UDP must pass) or --bootstrap",
+                    ) from None
+                if isinstance(err, InferError):
+                    raise
                 raise InferError(
                     ErrorKind.HOST_OFFLINE,
                     f"no host answered as {server_id} within {connect_timeout:.0f} s",

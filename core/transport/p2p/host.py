@@ -2,9 +2,13 @@
 
 A session sends `server_info`, then reads NDJSON lines: `chat_start` runs a job and streams
 `chat_chunk`* then `chat_end` under its request_id; `abort` cancels it (no chunk follows the
-abort's `chat_end`). Requests run concurrently, up to the peer's job limit (MODEL_BUSY
-beyond it). A peer that sends a line over the cap, floods, or keeps sending garbage gets an
-`error` and is dropped; other peers never notice.
+abort's `chat_end`). Requests run concurrently, up to the job limit (MODEL_BUSY beyond it).
+
+One key may hold several connections at once (a chat window, a second window, scripts), up
+to MAX_CONNECTIONS_PER_KEY; the job limit counts per connection, so each window gets its own
+replies, and one key can run at most MAX_CONNECTIONS_PER_KEY x the limit. A peer that sends
+a line over the cap, floods, or keeps sending garbage gets an `error` and is dropped; other
+peers never notice.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
@@ -33,6 +38,7 @@ from .ids import server_id
 log = logging.getLogger(__name__)
 
 MAX_STRIKES = 5  # malformed messages before a peer is dropped
+MAX_CONNECTIONS_PER_KEY = 16  # live connections one key may hold
 FLOOD_LIMIT = 200  # messages per second before a peer is dropped
 DROP_GRACE_S = 2.0  # a dropped peer's connection is destroyed after this
 # Chunks leave at most this often per peer (the first one of a burst at once): every write
@@ -72,7 +78,20 @@ class P2PServer:
         self.bridge: Bridge | None = None
         self.server_id = server_id(seed)
         self._sessions: set[asyncio.Task[None]] = set()
+        self.connections_by_key: Counter[bytes] = Counter()
         self._bring_up: asyncio.Task[None] | None = None
+        self._failure = ""  # why the swarm could not start
+
+    def status(self) -> str:
+        """The truth about reachability, for the dashboard: a host no DHT node knows cannot
+        be found by its server ID, however well it listens."""
+        if self._failure:
+            return f"unavailable: {self._failure}"
+        if self.bridge is None or (self._bring_up is not None and not self._bring_up.done()):
+            return "starting"
+        if not self.bridge.dht_reachable:
+            return "not announced: no DHT node answers"
+        return f"announced · {self.bridge.network.get('nodes')} DHT nodes"
 
     async def start(self) -> None:
         """Start announcing in the background: the DHT may take seconds to answer (or never,
@@ -87,9 +106,18 @@ class P2PServer:
             for name in self.topics:
                 await self.bridge.join(topic_key(name), server=True, client=False)
         except InferError as err:
+            self._failure = err.message
             log.error("Hyperswarm is unavailable: %s", err.message)
             return
-        log.info("Hyperswarm: announced as %s", self.server_id)
+        if self.bridge.dht_reachable:
+            log.info("Hyperswarm: announced as %s", self.server_id)
+        else:
+            where = ", ".join(self.bootstrap) or "the public bootstrap nodes"
+            log.warning(
+                "Hyperswarm: no DHT node answered (%s): clients cannot find %s by its server "
+                "ID; check this machine's network (UDP) or --bootstrap",
+                where, self.server_id,
+            )  # fmt: skip
 
     async def wait_listening(self) -> None:
         """Until the swarm listens (tests and tools that need the host reachable)."""
@@ -180,13 +208,19 @@ class PeerSession:
         self.send("error", p2p.error_payload(err), request_id)
 
     async def run(self) -> None:
-        allow = self.server.allow
-        if allow and self.conn.remote_key not in allow:
+        key, held = self.conn.remote_key, self.server.connections_by_key
+        if self.server.allow and key not in self.server.allow:
             log.info("peer %s refused: not on the allow list", self.peer)
-            self.send_error(InferError(ErrorKind.FORBIDDEN, "this host does not accept your key"))
-            self.flush()
-            self.conn.close()
+            self.refuse(InferError(ErrorKind.FORBIDDEN, "this host does not accept your key"))
             return
+        if held[key] >= MAX_CONNECTIONS_PER_KEY:
+            log.info("peer %s refused: %d connections already", self.peer, held[key])
+            self.refuse(InferError(
+                ErrorKind.CLIENT_BUSY,
+                f"your key already holds {held[key]} connections to this host; close one",
+            ))  # fmt: skip
+            return
+        held[key] += 1
         log.info("peer %s connected%s", self.peer, " (admin)" if self.admin else "")
         self.send("server_info", self.server.server_info(self.admin))
         try:
@@ -210,7 +244,15 @@ class PeerSession:
                 task.cancel()
             self.flush()
             self.conn.close()
+            held[key] -= 1
+            if not held[key]:
+                del held[key]
             log.info("peer %s disconnected", self.peer)
+
+    def refuse(self, err: InferError) -> None:
+        self.send_error(err)
+        self.flush()
+        self.conn.close()
 
     def flooding(self) -> bool:
         now = time.monotonic()
@@ -329,7 +371,7 @@ class PeerSession:
                 model=model,
                 messages=messages,
                 params=params,
-                client_id=f"p2p:{self.peer[:12]}",
+                client_id=f"p2p:{self.peer[:12]}/{self.conn.conn}",  # a limit per connection
                 client_limit=self.server.peer_job_limit,
             )
         except InferError as err:
@@ -362,6 +404,7 @@ class PeerSession:
                         tokens_out=t.tokens_out,
                         ttft_ms=round(t.ttft_ms, 1) if t.ttft_ms is not None else None,
                         tokens_per_s=round(t.decode_tps, 1),
+                        model=job.pool_id,
                     )
                     self.send("chat_end", end, rid)
         finally:

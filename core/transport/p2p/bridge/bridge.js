@@ -3,13 +3,14 @@
 //
 // Commands: init {bootstrap, seed, host, firewalled} · listen · join/leave {topic, server,
 // client} · connect {key} · end {conn} · destroy {conn} · shutdown
-// Events:   ready {publicKey} · listening · joined {topic} · open {conn, remoteKey, initiator}
+// Events:   ready {publicKey, ...network} · network {online, degraded, nodes}
+//           · listening · joined {topic} · open {conn, remoteKey, initiator}
 //           · end {conn} · close {conn} · pressure {conn, paused}
 //           · error {conn?, id?, code?, message} · done {id}
 // Payload bytes skip JSON: a write is the header line `W<conn> <length>` and then the raw
 // bytes; a data event likewise `D<conn> <length>` and the bytes. Keys, topics and seeds travel
-// as hex. The bridge exits when its stdin closes, and pauses every peer socket while its own
-// stdout is full.
+// as hex. The bridge exits when its stdin closes (not on SIGINT or SIGTERM: its parent says
+// when), and pauses every peer socket while its own stdout is full.
 
 const Hyperswarm = require('hyperswarm')
 const DHT = require('hyperdht')
@@ -35,6 +36,13 @@ function out(chunk) {
       for (const socket of conns.values()) socket.resume()
     })
   }
+}
+
+// What the DHT looks like from here: `nodes` is the routing table's size (0: no DHT node
+// answered, so nobody can find us or be found), `online`/`degraded` hyperdht's own health.
+function network() {
+  const dht = swarm.dht
+  return { online: !!dht.online, degraded: !!dht.degraded, nodes: dht.table ? dht.table.size : 0 }
 }
 
 function parseBootstrap(list) {
@@ -88,10 +96,21 @@ const commands = {
     swarm = new Hyperswarm({ dht, keyPair })
     swarm.on('connection', onConnection)
     await dht.ready()
-    emit({ event: 'ready', publicKey: b4a.toString(keyPair.publicKey, 'hex') })
+    dht.on('network-update', () => emit({ event: 'network', ...network() }))
+    emit({ event: 'ready', publicKey: b4a.toString(keyPair.publicKey, 'hex'), ...network() })
   },
   async listen() {
+    // Hyperswarm keeps one connection per remote key and closes the older one when that key
+    // connects again: right for a swarm of equals, wrong for a host whose user has a chat
+    // window and a script open under one key. The host takes every connection as it comes
+    // (and bounds how many one key holds itself).
+    swarm.server.removeAllListeners('connection')
+    swarm.server.on('connection', (socket) => {
+      if (swarm.destroyed) return socket.on('error', () => {}).destroy()
+      onConnection(socket, { publicKey: socket.remotePublicKey, client: false })
+    })
     await swarm.listen()
+    emit({ event: 'network', ...network() })
     emit({ event: 'listening' })
   },
   async join({ topic, server, client }) {
@@ -140,6 +159,12 @@ let stopping = null
 function stop() {
   if (!stopping) {
     stopping = (async () => {
+      // Ended sockets get a moment to deliver what is queued (a reply's last chunks and its
+      // chat_end) before the swarm goes.
+      const closed = [...conns.values()].map(
+        (socket) => new Promise((resolve) => socket.once('close', resolve).end())
+      )
+      await Promise.race([Promise.all(closed), new Promise((resolve) => setTimeout(resolve, 1000))])
       for (const socket of conns.values()) socket.destroy()
       if (swarm) await swarm.destroy()
       process.exit(0)
@@ -193,5 +218,7 @@ async function run(message) {
   }
 }
 process.stdin.on('end', () => (queue || Promise.resolve()).then(stop))
-process.on('SIGTERM', stop)
-process.on('SIGINT', stop)
+// Ctrl+C in a terminal and systemd's stop signal reach the whole process group: the parent
+// drains its replies through this bridge and then closes stdin, which is when we stop.
+process.on('SIGTERM', () => {})
+process.on('SIGINT', () => {})
