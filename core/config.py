@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -123,6 +123,7 @@ class ChatSampling(TypedDict):
 class ClientSettings(BaseModel):
     """`infertui connect` and `infertui ask`."""
 
+    model: str | None = Field(None, description="the host's engine to ask; none: its default")
     system_prompt: str = Field("", description="sent first in every conversation; empty: none")
     temperature: float = Field(0.7, ge=0.0, le=2.0, description="0 is greedy")
     top_p: float = Field(0.95, ge=0.0, le=1.0)
@@ -194,6 +195,20 @@ def load_settings(**overrides: Any) -> Settings:
     """Settings with flags given as nested dicts, e.g. `host={"queue": 8}`. Flags that were not
     given must be left out, so that they do not hide the file or the environment."""
     return Settings(**_drop_none(overrides))
+
+
+def first_problem(err: ValidationError) -> str:
+    """One sentence for a person: the first setting that is wrong and why (and how many
+    more), not pydantic's multi-line dump."""
+    problems = err.errors()
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"]) or "settings"
+    sentence = f"{where}: {first['msg']}"
+    if "input" in first and not isinstance(first["input"], dict | list):
+        sentence += f" (got {str(first['input'])[:60]!r})"
+    if len(problems) > 1:
+        sentence += f"; and {len(problems) - 1} more"
+    return sentence
 
 
 def _drop_none(value: dict[str, Any]) -> dict[str, Any]:

@@ -53,3 +53,8 @@ def _install(handler: logging.Handler, level: str | int) -> None:
     logging.getLogger("infertui.llama_cpp").setLevel(
         logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING
     )
+    # httpx logs every request at INFO: a client polling the host twice a second would bury
+    # the lines that matter.
+    logging.getLogger("httpx").setLevel(
+        logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING
+    )

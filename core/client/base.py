@@ -4,6 +4,7 @@ Client                      connected to one host (Hyperswarm or HTTP)
   .info -> HostInfo         who the host is and what it serves
   .chat(...) -> ChatReply   async iterator of text; .abort(); .stats when it ends
   .engines() .queue() .metrics() .watch_metrics()
+  .update_info()            follow the host's engines as they change
   .add_engine() .remove_engine() .reload_engine() .drain_engine() .resume_engine()  (admin)
   .wait_closed()            returns when the connection is gone
 """
@@ -11,6 +12,7 @@ Client                      connected to one host (Hyperswarm or HTTP)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +20,13 @@ from typing import Any, Literal
 
 from ..protocol.common import ChatMessage
 from ..protocol.openai import AddEngineRequest
-from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
+from ..protocol.snapshots import (
+    EngineStatus,
+    FinishReason,
+    MetricsSnapshot,
+    PoolState,
+    QueueSnapshot,
+)
 
 Transport = Literal["p2p", "http", "local"]  # local: the host's own dashboard
 
@@ -46,6 +54,7 @@ class ChatStats:
     tokens_out: int
     ttft_ms: float | None
     tokens_per_s: float
+    model: str = ""  # the engine that answered, where the host says
 
 
 class ChatReply(ABC):
@@ -69,8 +78,20 @@ class Client(ABC):
     """A connection to one host."""
 
     info: HostInfo
-    # how the host's queue snapshots name this client's jobs, where the client can know it
+    # how the host's queue snapshots name this client's jobs (before any "/<connection>"),
+    # where the client can know it
     queue_client_id: str | None = None
+
+    async def update_info(self) -> bool:
+        """Follow the host's engines as they are added and removed: `info.models`, and as
+        `info.model` the engine that answers a request naming none. True if either changed."""
+        engines = await self.engines()
+        ids = tuple(e.engine_id for e in engines)
+        ready = [e.engine_id for e in engines if e.pool_state is PoolState.READY]
+        default = (ready or [*ids, ""])[0]
+        changed = (ids, default) != (self.info.models, self.info.model)
+        self.info = dataclasses.replace(self.info, models=ids, model=default)
+        return changed
 
     @abstractmethod
     def chat(

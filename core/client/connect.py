@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -23,10 +24,24 @@ log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
+# connect errors that no retry can fix: a malformed ID, a missing or refused key
+FINAL = frozenset({ErrorKind.INVALID_SERVER_ID, ErrorKind.UNAUTHORIZED, ErrorKind.FORBIDDEN})
 
 
 def is_url(target: str) -> bool:
     return target.startswith(("http://", "https://"))
+
+
+def as_target(text: str) -> str:
+    """What people paste, as connect() takes it: a server ID as is, `HOST:PORT` as
+    http://HOST:PORT, and a URL without the OpenAI-style `/v1` (infertui's own paths sit
+    beside it)."""
+    text = text.strip()
+    if not is_url(text) and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}", text):
+        text = f"http://{text}"
+    if is_url(text):
+        text = text.rstrip("/").removesuffix("/v1")
+    return text
 
 
 async def connect(
@@ -39,6 +54,7 @@ async def connect(
 ) -> Client:
     """A connected Client. Raises InferError: INVALID_SERVER_ID before any network for a
     malformed ID; HOST_OFFLINE, CONNECT_FAILED or UNAUTHORIZED when the host is not there."""
+    target = as_target(target)
     if is_url(target):
         return await HttpHostClient.connect(
             target, api_key=api_key, connect_timeout=connect_timeout
@@ -80,7 +96,7 @@ class Reconnector:
         connect_timeout: float = 10.0,
         seed: bytes | None = None,
     ) -> None:
-        self.target = target
+        self.target = as_target(target)
         self._on_state = on_state
         self._connect = functools.partial(
             connect,
@@ -104,7 +120,8 @@ class Reconnector:
                 try:
                     self.client = await self._connect()
                 except InferError as err:
-                    if err.kind is ErrorKind.INVALID_SERVER_ID:
+                    if err.kind in FINAL:  # trying again cannot help: say so and stop
+                        log.info("connect to %s refused: %s", self.target, err.message)
                         self._on_state(ConnectionState("closed", explain(err)))
                         return
                     delay = backoff_delay(attempt)

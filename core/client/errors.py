@@ -21,7 +21,7 @@ _SENTENCES: dict[ErrorKind, str] = {
     ErrorKind.MODEL_NOT_FOUND: "The host does not serve that model.",
     ErrorKind.NO_ENGINE: "The host has no model loaded.",
     ErrorKind.CONTEXT_OVERFLOW: "The conversation is longer than the model's context.",
-    ErrorKind.UNAUTHORIZED: "The host wants an API key (--api-key or INFERTUI_API_KEY).",
+    ErrorKind.UNAUTHORIZED: "The host wants a valid API key (--api-key or INFERTUI_API_KEY).",
     ErrorKind.FORBIDDEN: "The host does not allow this.",
     ErrorKind.ABORTED: "The reply was stopped.",
 }

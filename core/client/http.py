@@ -27,6 +27,7 @@ _STATUS_KINDS = {
     401: ErrorKind.UNAUTHORIZED,
     403: ErrorKind.FORBIDDEN,
     404: ErrorKind.NOT_FOUND,
+    405: ErrorKind.METHOD_NOT_ALLOWED,
     429: ErrorKind.QUEUE_FULL,
     503: ErrorKind.POOL_UNREADY,
 }
@@ -45,11 +46,26 @@ def error_from_response(status: int, body: bytes, headers: httpx.Headers) -> Inf
         message = str(inner.get("message") or f"HTTP {status}")
     else:  # spec 002 or a proxy's page
         kind = _STATUS_KINDS.get(status, ErrorKind.INTERNAL)
-        message = str(data.get("message") if isinstance(data, dict) else "") or f"HTTP {status}"
+        said = data.get("message") if isinstance(data, dict) else None
+        message = str(said) if said else f"HTTP {status}"
     if kind is ErrorKind.INTERNAL and status in _STATUS_KINDS:
         kind = _STATUS_KINDS[status]
     backoff = headers.get("x-backoff-ms")
     return InferError(kind, message, retry_after_ms=int(backoff) if backoff else None)
+
+
+def _connect_error(err: InferError, url: str, *, sent_key: bool) -> InferError:
+    """A failed first call, said for people: a missing key from a wrong one, and a server
+    that answers but is not an infertui host."""
+    if err.kind is ErrorKind.UNAUTHORIZED:
+        why = "it refused the API key given" if sent_key else "no API key was given"
+        return InferError(ErrorKind.UNAUTHORIZED, why)
+    if err.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED, ErrorKind.BAD_MESSAGE):
+        return InferError(
+            ErrorKind.CONNECT_FAILED,
+            f"{url} answers, but not as an infertui host ({err.message} for /v1/host)",
+        )
+    return err
 
 
 def error_from_exception(err: httpx.HTTPError, *, streaming: bool = False) -> InferError:
@@ -71,6 +87,7 @@ class HttpReply(ChatReply):
         self._aborted = False
         self._finish: FinishReason = "stop"
         self._usage: dict[str, Any] = {}
+        self._model = ""
         self._reader = asyncio.create_task(self._read(http, body))
 
     async def _read(self, http: httpx.AsyncClient, body: dict[str, Any]) -> None:
@@ -79,7 +96,8 @@ class HttpReply(ChatReply):
             timeout = httpx.Timeout(http.timeout.connect, read=None)
             stream = http.stream("POST", "/v1/chat/completions", json=body, timeout=timeout)
             async with stream as response:
-                self.request_id = response.headers.get("x-request-id", "")
+                headers = response.headers
+                self.request_id = headers.get("x-correlation-id") or headers.get("x-request-id", "")
                 if response.status_code != 200:
                     raise error_from_response(
                         response.status_code, await response.aread(), response.headers
@@ -104,6 +122,7 @@ class HttpReply(ChatReply):
             raise InferError(kind, str(error.get("message") or "generation failed"))
         if event.get("usage"):
             self._usage = event["usage"]
+        self._model = event.get("model") or self._model
         for choice in event.get("choices", ()):
             text = choice.get("delta", {}).get("content")
             if text:
@@ -136,6 +155,7 @@ class HttpReply(ChatReply):
             tokens_out=tokens,
             ttft_ms=(first - sent) * 1000 if first else None,
             tokens_per_s=(tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0,
+            model=self._model,
         )
 
     def abort(self) -> None:
@@ -171,6 +191,9 @@ class HttpHostClient(Client):
         )
         try:
             data = await _get(http, "/v1/host")
+        except InferError as err:
+            await http.aclose()
+            raise _connect_error(err, url, sent_key=bool(api_key)) from None
         except BaseException:
             await http.aclose()
             raise
@@ -191,7 +214,9 @@ class HttpHostClient(Client):
         self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
     ) -> ChatReply:
         body = {
-            "model": model or self.info.model,
+            # "default" (spec 004 wants a model): the host's default engine answers, whatever
+            # its engines are by now
+            "model": model or "default",
             "messages": [m.model_dump() for m in messages],
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -268,5 +293,8 @@ async def _call(
         raise error_from_exception(err) from None
     if response.status_code >= 400:
         raise error_from_response(response.status_code, response.content, response.headers)
-    data = response.json()
+    try:
+        data = response.json()
+    except ValueError:
+        raise InferError(ErrorKind.BAD_MESSAGE, f"not JSON (HTTP {response.status_code})") from None
     return data if isinstance(data, dict) else {}

@@ -28,6 +28,7 @@ class P2PReply(ChatReply):
                 tokens_out=end.tokens_out or 0,
                 ttft_ms=end.ttft_ms,
                 tokens_per_s=end.tokens_per_s or 0.0,
+                model=end.model or "",
             )
 
     def abort(self) -> None:

@@ -87,3 +87,32 @@ def test_keys_from_file_and_environment_reach_the_http_gate(
     assert [access.identity(f"Bearer {k}".encode()) for k in ("alice", "bob", "root-key", "eve")] == [
         "key0", "key1", "admin", None
     ]  # fmt: skip
+
+
+def test_a_bad_setting_is_one_sentence_not_a_pydantic_dump(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 13: `host` with a bad value prints the setting, what is wrong and what was given."""
+    from infertui.tui.cli import main
+
+    monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("INFERTUI_HOST__QUEUE", "-1")
+    assert main(["host", "--headless", "--no-p2p"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "host.queue" in err and "greater than or equal to 1" in err and "'-1'" in err
+    assert "validation error" not in err and "pydantic.dev" not in err
+    with pytest.raises(SystemExit):
+        main(["host", "--parallel", "0"])  # argparse's own one line
+    assert "needs at least 1 slot" in capsys.readouterr().err
+
+
+def test_connect_and_ask_take_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from infertui.tui.cli import build_parser, client_overrides
+
+    monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
+    for command in (["connect", "http://127.0.0.1:1"], ["ask", "http://127.0.0.1:1", "hi"]):
+        args = build_parser().parse_args([*command, "--model", "qwen-7b"])
+        assert load_settings(**client_overrides(args)).client.model == "qwen-7b"
+    args = build_parser().parse_args(["connect", "http://127.0.0.1:1"])
+    assert load_settings(**client_overrides(args)).client.model is None  # the host's default
