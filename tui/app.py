@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
@@ -150,7 +151,8 @@ class HostApp(InfertuiApp):
         "metrics": "Metrics",
         "engines": "Engines",
     }
-    BINDINGS = mode_keys(MODE_TITLES)
+    # its own action: the footer leaves out keys of an action that Ctrl+Q (hidden) also has
+    BINDINGS = [Binding("q", "stop_host", "Quit", id="app.quit"), *mode_keys(MODE_TITLES)]
 
     def __init__(self, settings: Settings, local: LocalClient, *, start: bool = True) -> None:
         super().__init__(settings)
@@ -158,6 +160,7 @@ class HostApp(InfertuiApp):
         self.live = local
         self._start = start
         self.exit_code = 0
+        self.start_error = ""  # why the host could not start: said on stderr after the app
         self.stopping = False
 
     def on_mount(self) -> None:
@@ -189,12 +192,15 @@ class HostApp(InfertuiApp):
             await self.local.service.start()
         except InferError as err:
             log.error("cannot start: %s", err.message)
-            self.set_connection(ConnectionState("closed", f"Cannot start: {err.message}"))
-            self.exit_code = 1
+            self.start_error = err.message
+            self.exit(1, return_code=1)  # a host that serves nothing has nothing to show
             return
         self.local.refresh_info()
         self.set_connection(ConnectionState("connected", "Serving", self.local))
         log.info("host dashboard ready: serving %s", ", ".join(self.local.service.engine_ids()))
+
+    async def action_stop_host(self) -> None:
+        await self.action_quit()
 
     async def action_quit(self) -> None:
         if self.stopping:  # a second q or signal while the first one drains
@@ -218,4 +224,6 @@ def run_host_app(service: HostService, settings: Settings) -> int:
     log.info("host dashboard (logs: %s)", log_file)
     app = HostApp(settings, LocalClient(service))
     code = app.run()
+    if app.start_error:
+        sys.stderr.write(f"infertui: cannot start: {app.start_error}\n")
     return code or 0

@@ -29,7 +29,6 @@ async def ask(
     prompt: str,
     settings: Settings,
     *,
-    model: str | None = None,
     as_json: bool = False,
     out: TextIO = sys.stdout,
 ) -> int:
@@ -49,7 +48,7 @@ async def ask(
         return fail(err, emit if as_json else None)
     reply = client.chat(
         conversation(prompt, settings.client.system_prompt),
-        model=model,
+        model=settings.client.model,
         **settings.client.sampling(),
     )
     loop = asyncio.get_running_loop()

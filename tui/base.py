@@ -4,6 +4,7 @@ so a change reaches each screen without the app walking its screens."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from infertui.core.protocol import InferError, LiveJob
 from .metrics_history import MetricsHistory
 
 METRICS_EVERY_MS = 1000
+ENGINES_EVERY_S = 3.0  # how often the app looks at the host's engine list
 
 
 class LiveSource(Protocol):
@@ -26,6 +28,7 @@ class LiveSource(Protocol):
 
     def live_jobs(self) -> list[LiveJob]: ...
     def addresses(self) -> dict[str, str]: ...
+    def transport_status(self) -> dict[str, str]: ...
 
 
 class InfertuiApp(App[int]):
@@ -52,6 +55,24 @@ class InfertuiApp(App[int]):
         self.connection = state
         if state.phase == "connected" and state.client is not None:
             self.collect_metrics(state.client)
+            self.follow_engines(state.client)
+
+    @work(exclusive=True, group="engines")
+    async def follow_engines(self, client: Client) -> None:
+        """Engines come and go (the engine manager, another admin): the host bar, the model
+        picker and the chat follow, instead of the list seen at connect."""
+        while self.client is client:
+            await self.update_host_info()
+            await asyncio.sleep(ENGINES_EVERY_S)
+
+    async def update_host_info(self) -> None:
+        """Read the host's engines now; every bar shows the change."""
+        client = self.client
+        if client is None:
+            return
+        with contextlib.suppress(InferError):
+            if await client.update_info() and self.client is client:
+                self.connection = self.connection  # always_update: the watchers redraw
 
     @work(exclusive=True, group="metrics")
     async def collect_metrics(self, client: Client) -> None:

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     ident = commands.add_parser(
         "id",
         help="print this machine's server ID (for `infertui connect $(ssh gpu-box infertui id)`)",
+        description="Print this machine's server ID: what `infertui connect` and `ask` take to "
+        "reach the host here over Hyperswarm. It is stable across restarts (its key pair lives "
+        "under the data directory); --client prints the key this machine connects with.",
     )
     ident.add_argument("--reset-id", action="store_true", help="make a new key pair first")
     ident.add_argument(
@@ -71,10 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_client_flags(ask)
     ask.add_argument("prompt", help="the question; - reads it from stdin")
-    ask.add_argument("--model", metavar="ID", help="the host's engine to use (default: its first)")
     ask.add_argument("--json", action="store_true", help="print NDJSON events instead of text")
 
-    hosts = commands.add_parser("hosts", help="list the hosts that announce on a topic")
+    hosts = commands.add_parser(
+        "hosts",
+        help="list the hosts that announce on a topic",
+        description="Look for hosts started with `--topic NAME` on the Hyperswarm DHT and print "
+        "one line each: server ID, name, status and models.",
+    )
     hosts.add_argument("--topic", required=True, metavar="NAME", help="the topic to look on")
     hosts.add_argument(
         "--bootstrap", action="append", metavar="HOST:PORT", help="a private DHT's node"
@@ -98,6 +105,9 @@ def add_client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap", action="append", metavar="HOST:PORT", help="a private DHT's node"
     )
+    parser.add_argument(
+        "--model", metavar="ID", help="the host's engine to ask (default: the host's default)"
+    )
     parser.add_argument("--system", metavar="TEXT", help="the system prompt")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 is greedy")
     parser.add_argument("--max-tokens", type=int, metavar="N", help="longest reply (default 512)")
@@ -109,6 +119,7 @@ def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "api_key": args.api_key,
         "bootstrap": args.bootstrap,
         "client": {
+            "model": args.model,
             "system_prompt": args.system,
             "temperature": args.temperature,
             "max_tokens": args.max_tokens,
@@ -283,9 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("ask", "connect"):
         try:
             settings = config.load_settings(**client_overrides(args))
-        except Exception as exc:
-            sys.stderr.write(f"infertui: invalid settings: {exc}\n")
-            return 2
+        except Exception as exc:  # a malformed config file or variable: say so, no traceback
+            return settings_failed(exc)
         if args.command == "ask":
             return run_ask(args, settings)
         from .app import run_client_app
@@ -295,8 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             settings = config.load_settings(**host_overrides(args))
         except Exception as exc:  # a malformed config file or variable: say so, no traceback
-            sys.stderr.write(f"infertui: invalid settings: {exc}\n")
-            return 2
+            return settings_failed(exc)
         if args.headless or not sys.stdout.isatty():
             from .headless import run_headless
 
@@ -305,6 +314,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_dashboard(settings, reset_id=args.reset_id)
     parser.print_help()
     return 0
+
+
+def settings_failed(exc: Exception) -> int:
+    from pydantic import ValidationError
+
+    problem = config.first_problem(exc) if isinstance(exc, ValidationError) else str(exc)
+    sys.stderr.write(f"infertui: invalid settings: {problem} (see `infertui config path`)\n")
+    return 2
 
 
 def run_dashboard(settings: config.Settings, *, reset_id: bool) -> int:
@@ -331,7 +348,7 @@ def run_ask(args: argparse.Namespace, settings: config.Settings) -> int:
     if not prompt.strip():
         sys.stderr.write("infertui: the prompt is empty\n")
         return 2
-    return asyncio.run(ask(args.target, prompt, settings, model=args.model, as_json=args.json))
+    return asyncio.run(ask(args.target, prompt, settings, as_json=args.json))
 
 
 def list_hosts(args: argparse.Namespace) -> int:

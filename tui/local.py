@@ -51,6 +51,7 @@ class LocalReply(ChatReply):
                     tokens_out=t.tokens_out,
                     ttft_ms=t.ttft_ms,
                     tokens_per_s=t.decode_tps,
+                    model=job.pool_id,
                 )
 
     def abort(self) -> None:
@@ -83,6 +84,9 @@ class LocalClient(Client):
 
     def addresses(self) -> dict[str, str]:
         return self.service.addresses()
+
+    def transport_status(self) -> dict[str, str]:
+        return self.service.transport_status()
 
     def live_jobs(self) -> list[LiveJob]:
         """Every job in flight on every engine, with its latest text."""

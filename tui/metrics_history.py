@@ -15,6 +15,7 @@ PLOTS = {
     "busy": "busy slots",
     "errors": "errors (failed + rejected)",
 }
+COUNTS = frozenset({"depth", "busy", "errors"})  # whole numbers: shown without decimals
 
 
 def host_totals(pools: list[MetricsSnapshot]) -> dict[str, float]:

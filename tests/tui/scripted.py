@@ -136,6 +136,9 @@ class ScriptedLocal(ScriptedClient):
     def addresses(self) -> dict[str, str]:
         return {"p2p": SERVER_ID, "http": "http://127.0.0.1:8080"}
 
+    def transport_status(self) -> dict[str, str]:
+        return {"p2p": "announced · 24 DHT nodes", "http": "listening"}
+
     def live_jobs(self) -> list[LiveJob]:
         return [
             _live("job-7f3a", "p2p:8nd3kq1wzt5e", "running", 130, 24.8,

@@ -17,6 +17,7 @@ from infertui.core.protocol.common import ChatMessage
 from infertui.tui.app import ClientApp
 from infertui.tui.screens.engines import AddEngineModal, ConfirmModal, DrainModal, EnginesScreen
 from infertui.tui.widgets.message import AssistantMessage
+from infertui.tui.widgets.prompt import PromptArea
 
 from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
 
@@ -38,7 +39,7 @@ def app_for(host: ServedHost, transport: str = "p2p") -> ClientApp:
 
 
 async def ask(pilot: Pilot[object], app: ClientApp, text: str) -> AssistantMessage:
-    app.screen.query_one("#prompt", Input).value = text
+    app.screen.query_one("#prompt", PromptArea).value = text
     await pilot.press("enter")
     await until(pilot, lambda: app.screen.query(AssistantMessage))
     return app.screen.query(AssistantMessage).last()
@@ -102,7 +103,7 @@ async def test_each_dashboard_opens_and_shows_the_host(host: ServedHost) -> None
         await pilot.press("f5")
         await until(pilot, lambda: app.screen.query_one("#engines", DataTable).row_count == 1)
         await pilot.press("f2")
-        assert app.screen.query_one("#prompt", Input)
+        assert app.screen.query_one("#prompt", PromptArea)
 
 
 async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -> None:
@@ -159,7 +160,7 @@ async def test_host_down_is_said_in_plain_words_and_recovers(
         await until(pilot, lambda: app.connection.phase == "waiting", 30)
         bar = str(app.screen.query_one("HostBar", Static).render())
         assert "Retrying" in bar and "Traceback" not in bar
-        prompt = app.screen.query_one("#prompt", Input)
+        prompt = app.screen.query_one("#prompt", PromptArea)
         prompt.value = "hello?"
         await pilot.press("enter")  # said plainly; the words stay for when the host is back
         await until(pilot, lambda: any("Not connected" in n.message for n in app._notifications))

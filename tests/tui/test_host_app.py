@@ -80,9 +80,23 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
 
         await pilot.press("g")  # no P2P in this test: the QR key says so instead of failing
         assert not isinstance(app.screen, QrModal)
-        await pilot.press("ctrl+q")
+        shown = app.active_bindings["q"].binding  # in the footer
+        assert shown.description == "Quit" and shown.show
+        await pilot.press("q")  # as the README says (and the footer shows)
         await until(pilot, lambda: not app.is_running, 20)
     assert service.engine_ids() == []  # quitting stopped the host and freed its engines
+
+
+async def test_a_model_that_cannot_load_ends_the_dashboard_with_the_reason(tmp_path) -> None:
+    """Issue 13: `host --model /nope.gguf` on a terminal exits 1 and says why, instead of
+    leaving a dashboard that serves nothing."""
+    settings = host_settings()
+    settings.host.models = [str(tmp_path / "nope.gguf")]
+    app = HostApp(settings, LocalClient(build_service(settings)))
+    async with app.run_test(size=(110, 30)) as pilot:
+        await until(pilot, lambda: not app.is_running, 30)
+    assert app.return_code == 1
+    assert "nope.gguf" in app.start_error
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

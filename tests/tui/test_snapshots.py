@@ -14,6 +14,7 @@ from infertui.core.config import Settings
 from infertui.tui.screens.dashboard import DashboardScreen
 from infertui.tui.widgets.host_bar import HostBar
 from infertui.tui.widgets.message import AssistantMessage
+from infertui.tui.widgets.prompt import PromptArea
 
 from .scripted import ScriptedClientApp, ScriptedHostApp
 
@@ -25,6 +26,8 @@ async def settle(pilot: Pilot[object]) -> None:
     """Refresh the dashboard now (three times, so plots have a history) and stop blinking."""
     for field in pilot.app.screen.query(Input):
         field.cursor_blink = False
+    for area in pilot.app.screen.query(PromptArea):
+        area.cursor_blink = False
     screen = pilot.app.screen
     if isinstance(screen, DashboardScreen):
         for _ in range(3):
@@ -45,7 +48,7 @@ def go(*keys: str) -> Callable[[Pilot[object]], Awaitable[None]]:
 def test_chat_after_a_reply(snap_compare: Snap) -> None:
     async def run_before(pilot: Pilot[object]) -> None:
         app = pilot.app
-        app.screen.query_one("#prompt", Input).value = "Name three colours."
+        app.screen.query_one("#prompt", PromptArea).value = "Name three colours."
         await pilot.press("enter")
         while not app.screen.query(AssistantMessage) or "tok/s" not in str(
             app.screen.query(AssistantMessage).last().stats_line.render()

@@ -9,21 +9,25 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Static
 
 from infertui.core.client import ChatReply, explain
-from infertui.core.protocol import ChatMessage, InferError
+from infertui.core.protocol import ChatMessage, ErrorKind, InferError
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar
 from ..widgets.message import AssistantMessage, UserMessage
+from ..widgets.prompt import PromptArea
+from .forms import ConfirmModal
+from .model_picker import ModelChoice, ModelPicker
 
 WELCOME = "\n".join(
     [
         "[b]Type a message and press Enter.[/b]",
         "",
         "[b]Esc[/b] stops a reply on the host    [b]Ctrl+N[/b] new chat",
-        "[b]Ctrl+O[/b] system prompt and sampling    [b]Ctrl+P[/b] every action",
+        "[b]Ctrl+L[/b] which model    [b]Ctrl+O[/b] system prompt and sampling",
+        "[b]Ctrl+P[/b] every action",
         "[b]F3 F4 F5[/b] the host's queue, metrics and engines",
     ]
 )
@@ -33,10 +37,23 @@ QUEUE_POLL_S = 0.5
 
 class ChatScreen(Screen[None]):
     BINDINGS = [
-        Binding("escape", "abort", "Stop reply", id="chat.abort", tooltip="Abort on the host"),
+        # priority: a key remapped onto abort (say Ctrl+K) is abort while a reply streams,
+        # before the prompt's own use of it (check_action passes it on otherwise)
+        Binding(
+            "escape",
+            "abort",
+            "Stop reply",
+            id="chat.abort",
+            tooltip="Abort on the host",
+            priority=True,
+        ),
         Binding("ctrl+c", "abort", "Stop", show=False, priority=True, id="chat.abort_ctrl_c"),
         Binding("ctrl+n", "new_chat", "New chat", id="chat.new"),
         Binding("ctrl+o", "app.options", "Options", id="chat.options"),
+        Binding("ctrl+l", "pick_model", "Model", id="chat.model"),
+        # the transcript scrolls while the prompt keeps the focus
+        Binding("pageup", "scroll_transcript(-1)", show=False, priority=True, id="chat.page_up"),
+        Binding("pagedown", "scroll_transcript(1)", show=False, priority=True, id="chat.page_down"),
     ]
 
     def __init__(self) -> None:
@@ -48,14 +65,17 @@ class ChatScreen(Screen[None]):
         yield HostBar()
         yield VerticalScroll(id="transcript")
         yield Static("", id="reply-status", markup=False)
-        yield Input(placeholder="Ask something · Enter sends · Esc stops a reply", id="prompt")
+        yield PromptArea(
+            placeholder="Ask something · Enter sends · Ctrl+J new line · Esc stops a reply",
+            id="prompt",
+        )
         yield Footer()
 
     def on_mount(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         transcript.anchor()
         transcript.mount(Static(WELCOME, id="welcome"))
-        self.query_one("#prompt", Input).focus()
+        self.query_one("#prompt", PromptArea).focus()
 
     @property
     def generating(self) -> bool:
@@ -66,8 +86,8 @@ class ChatScreen(Screen[None]):
             return self.generating  # otherwise Escape and Ctrl+C keep their usual meaning
         return True
 
-    @on(Input.Submitted, "#prompt")
-    def send(self, event: Input.Submitted) -> None:
+    @on(PromptArea.Submitted, "#prompt")
+    def send(self, event: PromptArea.Submitted) -> None:
         text = event.value.strip()
         if not text:
             return
@@ -78,10 +98,10 @@ class ChatScreen(Screen[None]):
         if self.generating:
             self.notify("A reply is still coming: Esc stops it.", severity="warning")
             return
-        event.input.clear()
+        event.area.clear()
         self.query("#welcome").remove()
         transcript = self.query_one("#transcript", VerticalScroll)
-        view = AssistantMessage(client.info.model)
+        view = AssistantMessage(infertui_app(self).options.model or client.info.model)
         transcript.mount(UserMessage(text), view)
         self.history.append(ChatMessage(role="user", content=text))
         self.stream_reply(view)
@@ -92,9 +112,10 @@ class ChatScreen(Screen[None]):
         client, options = app.client, app.options
         if client is None:
             return
+        history = self.history  # this conversation's, even if a new chat starts meanwhile
         system = [ChatMessage(role="system", content=options.system_prompt)]
-        messages = [*system, *self.history] if options.system_prompt else list(self.history)
-        reply = client.chat(messages, **options.sampling())
+        messages = [*system, *history] if options.system_prompt else list(history)
+        reply = client.chat(messages, model=options.model, **options.sampling())
         self.reply = reply
         self.refresh_bindings()
         stream = view.stream()
@@ -121,6 +142,9 @@ class ChatScreen(Screen[None]):
         except InferError as err:
             await stream.close()
             view.failed(explain(err))
+            if err.kind is ErrorKind.MODEL_NOT_FOUND:
+                await app.update_host_info()
+                self.notify("Ctrl+L picks one of the host's models.", severity="warning")
         finally:
             queue_timer.stop()
             await stream.close()
@@ -128,9 +152,9 @@ class ChatScreen(Screen[None]):
             self.refresh_bindings()
             status.update("")
         if parts:
-            self.history.append(ChatMessage(role="assistant", content="".join(parts)))
-        elif self.history and self.history[-1].role == "user":
-            self.history.pop()  # nothing came back: the question can be asked again
+            history.append(ChatMessage(role="assistant", content="".join(parts)))
+        elif history and history[-1].role == "user":
+            history.pop()  # nothing came back: the question can be asked again
 
     async def show_queue_position(self) -> None:
         """Before the first token: how busy the host is, and when to expect a start."""
@@ -143,9 +167,8 @@ class ChatScreen(Screen[None]):
             return
         status = self.query_one("#reply-status", Static)
         entries = [e for q in queues for e in q.waiting]
-        mine = [
-            e for e in entries if client.queue_client_id and e.client_id == client.queue_client_id
-        ]
+        me = client.queue_client_id
+        mine = [e for e in entries if me and (e.client_id or "").partition("/")[0] == me]
         if mine:  # this client's own place in the queue
             e = mine[0]
             status.update(
@@ -166,10 +189,47 @@ class ChatScreen(Screen[None]):
             self.reply.abort()
             self.query_one("#reply-status", Static).update("Stopping…")
 
+    def action_scroll_transcript(self, pages: int) -> None:
+        transcript = self.query_one("#transcript", VerticalScroll)
+        if pages < 0:
+            transcript.scroll_page_up()
+        else:
+            transcript.scroll_page_down()
+
+    def action_pick_model(self) -> None:
+        app = infertui_app(self)
+        client = app.client
+        if client is None:
+            self.notify("Not connected to a host yet.", severity="warning")
+            return
+
+        def chosen(choice: ModelChoice | None) -> None:
+            if choice is None:
+                return
+            app.options = app.options.model_copy(update={"model": choice.model})
+            app.connection = app.connection  # the host bar names the model asked
+            asked = choice.model or "the host's default"
+            self.notify(f"Asking {asked} from the next message.")
+
+        picker = ModelPicker(client.info.models, client.info.model, app.options.model)
+        self.app.push_screen(picker, chosen)
+
     def action_new_chat(self) -> None:
-        if self.generating:
-            self.action_abort()
-        self.history.clear()
+        if not self.generating:
+            self.start_over()
+            return
+
+        def answer(stop: bool | None) -> None:
+            if stop:
+                self.action_abort()
+                self.start_over()
+
+        question = "A reply is still coming. Stop it and start a new chat?"
+        self.app.push_screen(ConfirmModal(question), answer)
+
+    def start_over(self) -> None:
+        """A new conversation: a new history (a reply still ending keeps to its own)."""
+        self.history = []
         transcript = self.query_one("#transcript", VerticalScroll)
         transcript.remove_children()
         transcript.mount(Static(WELCOME, id="welcome"))

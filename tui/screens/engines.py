@@ -10,17 +10,17 @@ from pydantic import ValidationError
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
-from textual.screen import ModalScreen
+from textual.containers import Grid, Vertical
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from infertui.core.client import Client, explain
+from infertui.core.config import first_problem
 from infertui.core.protocol import AddEngineRequest, InferError, MemoryUsage
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
-from .forms import FormModal, first_problem
+from .forms import ConfirmModal, FormModal
 
 
 class EnginesScreen(DashboardScreen):
@@ -37,13 +37,17 @@ class EnginesScreen(DashboardScreen):
         yield HostBar()
         yield Static("", id="trouble", classes="trouble", markup=False)
         yield DataTable(id="engines", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="detail", markup=False)
         yield Static("", id="outcome", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
+        # narrow enough for 80 columns: the selected engine's model file shows under the table
         self.query_one("#engines", DataTable).add_columns(
-            "engine", "status", "model", "ctx", "slots", "GPU", "memory", "tok/s", "requests",
+            "engine", "status", "ctx", "slots", "GPU", "memory", "tok/s", "reqs",
         )  # fmt: skip
+        self.files: dict[str, str] = {}
+        self.draft: AddEngineRequest | None = None  # a form the host refused, to fix and retry
         super().on_mount()
 
     async def refresh_data(self, client: Client) -> None:
@@ -60,12 +64,13 @@ class EnginesScreen(DashboardScreen):
             if e.error:
                 status = f"{status}: {e.error}"
             table.add_row(
-                e.engine_id, status, _file(e.model_path), p.n_ctx, p.n_parallel,
-                _gpu(p.n_gpu_layers, m), memory, f"{perf.last_inference_tps:.1f}",
-                perf.total_requests, key=e.engine_id,
+                e.engine_id, status, p.n_ctx, p.n_parallel, _gpu(p.n_gpu_layers, m), memory,
+                f"{perf.last_inference_tps:.1f}", perf.total_requests, key=e.engine_id,
             )  # fmt: skip
+        self.files = {e.engine_id: e.model_path.rsplit("/", 1)[-1] for e in engines}
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
+        self.show_detail()
         self.refresh_bindings()
         if not client.info.admin:
             self.say(
@@ -80,6 +85,12 @@ class EnginesScreen(DashboardScreen):
             return True if client is not None and client.info.admin else None
         return True
 
+    @on(DataTable.RowHighlighted, "#engines")
+    def show_detail(self) -> None:
+        engine = self.selected()
+        text = f"{engine}: {self.files.get(engine, '')}" if engine else ""
+        self.query_one("#detail", Static).update(text)
+
     def selected(self) -> str | None:
         table = self.query_one("#engines", DataTable)
         if not table.row_count:
@@ -92,7 +103,7 @@ class EnginesScreen(DashboardScreen):
         outcome.update(text)
 
     def action_add(self) -> None:
-        self.app.push_screen(AddEngineModal(), self.add_engine)
+        self.app.push_screen(AddEngineModal(self.draft), self.add_engine)
 
     def action_remove(self) -> None:
         # Not `remove`: that name is Widget.remove, which Textual calls to unmount a screen.
@@ -131,9 +142,15 @@ class EnginesScreen(DashboardScreen):
             self.operate(f"Resuming {engine}…", lambda c: c.resume_engine(engine))
 
     def add_engine(self, request: AddEngineRequest | None) -> None:
-        if request is not None:
-            doing = f"Loading {request.engine_id} from {request.model_path}…"
-            self.operate(doing, lambda c: c.add_engine(request))
+        if request is None:
+            return
+        self.draft = request  # until the host takes it: a failure reopens the form as typed
+
+        async def add(client: Client) -> None:
+            await client.add_engine(request)
+            self.draft = None
+
+        self.operate(f"Loading {request.engine_id} from {request.model_path}…", add)
 
     @work(group="engine-ops")
     async def operate(self, doing: str, call: Callable[[Client], Awaitable[None]]) -> None:
@@ -153,22 +170,28 @@ class EnginesScreen(DashboardScreen):
 
 
 def _gpu(layers: int, m: MemoryUsage | None) -> str:
-    """Layers offloaded, and how full the card is (by everyone): "all · 21.0/79.6 GB"."""
+    """Layers offloaded, and how full the card is (by everyone): "all 21/80 GB"."""
     if layers == 0:
         return "–"
     offloaded = "all" if layers < 0 else str(layers)
     if m is None or m.device_used_mb is None or not m.device_total_mb:
         return offloaded
-    return f"{offloaded} · {m.device_used_mb / 1024:,.1f}/{m.device_total_mb / 1024:,.1f} GB"
-
-
-def _file(path: str, width: int = 22) -> str:
-    name = path.rsplit("/", 1)[-1]
-    return name if len(name) <= width else name[: width - 1] + "…"
+    return f"{offloaded} {m.device_used_mb / 1024:,.0f}/{m.device_total_mb / 1024:,.0f} GB"
 
 
 class AddEngineModal(FormModal[AddEngineRequest | None]):
-    """A form for a new engine, checked here with the same model the host uses."""
+    """A form for a new engine, checked here with the same model the host uses; `draft`
+    fills it in again (the last form the host refused)."""
+
+    def __init__(self, draft: AddEngineRequest | None = None) -> None:
+        super().__init__()
+        self.draft = draft
+
+    def on_mount(self) -> None:
+        if self.draft is not None:
+            for name, value in self.draft.model_dump(exclude_unset=True).items():
+                for field in self.query(f"#{name}").results(Input):
+                    field.value = str(value)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -196,28 +219,6 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
             self.dismiss(AddEngineRequest.model_validate(given))
         except ValidationError as err:
             self.show_error(first_problem(err))
-
-
-class ConfirmModal(ModalScreen[bool]):
-    BINDINGS = [
-        Binding("escape", "dismiss(False)", "No", id="confirm.no"),
-        Binding("y", "dismiss(True)", "Yes", id="confirm.yes"),
-    ]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Label(self.question, classes="title")
-            with Horizontal(classes="buttons"):
-                yield Button("Yes", variant="error", id="yes", compact=True)
-                yield Button("No", id="no", compact=True)
-
-    @on(Button.Pressed)
-    def answer(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
 
 
 class DrainModal(FormModal[float | None]):

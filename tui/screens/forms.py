@@ -1,17 +1,18 @@
-"""What the app's dialogs share: Cancel and Escape dismiss with None; errors show in place."""
+"""What the app's dialogs share: Cancel and Escape dismiss with None; errors show in place;
+a yes/no question."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import TypeVar
 
-from pydantic import ValidationError
 from textual import on
+from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Static
+from textual.widgets import Button, Label, Static
 from textual.widgets.button import ButtonVariant
 
 T = TypeVar("T")
@@ -41,6 +42,25 @@ class FormModal(ModalScreen[T]):
         self.query_one("#form-error", Static).update(text)
 
 
-def first_problem(err: ValidationError) -> str:
-    problem = err.errors()[0]
-    return f"{'.'.join(str(p) for p in problem['loc'])}: {problem['msg']}"
+class ConfirmModal(ModalScreen[bool]):
+    """A yes/no question: y or Yes answers True; Escape or No, False."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss(False)", "No", id="confirm.no"),
+        Binding("y", "dismiss(True)", "Yes", id="confirm.yes"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(self.question, classes="title")
+            with Horizontal(classes="buttons"):
+                yield Button("Yes", variant="error", id="yes", compact=True)
+                yield Button("No", id="no", compact=True)
+
+    @on(Button.Pressed)
+    def answer(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")

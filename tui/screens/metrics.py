@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Footer, Label, Sparkline, Static
 from infertui.core.client import Client
 
 from ..base import infertui_app
-from ..metrics_history import PLOTS
+from ..metrics_history import COUNTS, PLOTS
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
 
@@ -29,9 +29,10 @@ class MetricsScreen(DashboardScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        # narrow enough for 80 columns: errors are failed + rejected; TTFT in ms, latency in s
         self.query_one("#totals", DataTable).add_columns(
-            "engine", "accepted", "completed", "cancelled", "failed", "rejected",
-            "tokens out", "TTFT p50/p95", "latency p50/p95", "tok/s",
+            "engine", "done", "cancel", "errors", "tokens", "TTFT p50/95", "total p50/95",
+            "tok/s",
         )  # fmt: skip
         super().on_mount()
 
@@ -43,18 +44,22 @@ class MetricsScreen(DashboardScreen):
             # a leading zero pins the scale's floor, so a steady load does not draw as flat
             self.query_one(f"#plot-{key}", Sparkline).data = [0.0, *series]
             latest = series[-1] if series else 0.0
-            self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {latest:,.1f}")
+            figure = f"{latest:,.0f}" if key in COUNTS else f"{latest:,.1f}"
+            self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {figure}")
         table = self.query_one("#totals", DataTable)
         table.clear()
         for p in history.latest:
             table.add_row(
-                p.pool_id, p.accepted, p.completed, p.cancelled, p.failed, p.rejected,
-                p.tokens_out_total, _pair(p.ttft_ms.p50, p.ttft_ms.p95),
-                _pair(p.latency_ms.p50, p.latency_ms.p95), f"{p.decode_tps_recent:.1f}",
+                p.pool_id, p.completed, p.cancelled, p.failed + p.rejected, p.tokens_out_total,
+                _pair(p.ttft_ms.p50, p.ttft_ms.p95, "ms"),
+                _pair(p.latency_ms.p50, p.latency_ms.p95, "s"), f"{p.decode_tps_recent:.1f}",
             )  # fmt: skip
 
 
-def _pair(a: float | None, b: float | None) -> str:
+def _pair(a: float | None, b: float | None, unit: str) -> str:
+    """Two percentiles of milliseconds, as ms or as seconds."""
     if a is None:
         return "–"
-    return f"{a:.0f} / {b or 0:.0f} ms"
+    if unit == "s":
+        return f"{a / 1000:.1f}/{(b or 0) / 1000:.1f} s"
+    return f"{a:.0f}/{b or 0:.0f} ms"

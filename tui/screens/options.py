@@ -9,9 +9,9 @@ from textual.binding import Binding
 from textual.containers import Grid, Vertical
 from textual.widgets import Button, Input, Label, TextArea
 
-from infertui.core.config import ClientSettings
+from infertui.core.config import ClientSettings, first_problem
 
-from .forms import FormModal, first_problem
+from .forms import FormModal
 
 
 class OptionsModal(FormModal[ClientSettings | None]):

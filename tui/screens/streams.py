@@ -51,6 +51,15 @@ class StreamsScreen(DashboardScreen):
             label = {"p2p": "server ID", "http": "HTTP API"}.get(name, name)
             lines.append(f"{label:>10}  ", style="dim")
             lines.append(f"{address}\n", style="bold")
+        states = source.transport_status()
+        if states:
+            lines.append(f"{'network':>10}  ", style="dim")
+            for k, (name, state) in enumerate(states.items()):
+                title = {"p2p": "Hyperswarm", "http": "HTTP"}.get(name, name)
+                trouble = state.startswith(("not ", "unavailable"))  # unreachable: in red
+                lines.append(" · " if k else "")
+                lines.append(f"{title} {state}", style="bold red" if trouble else "")
+            lines.append("\n")
         models = ", ".join(client.info.models) or "none loaded"
         lines.append(f"{'models':>10}  ", style="dim")
         lines.append(models)

@@ -32,7 +32,10 @@ class HostBar(Static):
     """Shows the app's connection state, following it as it changes."""
 
     DEFAULT_CSS = """
-    HostBar { dock: top; height: 1; background: $panel; padding: 0 1; }
+    HostBar {
+        dock: top; height: 1; background: $panel; padding: 0 1;
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
     """
 
     clock = staticmethod(time.monotonic)  # snapshot tests freeze it
@@ -69,7 +72,8 @@ class HostBar(Static):
         if client is not None:
             info = client.info
             line.append(info.host_name, style="bold")
-            line.append(f" · {info.model or 'no model'}")
+            model = infertui_app(self).options.model or info.model  # what a chat asks
+            line.append(f" · {model or 'no model'}")
             if info.transport != "local":
                 line.append(f" · {info.transport} {short_id(info.address)}", style="dim")
             if not info.admin:
@@ -80,3 +84,4 @@ class HostBar(Static):
                 line.append(f"Retrying in {left} s (Ctrl+R: now) · ", style="bold")
             line.append(state.message)
         self.update(line)
+        self.tooltip = line.plain  # the whole line, where a narrow terminal cuts it short

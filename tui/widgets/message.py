@@ -100,6 +100,7 @@ class AssistantMessage(Vertical):
         if stats is None:
             self.note("")
             return
+        self.model = stats.model or self.model  # the engine that answered, where known
         figures = f"{self.model} · {stats.tokens_out} tokens"
         if stats.tokens_per_s > 0:
             figures += f" · {stats.tokens_per_s:.1f} tok/s"

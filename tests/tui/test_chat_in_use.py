@@ -1,0 +1,140 @@
+"""Issue 13: the chat as people use it, driven by Pilot against a real host (bundled model,
+loopback testnet and HTTP): a host whose engines change, a new chat while a reply streams,
+multi-line prompts, the model picker, a remapped abort key."""
+
+from __future__ import annotations
+
+import pytest
+from textual import events
+from textual.widgets import OptionList, Static
+
+from infertui.core.config import Settings
+from infertui.core.engine import bundled_model_path
+from infertui.core.protocol import AddEngineRequest
+from infertui.tui.app import ClientApp
+from infertui.tui.screens.chat import ChatScreen
+from infertui.tui.screens.forms import ConfirmModal
+from infertui.tui.screens.model_picker import ModelPicker
+from infertui.tui.widgets.message import AssistantMessage, UserMessage
+from infertui.tui.widgets.prompt import PromptArea
+
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+from .test_client_app import SIZE, ask, stats_of, until
+
+pytestmark = pytest.mark.model
+
+
+def app_for(host: ServedHost, transport: str, **settings: object) -> ClientApp:
+    merged = Settings(bootstrap=host.bootstrap, client={"max_tokens": 16}, **settings)  # type: ignore[arg-type]
+    return ClientApp(host.target(transport), merged, client_seed=CLIENT_SEED)
+
+
+def bar_text(app: ClientApp) -> str:
+    return str(app.screen.query_one("HostBar", Static).render())
+
+
+@pytest.fixture
+async def host(start_served_host: ServedHostFactory) -> ServedHost:
+    return await start_served_host()
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_the_chat_follows_the_hosts_engines_as_they_change(
+    host: ServedHost, transport: str
+) -> None:
+    """Bug 3: the default engine is removed and the same GGUF comes back as `g2`. The chat
+    sends no model name, so the host's default (now g2) answers; the bar follows."""
+    app = app_for(host, transport)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await host.service.remove_engine("gemma-3-270m")
+        request = AddEngineRequest(engine_id="g2", model_path=str(bundled_model_path()), n_ctx=1024)
+        await host.service.add_engine(request)
+        view = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: "tokens" in stats_of(view), 60)
+        assert "g2 · " in stats_of(view), stats_of(view)  # the engine that answered
+        await until(pilot, lambda: "g2" in bar_text(app), 10)
+
+
+async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(host: ServedHost) -> None:
+    """Bug 4: Ctrl+N while a reply streams asks; yes stops the reply, and the next message
+    is a fresh conversation (the aborted reply is not carried into it)."""
+    app = app_for(host, "http")
+    app.options = app.options.model_copy(update={"max_tokens": 300, "temperature": 0})
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        view = await ask(pilot, app, "Write a long story about the sea.")
+        await until(pilot, lambda: len(view.body.source) > 20)
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("escape")  # no: the reply goes on
+        assert app.screen is chat and chat.generating
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: not chat.generating and host.busy_slots() == 0)
+        app.options = app.options.model_copy(update={"max_tokens": 4})
+        fresh = await ask(pilot, app, "Hi")
+        await until(pilot, lambda: fresh.stats is not None, 60)
+        assert [m.role for m in chat.history] == ["user", "assistant"]
+        assert chat.history[0].content == "Hi"
+        assert fresh.stats is not None and fresh.stats.tokens_in is not None
+        assert fresh.stats.tokens_in < 20, fresh.stats  # "Hi" alone, not the old story
+
+
+async def test_a_pasted_multi_line_prompt_is_sent_whole(host: ServedHost) -> None:
+    """Bug 5: a paste keeps its lines; Ctrl+J adds one; Enter sends them all."""
+    app = app_for(host, "p2p")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        prompt = app.screen.query_one("#prompt", PromptArea)
+        prompt.focus()
+        app.post_message(events.Paste("first line\nsecond line"))  # as the terminal does
+        await pilot.pause()
+        await pilot.press("ctrl+j", "t", "h", "i", "r", "d")
+        assert prompt.value == "first line\nsecond line\nthird"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen.query(AssistantMessage))
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        assert chat.history[0].content == "first line\nsecond line\nthird"
+        assert "second line" in str(chat.query_one(UserMessage).render())
+        assert prompt.value == ""
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_the_model_picker_chooses_the_engine_that_answers(
+    host: ServedHost, transport: str
+) -> None:
+    request = AddEngineRequest(engine_id="second", model_path=str(bundled_model_path()), n_ctx=512)
+    await host.service.add_engine(request)
+    app = app_for(host, transport)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await until(pilot, lambda: app.client is not None and "second" in app.client.info.models)
+        await pilot.press("ctrl+l")
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        picker = app.screen.query_one(OptionList)
+        assert picker.option_count == 3  # the host's default, then both engines
+        await pilot.press("down", "down", "enter")
+        await until(pilot, lambda: app.options.model == "second")
+        assert "second" in bar_text(app)
+        view = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: "tokens" in stats_of(view), 60)
+        assert stats_of(view).startswith("second · ")
+
+
+async def test_a_remapped_abort_key_stops_the_reply(host: ServedHost) -> None:
+    """Bug 7: the README's keymap example ("chat.abort" = "ctrl+k") must work even though the
+    prompt has its own Ctrl+K."""
+    app = app_for(host, "http", keymap={"chat.abort": "ctrl+k"})
+    app.options = app.options.model_copy(update={"max_tokens": 300, "temperature": 0})
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        view = await ask(pilot, app, "Write a long story about the sea.")
+        await until(pilot, lambda: len(view.body.source) > 20)
+        await pilot.press("ctrl+k")
+        await until(pilot, lambda: "aborted" in stats_of(view))
+        await until(pilot, lambda: host.busy_slots() == 0, 5)

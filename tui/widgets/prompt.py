@@ -1,0 +1,59 @@
+"""The chat's prompt: a text area where Enter sends, and Shift+Enter or Ctrl+J starts a line.
+
+A pasted text keeps its lines (a one-line Input kept only the first, silently). The area
+grows with its text up to a few lines, then scrolls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import events
+from textual.message import Message
+from textual.widgets import TextArea
+
+NEW_LINE_KEYS = ("shift+enter", "ctrl+j")  # most terminals send Shift+Enter as Enter
+
+
+class PromptArea(TextArea):
+    DEFAULT_CSS = """
+    PromptArea { height: auto; max-height: 8; }
+    """
+
+    @dataclass
+    class Submitted(Message):
+        """Enter: the prompt's whole text, lines and all."""
+
+        area: PromptArea
+        value: str
+
+        @property
+        def control(self) -> PromptArea:
+            return self.area
+
+    def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
+        super().__init__(
+            id=id, placeholder=placeholder, soft_wrap=True, compact=True,
+            highlight_cursor_line=False, tab_behavior="focus",
+        )  # fmt: skip
+
+    @property
+    def value(self) -> str:
+        return self.text
+
+    @value.setter
+    def value(self, text: str) -> None:
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Submitted(self, self.text))
+        elif event.key in NEW_LINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.insert("\n")
+        else:
+            await super()._on_key(event)
