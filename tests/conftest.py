@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from infertui.core.transport.p2p.runtime import start_testnet
 
 # Tests must never read the developer's own settings or write into their home.
 os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-test-config.toml")
+os.environ.setdefault("INFERTUI_DATA_DIR", tempfile.mkdtemp(prefix="infertui-tests-"))
 # Hosts started by tests (in-process or as subprocesses) never reach for the public DHT;
 # the P2P tests give theirs a loopback testnet explicitly.
 os.environ["INFERTUI_HOST__P2P__ENABLED"] = "false"

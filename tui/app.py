@@ -144,12 +144,14 @@ class HostApp(InfertuiApp):
         "queue": QueueScreen,
         "metrics": MetricsScreen,
         "engines": EnginesScreen,
+        "chat": ChatScreen,  # the person on the GPU box chats here, with no second terminal
     }
     MODE_TITLES = {
         "streams": "Streams",
         "queue": "Queue",
         "metrics": "Metrics",
         "engines": "Engines",
+        "chat": "Chat",
     }
     # its own action: the footer leaves out keys of an action that Ctrl+Q (hidden) also has
     BINDINGS = [Binding("q", "stop_host", "Quit", id="app.quit"), *mode_keys(MODE_TITLES)]

@@ -138,3 +138,45 @@ async def test_a_remapped_abort_key_stops_the_reply(host: ServedHost) -> None:
         await pilot.press("ctrl+k")
         await until(pilot, lambda: "aborted" in stats_of(view))
         await until(pilot, lambda: host.busy_slots() == 0, 5)
+
+
+async def test_a_conversation_is_saved_resumed_renamed_and_exported(
+    host: ServedHost, tmp_path
+) -> None:
+    from infertui.core.client.chats import ChatStore
+    from infertui.tui.screens.chats import ChatsModal, RenameModal
+
+    app = app_for(host, "http")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.store = ChatStore(tmp_path / "chats")
+        view = await ask(pilot, app, "Name three colours.")
+        await until(pilot, lambda: view.stats is not None, 60)
+        (saved,) = chat.store.list()
+        assert saved.title == "Name three colours." and len(saved.messages) == 2
+        await pilot.press("ctrl+n")  # a new chat; the old one stays saved
+        await until(pilot, lambda: not chat.history)
+        await pilot.press("ctrl+t")
+        await until(pilot, lambda: isinstance(app.screen, ChatsModal))
+        modal = app.screen
+        assert isinstance(modal, ChatsModal)
+        modal.export_to = tmp_path
+        await pilot.press("m")
+        assert (tmp_path / f"infertui-chat-{saved.id}.md").read_text().startswith("# Name three")
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RenameModal))
+        app.screen.query_one("#title").value = "colours"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await until(pilot, lambda: chat.store.list()[0].title == "colours")
+        await until(pilot, lambda: isinstance(app.screen, ChatsModal))
+        await pilot.press("enter")  # resume it
+        await until(pilot, lambda: app.screen is chat and len(chat.history) == 2)
+        assert len(chat.query(AssistantMessage)) == 1 and len(chat.query(UserMessage)) == 1
+        follow = await ask(pilot, app, "And two more?")
+        await until(pilot, lambda: follow.stats is not None, 60)
+        assert follow.stats is not None and follow.stats.tokens_in is not None
+        assert follow.stats.tokens_in > 20  # the resumed turns went to the host too
+        (kept,) = chat.store.list()
+        assert kept.title == "colours" and len(kept.messages) == 4

@@ -133,3 +133,28 @@ def read_all(fd: int, into: bytearray) -> None:
     with contextlib.suppress(OSError):
         while chunk := os.read(fd, 65536):
             into.extend(chunk)
+
+
+async def test_the_host_dashboard_has_its_own_chat() -> None:
+    """Issue 13: the person on the GPU box chats from the dashboard (F6), no second terminal;
+    typing `q` in the prompt writes a q, it does not quit."""
+    from infertui.tui.screens.chat import ChatScreen
+    from infertui.tui.widgets.message import AssistantMessage
+    from infertui.tui.widgets.prompt import PromptArea
+
+    settings = host_settings()
+    settings.client.max_tokens = 6
+    service = build_service(settings)
+    app = HostApp(settings, LocalClient(service))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.client is not None, 60)
+        await pilot.press("f6")
+        assert isinstance(app.screen, ChatScreen)
+        await pilot.press("q", "u", "i", "z")
+        assert app.is_running and app.screen.query_one(PromptArea).value == "quiz"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen.query(AssistantMessage))
+        view = app.screen.query(AssistantMessage).last()
+        await until(pilot, lambda: view.stats is not None, 60)
+        assert view.stats is not None and view.stats.model == "gemma-3-270m"
+        assert view.stats.tokens_out > 0

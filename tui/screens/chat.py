@@ -12,12 +12,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from infertui.core.client import ChatReply, explain
+from infertui.core.client.chats import ChatStore, SavedChat
 from infertui.core.protocol import ChatMessage, ErrorKind, InferError
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar
 from ..widgets.message import AssistantMessage, UserMessage
 from ..widgets.prompt import PromptArea
+from .chats import ChatsModal
 from .forms import ConfirmModal
 from .model_picker import ModelChoice, ModelPicker
 
@@ -27,7 +29,7 @@ WELCOME = "\n".join(
         "",
         "[b]Esc[/b] stops a reply on the host    [b]Ctrl+N[/b] new chat",
         "[b]Ctrl+L[/b] which model    [b]Ctrl+O[/b] system prompt and sampling",
-        "[b]Ctrl+P[/b] every action",
+        "[b]Ctrl+T[/b] saved chats    [b]Ctrl+P[/b] every action",
         "[b]F3 F4 F5[/b] the host's queue, metrics and engines",
     ]
 )
@@ -51,14 +53,17 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+n", "new_chat", "New chat", id="chat.new"),
         Binding("ctrl+o", "app.options", "Options", id="chat.options"),
         Binding("ctrl+l", "pick_model", "Model", id="chat.model"),
+        Binding("ctrl+t", "saved_chats", "Chats", id="chat.saved", tooltip="Saved chats"),
         # the transcript scrolls while the prompt keeps the focus
         Binding("pageup", "scroll_transcript(-1)", show=False, priority=True, id="chat.page_up"),
         Binding("pagedown", "scroll_transcript(1)", show=False, priority=True, id="chat.page_down"),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, store: ChatStore | None = None) -> None:
         super().__init__()
         self.history: list[ChatMessage] = []
+        self.saved: SavedChat | None = None  # where this conversation is kept, once it has a reply
+        self.store = store or ChatStore()
         self.reply: ChatReply | None = None
 
     def compose(self) -> ComposeResult:
@@ -113,6 +118,7 @@ class ChatScreen(Screen[None]):
         if client is None:
             return
         history = self.history  # this conversation's, even if a new chat starts meanwhile
+        saved = self.saved
         system = [ChatMessage(role="system", content=options.system_prompt)]
         messages = [*system, *history] if options.system_prompt else list(history)
         reply = client.chat(messages, model=options.model, **options.sampling())
@@ -153,6 +159,10 @@ class ChatScreen(Screen[None]):
             status.update("")
         if parts:
             history.append(ChatMessage(role="assistant", content="".join(parts)))
+            model = reply.stats.model if reply.stats else ""
+            kept = self.keep(history, saved, model or view.model, client.info.address)
+            if history is self.history:
+                self.saved = kept
         elif history and history[-1].role == "user":
             history.pop()  # nothing came back: the question can be asked again
 
@@ -189,6 +199,43 @@ class ChatScreen(Screen[None]):
             self.reply.abort()
             self.query_one("#reply-status", Static).update("Stopping…")
 
+    def keep(
+        self, history: list[ChatMessage], saved: SavedChat | None, model: str, host: str
+    ) -> SavedChat | None:
+        """Save the conversation after each reply (a new one gets its first words as title)."""
+        chat = saved or SavedChat.start(history[0].content, host)
+        chat.messages, chat.model = list(history), model
+        try:
+            self.store.save(chat)
+        except OSError as err:
+            self.notify(f"Could not save the chat: {err}", severity="warning")
+            return saved
+        return chat
+
+    def action_saved_chats(self) -> None:
+        async def chosen(chat: SavedChat | None) -> None:
+            if chat is not None:
+                await self.resume(chat)
+
+        self.app.push_screen(ChatsModal(self.store), chosen)
+
+    async def resume(self, chat: SavedChat) -> None:
+        """Carry on a saved conversation: its turns in the transcript and in the history."""
+        if self.generating:
+            self.action_abort()
+        await self.start_over(welcome=False)
+        self.history, self.saved = list(chat.messages), chat
+        transcript = self.query_one("#transcript", VerticalScroll)
+        for message in chat.messages:
+            if message.role == "assistant":
+                view = AssistantMessage(chat.model)
+                await transcript.mount(view)
+                await view.body.update(message.content)
+                view.note(f"{chat.model} · saved")
+            elif message.role == "user":
+                await transcript.mount(UserMessage(message.content))
+        self.notify(f"Resumed '{chat.title}'.")
+
     def action_scroll_transcript(self, pages: int) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         if pages < 0:
@@ -214,22 +261,23 @@ class ChatScreen(Screen[None]):
         picker = ModelPicker(client.info.models, client.info.model, app.options.model)
         self.app.push_screen(picker, chosen)
 
-    def action_new_chat(self) -> None:
+    async def action_new_chat(self) -> None:
         if not self.generating:
-            self.start_over()
+            await self.start_over()
             return
 
-        def answer(stop: bool | None) -> None:
+        async def answer(stop: bool | None) -> None:
             if stop:
                 self.action_abort()
-                self.start_over()
+                await self.start_over()
 
         question = "A reply is still coming. Stop it and start a new chat?"
         self.app.push_screen(ConfirmModal(question), answer)
 
-    def start_over(self) -> None:
+    async def start_over(self, *, welcome: bool = True) -> None:
         """A new conversation: a new history (a reply still ending keeps to its own)."""
-        self.history = []
+        self.history, self.saved = [], None
         transcript = self.query_one("#transcript", VerticalScroll)
-        transcript.remove_children()
-        transcript.mount(Static(WELCOME, id="welcome"))
+        await transcript.remove_children()
+        if welcome:
+            await transcript.mount(Static(WELCOME, id="welcome"))
