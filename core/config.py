@@ -134,6 +134,12 @@ class ClientSettings(BaseModel):
         return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
 
 
+class UiSettings(BaseModel):
+    """How the apps look; kept by the apps themselves."""
+
+    theme: str | None = Field(None, description="Textual theme (Ctrl+P, then theme)")
+
+
 class Settings(BaseSettings):
     """Everything infertui reads from its config file and environment."""
 
@@ -144,6 +150,7 @@ class Settings(BaseSettings):
     host: HostSettings = HostSettings()
     client: ClientSettings = ClientSettings()
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    ui: UiSettings = UiSettings()
     keymap: dict[str, str] = Field(
         default_factory=dict,
         description='[keymap] binding id = keys, e.g. "chat.abort" = "ctrl+k" (see the footer)',
@@ -225,3 +232,26 @@ def _drop_none(value: dict[str, Any]) -> dict[str, Any]:
 
 def config_path() -> Path:
     return paths.config_file()
+
+
+def save_to_file(section: str, values: dict[str, Any]) -> Path:
+    """Write `values` into `[section]` of the config file, keeping everything else in it
+    (comments and layout included); a None value removes its key. Raises OSError."""
+    import tomlkit  # only the apps that persist options need it
+
+    file = config_path()
+    document = tomlkit.parse(file.read_text()) if file.exists() else tomlkit.document()
+    table = document.get(section)
+    if not isinstance(table, dict):
+        table = tomlkit.table()
+        document[section] = table
+    for key, value in values.items():
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    file.parent.mkdir(parents=True, exist_ok=True)
+    temporary = file.with_name(f".{file.name}.tmp")
+    temporary.write_text(tomlkit.dumps(document))
+    temporary.replace(file)
+    return file

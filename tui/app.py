@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from infertui.core.client import ConnectionState, Reconnector
-from infertui.core.config import ClientSettings, Settings
+from infertui.core.config import ClientSettings, Settings, save_to_file
 from infertui.core.host import HostService
 from infertui.core.logging import configure_file
 from infertui.core.protocol import InferError
@@ -75,6 +75,35 @@ class InfertuiApp(BaseApp):
         """Palette entries that work on every screen."""
         return []
 
+    def action_options(self) -> None:
+        """Ctrl+O: the conversation's options, kept in the config file for next time."""
+
+        def apply(options: ClientSettings | None) -> None:
+            if options is None:
+                return
+            self.options = options
+            kept = options.model_dump(
+                include={"system_prompt", "temperature", "top_p", "max_tokens"}
+            )
+            try:
+                where = save_to_file("client", kept)
+            except OSError as err:
+                self.notify(f"Applied from the next message; not saved: {err}", severity="warning")
+                return
+            self.notify(f"Applied from the next message, and saved in {where}.")
+
+        self.push_screen(OptionsModal(self.options), apply)
+
+    def watch_theme(self, theme: str) -> None:
+        """A theme picked in the palette is the theme next time too."""
+        if theme == self.settings.ui.theme:
+            return
+        self.settings.ui.theme = theme
+        try:
+            save_to_file("ui", {"theme": theme})
+        except OSError as err:
+            log.warning("could not save the theme: %s", err)
+
     def _go(self, mode: str) -> Callable[[], object]:
         return lambda: self.switch_mode(mode)
 
@@ -125,14 +154,6 @@ class ClientApp(InfertuiApp):
 
     def action_retry(self) -> None:
         self.reconnector.retry_now()
-
-    def action_options(self) -> None:
-        def apply(options: ClientSettings | None) -> None:
-            if options is not None:
-                self.options = options
-                self.notify("Options apply from the next message.")
-
-        self.push_screen(OptionsModal(self.options), apply)
 
 
 class HostApp(InfertuiApp):

@@ -48,6 +48,8 @@ class InfertuiApp(App[int]):
         self.live: LiveSource | None = None
         if settings.keymap:
             self.set_keymap(settings.keymap)
+        if settings.ui.theme in self.available_themes:
+            self.theme = settings.ui.theme
 
     def set_connection(self, state: ConnectionState) -> None:
         """Attributes down: every screen's bar shows the new state, dashboards refresh."""

@@ -59,3 +59,32 @@ async def test_the_retry_countdown_moves_while_the_host_is_down(
         assert "Retrying in 3 s" in str(bar.render())
         app.set_connection(ConnectionState("connecting", "Connecting…"))
         assert "Retrying" not in str(bar.render())
+
+
+async def test_options_and_theme_persist_to_the_config_file_keeping_its_comments(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13: Ctrl+O options and the theme are there next time, in config.toml."""
+    from textual.widgets import Input
+
+    from infertui.core.config import load_settings
+    from infertui.tui.screens.options import OptionsModal
+
+    file = tmp_path / "config.toml"
+    file.write_text('# my settings\n[client]\nmax_tokens = 64  # short answers\n')
+    monkeypatch.setenv("INFERTUI_CONFIG", str(file))
+    app = ScriptedClientApp(load_settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+o")
+        assert isinstance(app.screen, OptionsModal)
+        app.screen.query_one("#temperature", Input).value = "0.3"
+        await pilot.press("ctrl+s")
+        assert app.options.temperature == 0.3
+        app.theme = "nord"
+        await pilot.pause()
+    text = file.read_text()
+    assert "# my settings" in text and "# short answers" in text
+    again = load_settings()
+    assert again.client.temperature == 0.3 and again.client.max_tokens == 64
+    assert again.ui.theme == "nord"
+    assert ScriptedClientApp(again).theme == "nord"
