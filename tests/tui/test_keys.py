@@ -71,7 +71,7 @@ async def test_options_and_theme_persist_to_the_config_file_keeping_its_comments
     from infertui.tui.screens.options import OptionsModal
 
     file = tmp_path / "config.toml"
-    file.write_text('# my settings\n[client]\nmax_tokens = 64  # short answers\n')
+    file.write_text("# my settings\n[client]\nmax_tokens = 64  # short answers\n")
     monkeypatch.setenv("INFERTUI_CONFIG", str(file))
     app = ScriptedClientApp(load_settings())
     async with app.run_test(size=(80, 24)) as pilot:
