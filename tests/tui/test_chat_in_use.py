@@ -180,3 +180,51 @@ async def test_a_conversation_is_saved_resumed_renamed_and_exported(
         assert follow.stats.tokens_in > 20  # the resumed turns went to the host too
         (kept,) = chat.store.list()
         assert kept.title == "colours" and len(kept.messages) == 4
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_the_last_reply_is_copied_asked_again_and_its_question_edited(
+    host: ServedHost, transport: str, tmp_path
+) -> None:
+    """Copy reply (Ctrl+Y), regenerate last (Ctrl+G) and edit-and-resend last (↑ in an empty
+    prompt): each replaces the last turn in the transcript, the history and the saved chat."""
+    from infertui.core.client.chats import ChatStore
+
+    app = app_for(host, transport)
+    app.options = app.options.model_copy(update={"max_tokens": 8, "temperature": 0})
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.store = ChatStore(tmp_path / "chats")
+        first = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: first.stats is not None, 60)
+        await pilot.press("ctrl+y")  # the prompt is empty: copy, not redo
+        assert first.body.source and app.clipboard == first.body.source
+
+        await pilot.press("ctrl+g")  # the same question, a new reply in place of the first
+        await until(pilot, lambda: first not in chat.query(AssistantMessage))
+        again = chat.query(AssistantMessage).last()
+        await until(pilot, lambda: again.stats is not None, 60)
+        assert len(chat.query(AssistantMessage)) == 1 and len(chat.query(UserMessage)) == 1
+        assert [m.role for m in chat.history] == ["user", "assistant"]
+        assert first.stats is not None and again.stats is not None
+        assert again.stats.tokens_in == first.stats.tokens_in  # not the old reply on top
+        assert again.body.source == first.body.source  # greedy: the same words again
+
+        prompt = chat.query_one("#prompt", PromptArea)
+        await pilot.press("up")  # the last question back, to edit
+        assert prompt.value == "Name a colour." and chat.editing is not None
+        prompt.value = "Name a fruit."
+        await pilot.press("enter")
+        await until(pilot, lambda: chat.history[0].content == "Name a fruit.")
+        await until(pilot, lambda: not chat.generating and len(chat.history) == 2, 60)
+        assert [str(q.render()) for q in chat.query(UserMessage)] == ["Name a fruit."]
+        assert len(chat.query(AssistantMessage)) == 1
+        (saved,) = chat.store.list()
+        assert [m.role for m in saved.messages] == ["user", "assistant"]
+        assert saved.messages[0].content == "Name a fruit."
+
+        await pilot.press("up", "escape")  # Esc leaves the last turn as it was
+        assert prompt.value == "" and chat.editing is None and len(chat.history) == 2
+        assert len(chat.query(UserMessage)) == 1

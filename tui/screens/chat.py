@@ -29,6 +29,7 @@ WELCOME = "\n".join(
         "",
         "[b]Esc[/b] stops a reply on the host    [b]Ctrl+N[/b] new chat",
         "[b]Ctrl+L[/b] which model    [b]Ctrl+O[/b] system prompt and sampling",
+        "[b]↑[/b] edits your last message    [b]Ctrl+G[/b] asks again    [b]Ctrl+Y[/b] copies",
         "[b]Ctrl+T[/b] saved chats    [b]Ctrl+P[/b] every action",
         "[b]F3 F4 F5[/b] the host's queue, metrics and engines",
     ]
@@ -50,10 +51,15 @@ class ChatScreen(Screen[None]):
             priority=True,
         ),
         Binding("ctrl+c", "abort", "Stop", show=False, priority=True, id="chat.abort_ctrl_c"),
+        Binding("escape", "cancel_edit", "Cancel edit", priority=True, id="chat.cancel_edit"),
         Binding("ctrl+n", "new_chat", "New chat", id="chat.new"),
         Binding("ctrl+o", "app.options", "Options", id="chat.options"),
         Binding("ctrl+l", "pick_model", "Model", id="chat.model"),
         Binding("ctrl+t", "saved_chats", "Chats", id="chat.saved", tooltip="Saved chats"),
+        # not in the footer, which they would crowd at 80 columns: the welcome lists them
+        Binding("ctrl+g", "regenerate", "Again", show=False, id="chat.again"),
+        # Ctrl+Y: before the prompt's redo, but only while the prompt is empty (check_action)
+        Binding("ctrl+y", "copy_reply", "Copy", show=False, priority=True, id="chat.copy"),
         # the transcript scrolls while the prompt keeps the focus
         Binding("pageup", "scroll_transcript(-1)", show=False, priority=True, id="chat.page_up"),
         Binding("pagedown", "scroll_transcript(1)", show=False, priority=True, id="chat.page_down"),
@@ -65,6 +71,7 @@ class ChatScreen(Screen[None]):
         self.saved: SavedChat | None = None  # where this conversation is kept, once it has a reply
         self.store = store or ChatStore()
         self.reply: ChatReply | None = None
+        self.editing: UserMessage | None = None  # the last question, while ↑ has it in the prompt
 
     def compose(self) -> ComposeResult:
         yield HostBar()
@@ -89,30 +96,109 @@ class ChatScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "abort":
             return self.generating  # otherwise Escape and Ctrl+C keep their usual meaning
+        if action == "cancel_edit":
+            return self.editing is not None and not self.generating
+        if action == "copy_reply":  # Ctrl+Y stays the prompt's redo while one types
+            return not self.query_one("#prompt", PromptArea).text
+        if action == "regenerate":
+            return not self.generating and self.last_question() is not None
         return True
 
     @on(PromptArea.Submitted, "#prompt")
-    def send(self, event: PromptArea.Submitted) -> None:
+    async def send(self, event: PromptArea.Submitted) -> None:
         text = event.value.strip()
         if not text:
             return
-        client = infertui_app(self).client
-        if client is None:
+        if infertui_app(self).client is None:
             self.notify("Not connected to a host yet.", severity="warning")
             return
         if self.generating:
             self.notify("A reply is still coming: Esc stops it.", severity="warning")
             return
         event.area.clear()
+        if self.editing is not None:  # the edited question replaces the last turn
+            await self.forget_turn(self.editing, keep_question=False)
+            self.end_edit()
         self.query("#welcome").remove()
-        transcript = self.query_one("#transcript", VerticalScroll)
+        question = UserMessage(text)
+        await self.query_one("#transcript", VerticalScroll).mount(question)
+        await self.ask(question)
+
+    async def ask(self, question: UserMessage) -> None:
+        """Sends the history and this question (in the transcript already); streams the reply."""
+        client = infertui_app(self).client
+        assert client is not None
         view = AssistantMessage(infertui_app(self).options.model or client.info.model)
-        transcript.mount(UserMessage(text), view)
-        self.history.append(ChatMessage(role="user", content=text))
-        self.stream_reply(view)
+        await self.query_one("#transcript", VerticalScroll).mount(view)
+        self.history.append(ChatMessage(role="user", content=question.text))
+        question.in_history = True
+        self.stream_reply(question, view)
+
+    def last_question(self) -> UserMessage | None:
+        questions = self.query_one("#transcript", VerticalScroll).query(UserMessage)
+        return questions.last() if questions else None
+
+    async def forget_turn(self, question: UserMessage, *, keep_question: bool) -> None:
+        """Takes the last turn out of the transcript and the history: its reply, and the
+        question too unless it is to be asked again."""
+        if question.in_history:  # a question whose reply failed was taken out already
+            last = max(i for i, m in enumerate(self.history) if m.role == "user")
+            del self.history[last:]
+            question.in_history = False
+        transcript = self.query_one("#transcript", VerticalScroll)
+        turn = list(transcript.children)
+        start = turn.index(question) + (1 if keep_question else 0)
+        await transcript.remove_children(turn[start:])
+
+    async def action_regenerate(self) -> None:
+        """Ctrl+G: the last question again, for a new reply in place of the last one."""
+        question = self.last_question()
+        if question is None or self.generating:
+            return
+        if self.editing is not None:
+            self.action_cancel_edit()
+        await self.forget_turn(question, keep_question=True)
+        await self.ask(question)
+
+    @on(PromptArea.RecallLast, "#prompt")
+    def edit_last(self, event: PromptArea.RecallLast) -> None:
+        """↑ in an empty prompt: the last question back in the prompt, to edit and send again
+        (it and its reply are replaced when Enter sends; Esc leaves them as they were)."""
+        question = self.last_question()
+        if question is None or self.generating:
+            return
+        self.end_edit()
+        self.editing = question
+        question.add_class("editing")
+        event.area.value = question.text
+        self.query_one("#reply-status", Static).update(
+            "Editing your last message · Enter sends it in place of the last turn · Esc cancels"
+        )
+        self.refresh_bindings()
+
+    def action_cancel_edit(self) -> None:
+        self.query_one("#prompt", PromptArea).clear()
+        self.end_edit()
+
+    def end_edit(self) -> None:
+        if self.editing is not None:
+            self.editing.remove_class("editing")
+            self.editing = None
+            self.query_one("#reply-status", Static).update("")
+            self.refresh_bindings()
+
+    def action_copy_reply(self) -> None:
+        """Ctrl+Y: the last reply's Markdown to the clipboard (OSC 52: the terminal's own,
+        which reaches the laptop's clipboard over SSH where the terminal allows it)."""
+        replies = [v for v in self.query(AssistantMessage) if v.body.source]
+        if not replies:
+            self.notify("No reply to copy yet.", severity="warning")
+            return
+        self.app.copy_to_clipboard(replies[-1].body.source)
+        self.notify("Copied the last reply to the clipboard.")
 
     @work(exclusive=True, group="reply")
-    async def stream_reply(self, view: AssistantMessage) -> None:
+    async def stream_reply(self, question: UserMessage, view: AssistantMessage) -> None:
         app = infertui_app(self)
         client, options = app.client, app.options
         if client is None:
@@ -164,7 +250,8 @@ class ChatScreen(Screen[None]):
             if history is self.history:
                 self.saved = kept
         elif history and history[-1].role == "user":
-            history.pop()  # nothing came back: the question can be asked again
+            history.pop()  # nothing came back: the question can be asked again (↑, Ctrl+G)
+            question.in_history = False
 
     async def show_queue_position(self) -> None:
         """Before the first token: how busy the host is, and when to expect a start."""
@@ -276,6 +363,7 @@ class ChatScreen(Screen[None]):
 
     async def start_over(self, *, welcome: bool = True) -> None:
         """A new conversation: a new history (a reply still ending keeps to its own)."""
+        self.end_edit()
         self.history, self.saved = [], None
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()

@@ -60,10 +60,13 @@ class PacedStream:
 class UserMessage(Static):
     DEFAULT_CSS = """
     UserMessage { margin: 1 0 0 8; padding: 0 1; background: $boost; border-left: thick $accent; }
+    UserMessage.editing { border-left: thick $warning; text-style: italic; }
     """
 
     def __init__(self, text: str) -> None:
         super().__init__(text, markup=False)
+        self.text = text
+        self.in_history = True  # False once its reply failed and the history let it go
 
 
 class AssistantMessage(Vertical):

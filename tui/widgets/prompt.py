@@ -1,4 +1,5 @@
 """The chat's prompt: a text area where Enter sends, and Shift+Enter or Ctrl+J starts a line.
+↑ in an empty prompt asks the chat for the last question back, as a shell recalls a command.
 
 A pasted text keeps its lines (a one-line Input kept only the first, silently). The area
 grows with its text up to a few lines, then scrolls.
@@ -31,6 +32,16 @@ class PromptArea(TextArea):
         def control(self) -> PromptArea:
             return self.area
 
+    @dataclass
+    class RecallLast(Message):
+        """↑ in an empty prompt: the chat puts the last question back, to edit."""
+
+        area: PromptArea
+
+        @property
+        def control(self) -> PromptArea:
+            return self.area
+
     def __init__(self, *, placeholder: str = "", id: str | None = None) -> None:
         super().__init__(
             id=id, placeholder=placeholder, soft_wrap=True, compact=True,
@@ -51,6 +62,10 @@ class PromptArea(TextArea):
             event.stop()
             event.prevent_default()
             self.post_message(self.Submitted(self, self.text))
+        elif event.key == "up" and not self.text:
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.RecallLast(self))
         elif event.key in NEW_LINE_KEYS:
             event.stop()
             event.prevent_default()
