@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import secrets
+import tempfile
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import Input, TextArea
 
 from infertui.core.client import connect
 from infertui.core.config import HostSettings, Settings
@@ -29,6 +30,7 @@ from infertui.core.transport.p2p.runtime import BRIDGE_DIR, ensure_installed, no
 from infertui.tui.app import ClientApp, HostApp
 from infertui.tui.local import LocalClient
 from infertui.tui.widgets.message import AssistantMessage
+from infertui.tui.widgets.prompt import PromptArea
 
 HERE = Path(__file__).parent
 SIZE = (100, 30)
@@ -39,6 +41,8 @@ log = logging.getLogger("screenshots")
 async def settle(pilot: Pilot[object], seconds: float = 1.5) -> None:
     for field in pilot.app.screen.query(Input):
         field.cursor_blink = False
+    for area in pilot.app.screen.query(TextArea):
+        area.cursor_blink = False
     await pilot.pause(seconds)
 
 
@@ -92,12 +96,16 @@ async def main() -> None:
     async with app.run_test(size=SIZE) as pilot:
         while app.client is None:
             await pilot.pause(0.1)
-        prompt = app.screen.query_one("#prompt", Input)
+        prompt = app.screen.query_one("#prompt", PromptArea)
         prompt.value = "Give me three tips for writing clean Python code."
         await pilot.press("enter")
         await wait_reply(pilot)
         await settle(pilot, 0.5)
         app.save_screenshot("chat.svg", str(HERE))
+        await pilot.press("ctrl+t")
+        await settle(pilot, 0.5)
+        app.save_screenshot("chats.svg", str(HERE))
+        await pilot.press("escape")
         helpers = [asyncio.create_task(busy(http.url, stop)) for _ in range(4)]
         await pilot.pause(3)
         for key, name in (("f3", "queue"), ("f4", "metrics"), ("f5", "engines")):
@@ -112,20 +120,27 @@ async def main() -> None:
         await settle(pilot, 0.5)
         app.save_screenshot("options.svg", str(HERE))
 
-    dashboard = HostApp(Settings(), LocalClient(service), start=False)
+    dashboard = HostApp(settings, LocalClient(service), start=False)
     async with dashboard.run_test(size=SIZE) as pilot:
         await settle(pilot, 2)
         dashboard.save_screenshot("host-streams.svg", str(HERE))
         await pilot.press("f4")
         await settle(pilot, 4)
         dashboard.save_screenshot("host-metrics.svg", str(HERE))
+        stop.set()  # the host's own chat, on a quiet host
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        await pilot.press("f6")
+        prompt = dashboard.screen.query_one("#prompt", PromptArea)
+        prompt.value = "What is a GPU?"
+        await pilot.press("enter")
+        await wait_reply(pilot)
+        await settle(pilot, 0.5)
+        dashboard.save_screenshot("host-chat.svg", str(HERE))
         await pilot.press("f2", "g")
         await settle(pilot, 0.5)
         dashboard.save_screenshot("host-qr.svg", str(HERE))
-    stop.set()
-    for helper in helpers:
-        helper.cancel()
-    await asyncio.gather(*helpers, return_exceptions=True)
     await service.stop()
     testnet.stdin.close()
     await testnet.wait()
@@ -135,4 +150,6 @@ async def main() -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-screenshots.toml")
-    asyncio.run(main())
+    with tempfile.TemporaryDirectory() as data:  # saved chats stay out of the user's own
+        os.environ["INFERTUI_DATA_DIR"] = data
+        asyncio.run(main())
