@@ -44,6 +44,10 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
     service = build_service(settings)
     app = HostApp(settings, LocalClient(service))
     async with app.run_test(size=(110, 30)) as pilot:
+        bar = app.screen.query_one("HostBar", Static)
+        await until(pilot, lambda: "Loading the model" in str(bar.render()))
+        trouble = app.screen.query_one("#trouble", Static)  # said once: in the bar, no banner
+        assert not trouble.display, "a start is not trouble"
         await until(pilot, lambda: app.client is not None, 60)
         url = next(t.describe() for t in service.transports if t.name == "http")
         addresses = app.screen.query_one("#addresses", Static)

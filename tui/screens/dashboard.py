@@ -45,9 +45,9 @@ class DashboardScreen(Screen[None]):
         app = infertui_app(self)
         client = app.client
         trouble = self.query_one("#trouble", Static)
-        if client is None:
+        if client is None:  # the host bar says it; the banner is for trouble, not for a start
             trouble.update(app.connection.message)
-            trouble.display = True
+            trouble.display = app.connection.phase != "connecting"
             return
         try:
             await self.refresh_data(client)
