@@ -14,6 +14,8 @@ from ..protocol.snapshots import MemoryUsage, MetricsSnapshot, Percentiles
 
 _RECENT_JOBS = 512
 _RATE_WINDOW_S = 10.0
+_LULL_S = 1.0  # a pause this long between steps ends a run of decoding
+_MIN_RUN_S = 1.0  # a rate from less than this much decoding misleads more than it tells
 
 
 # Histogram bucket bounds in milliseconds (Prometheus exposes them in seconds).
@@ -141,6 +143,24 @@ class MetricsRecorder:
             return 0.0
         span = max(now - self._token_times[0][0], 1.0)
         return sum(n for _, n in self._token_times) / span
+
+    def active_decode_rate(self) -> float | None:
+        """Tokens per second across all slots over the latest run of steady decoding (back to
+        the last lull); None until a second of it was seen. The queue forecast divides by this:
+        a rate from a few tokens, or one diluted by idle time, promised waits of minutes for
+        jobs that started in seconds."""
+        self.decode_rate()  # drops what fell out of the window
+        times = self._token_times
+        if len(times) < 2:
+            return None
+        end = start = times[-1][0]
+        tokens = 0
+        for k in range(len(times) - 1, 0, -1):
+            if start - times[k - 1][0] > _LULL_S:
+                break
+            tokens += times[k][1]  # the tokens of each step after the run's first
+            start = times[k - 1][0]
+        return tokens / (end - start) if end - start >= _MIN_RUN_S else None
 
     def snapshot(
         self,

@@ -229,10 +229,10 @@ class Pool:
         return start_times(busy_for, max(0, engine.n_parallel - len(busy_for)), waiting)
 
     def _decode_tps_per_sequence(self, running: int) -> float:
-        """What one sequence gets at the batch size now: the recent rate over all slots
-        shared out, else the last job's own rate, else a slow guess."""
-        total = self.metrics.decode_rate()
-        if total > 0 and running:
+        """What one sequence gets at the batch size now: the rate of the latest steady run
+        over all slots shared out, else the last job's own rate, else a slow guess."""
+        total = self.metrics.active_decode_rate()
+        if total and running:
             return total / running
         return self.metrics.last_job_tps or FALLBACK_DECODE_TPS
 

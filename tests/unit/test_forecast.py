@@ -27,3 +27,32 @@ def test_a_job_is_expected_to_run_to_its_budget_until_replies_say_otherwise() ->
     assert known.expected_tokens(400, generated=80) == 50  # past typical: as long again
     assert known.expected_tokens(60, generated=55) == 5  # never past its budget
     assert known.service_s(400, prompt_tokens=200) == pytest.approx(2.0 + 5.0)
+
+
+def test_the_decode_rate_behind_the_forecast_ignores_lulls_and_first_tokens(monkeypatch) -> None:
+    """A live host said "starts in ≈ 638 s" for a job that started in 6: the rate came from
+    a few tokens spread over a window with idle time in it."""
+    from infertui.core.scheduler import metrics as metrics_module
+
+    clock = [100.0]
+    monkeypatch.setattr(metrics_module.time, "monotonic", lambda: clock[0])
+    recorder = metrics_module.MetricsRecorder("p")
+
+    def step(at: float, tokens: int = 2) -> None:
+        clock[0] = at
+        recorder.record_tokens(tokens)
+
+    step(100.0)
+    step(100.1)
+    assert recorder.active_decode_rate() is None  # two steps tell nothing yet
+    for k in range(1, 31):  # then 3 s of steady decoding: 2 tokens every 0.1 s
+        step(100.1 + k * 0.1)
+    assert recorder.active_decode_rate() == pytest.approx(20.0)
+    for k in range(1, 6):  # a 4 s lull, then a new run: only the new run counts
+        step(107.2 + k * 0.05, tokens=1)
+    assert recorder.active_decode_rate() is None  # too short a run to tell
+    for k in range(6, 31):
+        step(107.2 + k * 0.05, tokens=1)
+    assert recorder.active_decode_rate() == pytest.approx(20.0)
+    clock[0] = 109.0  # idle again: the last run's rate still says what a slot does
+    assert recorder.active_decode_rate() == pytest.approx(20.0)
