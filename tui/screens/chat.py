@@ -172,7 +172,7 @@ class ChatScreen(Screen[None]):
         question.add_class("editing")
         event.area.value = question.text
         self.query_one("#reply-status", Static).update(
-            "Editing your last message · Enter sends it in place of the last turn · Esc cancels"
+            "Editing your last message · Enter sends it instead · Esc cancels"
         )
         self.refresh_bindings()
 
