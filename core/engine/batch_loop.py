@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
@@ -248,10 +249,15 @@ class BatchLoop:
             self._admit(free, admitted[k], events)
 
     def _admit(self, free: list[int], request: GenerationRequest, events: Events) -> None:
-        if self._graph is not None:
-            index, chain = self._graph.place(free, request.params)
-        else:
-            index, chain = free[0], SamplerChain(request.params, self._model.n_vocab)
+        try:
+            index, chain = self._place(free, request.params)
+        except ValueError as err:  # a schema whose grammar llama.cpp cannot build
+            error = InferError(
+                ErrorKind.INVALID_PARAMS, f"response_format: {err}", param="response_format"
+            )
+            timings = TimingStats(tokens_in=len(request.prompt_tokens))
+            events.append((request, Finished("error", timings, error)))
+            return
         free.remove(index)
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
@@ -260,6 +266,14 @@ class BatchLoop:
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
+
+    def _place(self, free: list[int], params: SamplingParams) -> tuple[int, SamplerChain]:
+        """A free sequence and the chain that samples it: in the graph where it can run there
+        (a grammar cannot), else on the host."""
+        if self._graph is not None and params.json_schema is None:
+            return self._graph.place(free, params)
+        index = self._graph.place_on_host(free) if self._graph is not None else free[0]
+        return index, SamplerChain(params, self._model.n_vocab, self._model.vocab)
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -447,7 +461,7 @@ class BatchLoop:
             if tail:
                 self._emit(slot, tail, events)
         self._ctx.free_sequence(slot.index)
-        if self._graph is not None:
+        if self._graph is not None and self._graph.installed(slot.index) is slot.chain:
             self._graph.freed(slot.index, self._steps)  # its chain stays for the next job
         else:
             slot.chain.free()

@@ -43,6 +43,13 @@ class GraphSamplers:
         self._chains[index] = chain
         return index, chain
 
+    def place_on_host(self, free: list[int]) -> int:
+        """A free sequence with no chain in the graph, for a job sampled on the host (one
+        with a grammar): a chain-less one if any, else the first, whose chain comes out."""
+        index = next((i for i in free if self._chains[i] is None), free[0])
+        self._remove(index)
+        return index
+
     def freed(self, index: int, step: int) -> None:
         """The sequence's job ended; its chain stays for the next job to reuse."""
         self._freed_at[index] = step

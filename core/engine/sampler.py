@@ -13,6 +13,11 @@ seeded draw (or greedy at temperature 0). It runs in one of two places:
   the GIL, so they really run in parallel).
 
 Both give the same tokens at temperature 0, and each is reproducible with a fixed seed.
+
+A JSON Schema (structured output) becomes a grammar, which always samples on the host, as
+llama-server does: the chain picks a token unconstrained, the grammar checks that one token,
+and only when it refuses does the grammar mask the whole vocabulary for a second pick. Most
+steps cost one check.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import llama_cpp as llama
 import numpy as np
 
 from ..protocol.common import SamplingParams
+from .grammar import schema_grammar
 
 RANDOM_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: llama.cpp draws a fresh seed (and on reset)
 NO_TOKEN = -1  # LLAMA_TOKEN_NULL
@@ -41,23 +47,32 @@ def chain_key(params: SamplingParams) -> tuple[object, ...]:
         if params.uses_penalties else None
     )  # fmt: skip
     if params.temperature <= 0.0:
-        return ("greedy", penalties)
-    return (params.temperature, params.top_k, params.top_p, params.min_p, params.seed, penalties)
+        return ("greedy", penalties, params.json_schema)
+    return (
+        params.temperature, params.top_k, params.top_p, params.min_p, params.seed, penalties,
+        params.json_schema,
+    )  # fmt: skip
 
 
 class SamplerChain:
     """One native sampler chain for one sequence."""
 
-    def __init__(self, params: SamplingParams, n_vocab: int) -> None:
+    def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:
         self.key = chain_key(params)
-        self.greedy = params.temperature <= 0.0 and not params.uses_penalties
+        self.n_vocab = n_vocab
+        constrained = params.json_schema is not None
+        self.greedy = params.temperature <= 0.0 and not params.uses_penalties and not constrained
         self.stateful = params.uses_penalties  # must see every token, wherever it was sampled
         # a plain top-k chain can be run on a prefiltered candidate set (StepSampler)
-        self.top_k = (
-            params.top_k
-            if params.temperature > 0 and 0 < params.top_k <= 256 and not params.uses_penalties
-            else 0
-        )
+        plain = not params.uses_penalties and not constrained
+        self.top_k = params.top_k if params.temperature > 0 and 0 < params.top_k <= 256 else 0
+        self.top_k = self.top_k if plain else 0
+        self.grammar = None
+        if params.json_schema is not None:
+            gbnf = schema_grammar(params.json_schema)
+            self.grammar = llama.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+            if not self.grammar:
+                raise ValueError("llama.cpp cannot parse the schema's grammar")
         self.on_backend = False  # installed in a context's graph (see LlamaContext.set_sampler)
         chain_params = llama.llama_sampler_chain_default_params()
         chain_params.no_perf = True
@@ -90,8 +105,10 @@ class SamplerChain:
 
     def reset(self) -> None:
         """Ready for a new job: penalties forget their tokens, the draw restarts from its seed
-        (a fresh random one when the job gave none)."""
+        (a fresh random one when the job gave none), a grammar starts over."""
         llama.llama_sampler_reset(self.ptr)
+        if self.grammar is not None:
+            llama.llama_sampler_reset(self.grammar)
 
     def accept_prompt(self, tokens: Sequence[int]) -> None:
         """Let the penalties see the prompt, as llama-server does."""
@@ -100,7 +117,43 @@ class SamplerChain:
 
     def sample(self, ctx: object, batch_index: int) -> int:
         """Sample (and accept) on the host; finishes a chain the device ran only in part."""
+        if self.grammar is not None:
+            return self._sample_constrained(ctx, batch_index)
         return int(llama.llama_sampler_sample(self.ptr, ctx, batch_index))
+
+    def _sample_constrained(self, ctx: object, batch_index: int) -> int:
+        logits = np.ctypeslib.as_array(
+            llama.llama_get_logits_ith(ctx, batch_index), shape=(self.n_vocab,)
+        )
+        token = self._pick(logits, constrain=False)
+        if not self._allowed(token):  # the grammar refuses it: pick again among what it allows
+            token = self._pick(logits, constrain=True)
+        llama.llama_sampler_accept(self.grammar, token)
+        llama.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def _pick(self, logits: np.ndarray, *, constrain: bool) -> int:
+        """The chain's choice over the whole vocabulary (masked by the grammar first, if
+        `constrain`), without accepting it."""
+        candidates = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
+        candidates["id"] = np.arange(self.n_vocab, dtype=np.int32)
+        candidates["logit"] = logits
+        candidates["p"] = 0.0
+        array = llama.llama_token_data_array(
+            candidates.ctypes.data_as(llama.llama_token_data_p), self.n_vocab, -1, False
+        )
+        if constrain:
+            llama.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        llama.llama_sampler_apply(self.ptr, ctypes.byref(array))
+        return int(array.data[array.selected].id)
+
+    def _allowed(self, token: int) -> bool:
+        one = np.array([(token, 0.0, 0.0)], dtype=_TOKEN_DATA)
+        array = llama.llama_token_data_array(
+            one.ctypes.data_as(llama.llama_token_data_p), 1, -1, False
+        )
+        llama.llama_sampler_apply(self.grammar, ctypes.byref(array))
+        return bool(np.isfinite(one["logit"][0]))
 
     def sample_from(self, candidates: np.ndarray) -> int:
         """Sample (and accept) from a candidate array of llama_token_data, which must hold
@@ -117,6 +170,9 @@ class SamplerChain:
         if self.ptr:
             llama.llama_sampler_free(self.ptr)
             self.ptr = None
+        if self.grammar:
+            llama.llama_sampler_free(self.grammar)
+            self.grammar = None
 
 
 Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it)

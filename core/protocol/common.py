@@ -12,6 +12,7 @@ MAX_STOP_CHARS = 1024  # characters in one stop string
 MAX_MESSAGES = 1024  # turns in one conversation
 MAX_PATH = 4096  # bytes in a model path (Linux PATH_MAX)
 MAX_PROMPTS = 128  # prompts in one completion request
+MAX_SCHEMA_CHARS = 64 * 1024  # a JSON Schema for structured output
 
 
 class ChatMessage(BaseModel):
@@ -59,6 +60,9 @@ class SamplingParams(BaseModel):
     )
     max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")
     ignore_eos: bool = Field(False, description="keep going past end-of-generation (benchmarks)")
+    json_schema: str | None = Field(
+        None, max_length=MAX_SCHEMA_CHARS, description="only JSON that validates comes out"
+    )
 
     @classmethod
     def of(cls, request: BaseModel, **overrides: object) -> SamplingParams:

@@ -2,21 +2,60 @@
 
 Request defaults and ranges are the spec's (temperature 1.0 in 0..2, top_p 1.0 in 0..1,
 penalties in -2..2, max_tokens ≥ 1 with 128 for chat and 16 for completions). Fields OpenAI
-clients send that the spec does not name are ignored rather than refused.
+clients send that the spec does not name (`user`, `metadata`, later ones) are ignored rather
+than refused, as OpenAI does. `response_format` constrains the output with a grammar
+(structured.py); message content may be a list of parts, whose text parts are joined.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from .common import MAX_PATH, MAX_PROMPTS, Messages, SamplingParams, Stop, Stops
 from .errors import InferError
 from .snapshots import EngineParameters, EngineState, FinishReason
+from .structured import JSON_OBJECT, checked_schema
 
 OpenAIFinish = Literal["stop", "length"] | None
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str = Field("response", max_length=64)
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """`{"type": "json_object"}` (any JSON object) or `{"type": "json_schema", "json_schema":
+    {"name": ..., "schema": {...}}}`: the reply is generated under a grammar that admits only
+    such JSON. A schema keyword the grammar cannot enforce is refused, by name."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    _schema: str | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _check(self) -> ResponseFormat:
+        if self.type == "json_object":
+            self._schema = JSON_OBJECT
+        elif self.type == "json_schema":
+            if self.json_schema is None:
+                raise ValueError('"json_schema" is required with type "json_schema"')
+            self._schema = checked_schema(self.json_schema.json_schema)
+        return self
+
+    @property
+    def schema_text(self) -> str | None:
+        """The schema the reply must validate against, as JSON text; None: free text."""
+        return self._schema
 
 
 class _Sampling(BaseModel):
@@ -38,14 +77,49 @@ class _Sampling(BaseModel):
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
+    response_format: ResponseFormat | None = None
 
     def sampling(self, max_tokens: int) -> SamplingParams:
-        return SamplingParams.of(self, max_tokens=max_tokens)
+        schema = self.response_format.schema_text if self.response_format else None
+        return SamplingParams.of(self, max_tokens=max_tokens, json_schema=schema)
 
 
 class ChatCompletionRequest(_Sampling):
     messages: Messages
     max_tokens: int = Field(128, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
+
+    @property
+    def token_budget(self) -> int:
+        return self.max_completion_tokens or self.max_tokens
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _join_parts(cls, messages: object) -> object:
+        """Content given as a list of parts becomes one text: text parts joined by newlines.
+        A part of another kind (an image, audio, a file) is refused by name."""
+        if not isinstance(messages, list):
+            return messages
+        return [_joined(m) if isinstance(m, dict) else m for m in messages]
+
+
+def _joined(message: dict[str, Any]) -> dict[str, Any]:
+    parts = message.get("content")
+    if not isinstance(parts, list):
+        return message
+    texts = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "input_audio", "file"):
+            raise ValueError(
+                f"'{kind}' content is not supported: the host's engines read text only"
+            )
+        else:
+            shown = repr(part)[:80]
+            raise ValueError(f"a content part is {{'type': 'text', 'text': ...}}, not {shown}")
+    return {**message, "content": "\n".join(texts)}
 
 
 class CompletionRequest(_Sampling):

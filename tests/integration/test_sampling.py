@@ -167,3 +167,32 @@ async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(m
     assert graph.installed(0) is None, "slot 0's chain sat idle and was taken out"
     assert graph.installed(1) is not None, "slot 1's is fresh, kept for the next job"
     assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0] == want
+
+
+@pytest.mark.parametrize("backend", [False, True], ids=["host", "graph"])
+async def test_a_json_schema_job_shares_steps_with_free_ones(make_pool, backend: bool) -> None:
+    """Issue 14 §1: a schema job samples on the host under its grammar, also beside jobs that
+    sample in the graph (its slot's installed chain comes out); its JSON validates, a fixed
+    seed repeats it, and the free jobs beside it are unchanged."""
+    import json
+
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "rank": {"type": "integer"}},
+        "required": ["city", "rank"],
+        "additionalProperties": False,
+    }
+    shaped = SEEDED.model_copy(update={"json_schema": json.dumps(schema), "max_tokens": 64})
+    pool = await make_pool(parallel=3, backend_sampling=backend, deterministic=True)
+    free_alone = await texts(pool, GREEDY, PROMPTS[:2])
+    runs = []
+    for _ in range(2):
+        jobs = [pool.submit(prompt=PROMPTS[0], params=shaped)] + [
+            pool.submit(prompt=p, params=GREEDY) for p in PROMPTS[:2]
+        ]
+        runs.append([text for text, _ in await asyncio.gather(*(j.text() for j in jobs))])
+    assert runs[0] == runs[1]
+    jsonschema.validate(json.loads(runs[0][0]), schema)
+    assert runs[0][1:] == free_alone

@@ -63,7 +63,7 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | EventSourceResponse:
     job = await submit(
-        request, model=body.model, messages=body.messages, params=body.sampling(body.max_tokens)
+        request, model=body.model, messages=body.messages, params=body.sampling(body.token_budget)
     )
     model, created = job.pool_id, int(time.time())
     if body.stream:
