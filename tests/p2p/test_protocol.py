@@ -11,11 +11,15 @@ import signal
 
 import pytest
 
+from infertui.core.config import Settings
 from infertui.core.protocol import p2p
 from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.transport.p2p.bridge import Bridge
 from infertui.core.transport.p2p.client import P2PClient, error_from
 from infertui.core.transport.p2p.ids import parse_server_id, public_key, z32_encode
+from infertui.tui.app import HostApp
+from infertui.tui.local import LocalClient
+from infertui.tui.widgets.host_bar import HostBar
 
 from .conftest import P2PHost
 
@@ -290,6 +294,12 @@ async def test_without_a_dht_node_both_ends_say_so(start_p2p_host, tmp_path, cap
     assert host.server.status().startswith("not announced"), host.server.status()
     assert "no DHT node answered" in caplog.text and "announced as" not in caplog.text
     assert host.service.transport_status()["p2p"] == host.server.status()
+    dashboard = HostApp(Settings(), LocalClient(host.service), start=False)
+    async with dashboard.run_test(size=(100, 24)) as pilot:
+        await pilot.pause(0.3)
+        bar = dashboard.screen.query_one(HostBar)
+        assert str(bar.render()).startswith("◐ "), "not the green dot of a host all can reach"
+        assert "Hyperswarm not announced" in bar.tooltip
     with pytest.raises(InferError) as caught:
         await P2PClient.connect(host.server_id, bootstrap=nowhere, connect_timeout=5)
     assert caught.value.kind is ErrorKind.CONNECT_FAILED
@@ -298,6 +308,11 @@ async def test_without_a_dht_node_both_ends_say_so(start_p2p_host, tmp_path, cap
 
 async def test_a_reachable_host_says_announced(p2p_host) -> None:
     assert p2p_host.server.status().startswith("announced · ")
+    dashboard = HostApp(Settings(), LocalClient(p2p_host.service), start=False)
+    async with dashboard.run_test(size=(100, 24)) as pilot:
+        await pilot.pause(0.3)
+        bar = dashboard.screen.query_one(HostBar)
+        assert str(bar.render()).startswith("● ") and "announced" not in str(bar.render())
 
 
 async def test_the_allow_list_closes_other_peers(start_p2p_host, raw_peer, testnet) -> None:

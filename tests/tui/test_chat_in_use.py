@@ -56,10 +56,13 @@ async def test_the_chat_follows_the_hosts_engines_as_they_change(
         await until(pilot, lambda: "g2" in bar_text(app), 10)
 
 
-async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(host: ServedHost) -> None:
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(
+    host: ServedHost, transport: str
+) -> None:
     """Bug 4: Ctrl+N while a reply streams asks; yes stops the reply, and the next message
     is a fresh conversation (the aborted reply is not carried into it)."""
-    app = app_for(host, "http")
+    app = app_for(host, transport)
     app.options = app.options.model_copy(update={"max_tokens": 300, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
@@ -126,10 +129,11 @@ async def test_the_model_picker_chooses_the_engine_that_answers(
         assert stats_of(view).startswith("second · ")
 
 
-async def test_a_remapped_abort_key_stops_the_reply(host: ServedHost) -> None:
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_a_remapped_abort_key_stops_the_reply(host: ServedHost, transport: str) -> None:
     """Bug 7: the README's keymap example ("chat.abort" = "ctrl+k") must work even though the
     prompt has its own Ctrl+K."""
-    app = app_for(host, "http", keymap={"chat.abort": "ctrl+k"})
+    app = app_for(host, transport, keymap={"chat.abort": "ctrl+k"})
     app.options = app.options.model_copy(update={"max_tokens": 300, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
@@ -223,8 +227,12 @@ async def test_the_last_reply_is_copied_asked_again_and_its_question_edited(
         assert len(chat.query(AssistantMessage)) == 1
         (saved,) = chat.store.list()
         assert [m.role for m in saved.messages] == ["user", "assistant"]
-        assert saved.messages[0].content == "Name a fruit."
+        assert saved.messages[0].content == "Name a fruit." and saved.title == "Name a fruit."
 
         await pilot.press("up", "escape")  # Esc leaves the last turn as it was
         assert prompt.value == "" and chat.editing is None and len(chat.history) == 2
         assert len(chat.query(UserMessage)) == 1
+
+        copied = app.clipboard
+        await pilot.press("x", "y", "ctrl+z", "ctrl+y")  # while one types, Ctrl+Y is redo
+        assert prompt.value == "xy" and app.clipboard == copied

@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from infertui.core.client import ChatReply, explain
-from infertui.core.client.chats import ChatStore, SavedChat
+from infertui.core.client.chats import ChatStore, SavedChat, title_of
 from infertui.core.protocol import ChatMessage, ErrorKind, InferError
 
 from ..base import infertui_app
@@ -58,7 +58,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+t", "saved_chats", "Chats", id="chat.saved", tooltip="Saved chats"),
         # not in the footer, which they would crowd at 80 columns: the welcome lists them
         Binding("ctrl+g", "regenerate", "Again", show=False, id="chat.again"),
-        # Ctrl+Y: before the prompt's redo, but only while the prompt is empty (check_action)
+        # Ctrl+Y: before the prompt's redo, but only while there is nothing to redo (check_action)
         Binding("ctrl+y", "copy_reply", "Copy", show=False, priority=True, id="chat.copy"),
         # the transcript scrolls while the prompt keeps the focus
         Binding("pageup", "scroll_transcript(-1)", show=False, priority=True, id="chat.page_up"),
@@ -99,7 +99,8 @@ class ChatScreen(Screen[None]):
         if action == "cancel_edit":
             return self.editing is not None and not self.generating
         if action == "copy_reply":  # Ctrl+Y stays the prompt's redo while one types
-            return not self.query_one("#prompt", PromptArea).text
+            prompt = self.query_one("#prompt", PromptArea)
+            return not prompt.text and not prompt.history.redo_stack
         if action == "regenerate":
             return not self.generating and self.last_question() is not None
         return True
@@ -117,8 +118,11 @@ class ChatScreen(Screen[None]):
             return
         event.area.clear()
         if self.editing is not None:  # the edited question replaces the last turn
+            old = self.editing.text
             await self.forget_turn(self.editing, keep_question=False)
             self.end_edit()
+            if not self.history and self.saved and self.saved.title == title_of(old):
+                self.saved.title = title_of(text)  # a chat titled by its first words follows them
         self.query("#welcome").remove()
         question = UserMessage(text)
         await self.query_one("#transcript", VerticalScroll).mount(question)
@@ -190,11 +194,12 @@ class ChatScreen(Screen[None]):
     def action_copy_reply(self) -> None:
         """Ctrl+Y: the last reply's Markdown to the clipboard (OSC 52: the terminal's own,
         which reaches the laptop's clipboard over SSH where the terminal allows it)."""
-        replies = [v for v in self.query(AssistantMessage) if v.body.source]
-        if not replies:
-            self.notify("No reply to copy yet.", severity="warning")
+        replies = self.query(AssistantMessage)
+        text = replies.last().body.source if replies else ""
+        if not text:
+            self.notify("The last reply has no text to copy.", severity="warning")
             return
-        self.app.copy_to_clipboard(replies[-1].body.source)
+        self.app.copy_to_clipboard(text)
         self.notify("Copied the last reply to the clipboard.")
 
     @work(exclusive=True, group="reply")
@@ -214,9 +219,9 @@ class ChatScreen(Screen[None]):
         status = self.query_one("#reply-status", Static)
         parts: list[str] = []
         queue_timer = self.set_interval(QUEUE_POLL_S, self.show_queue_position)
-        await self.show_queue_position()
         started = shown = time.monotonic()
         try:
+            await self.show_queue_position()
             async for piece in reply:
                 if not parts:
                     queue_timer.stop()
@@ -237,21 +242,37 @@ class ChatScreen(Screen[None]):
             if err.kind is ErrorKind.MODEL_NOT_FOUND:
                 await app.update_host_info()
                 self.notify("Ctrl+L picks one of the host's models.", severity="warning")
-        finally:
+        finally:  # also when the worker is cancelled: the history never keeps a dangling turn
             queue_timer.stop()
             await stream.close()
             self.reply = None
             self.refresh_bindings()
             status.update("")
-        if parts:
-            history.append(ChatMessage(role="assistant", content="".join(parts)))
-            model = reply.stats.model if reply.stats else ""
-            kept = self.keep(history, saved, model or view.model, client.info.address)
+            model = (reply.stats.model if reply.stats else "") or view.model
+            self.record(history, saved, question, "".join(parts), model, client.info.address)
+
+    def record(
+        self,
+        history: list[ChatMessage],
+        saved: SavedChat | None,
+        question: UserMessage,
+        answer: str,
+        model: str,
+        host: str,
+    ) -> None:
+        """A reply ended: into the history and the saved chat it goes; with nothing in it, the
+        question leaves the history, to be asked again (↑, Ctrl+G)."""
+        if answer:
+            history.append(ChatMessage(role="assistant", content=answer))
+            kept = self.keep(history, saved, model, host)
             if history is self.history:
                 self.saved = kept
-        elif history and history[-1].role == "user":
-            history.pop()  # nothing came back: the question can be asked again (↑, Ctrl+G)
+            return
+        if history and history[-1].role == "user":
+            history.pop()
             question.in_history = False
+        if saved is not None and history:  # a turn asked again that failed: the file follows
+            self.keep(history, saved, saved.model, host)
 
     async def show_queue_position(self) -> None:
         """Before the first token: how busy the host is, and when to expect a start."""

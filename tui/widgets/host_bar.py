@@ -12,6 +12,7 @@ from textual.widgets import Static
 from infertui.core.client import ConnectionState
 
 from ..base import infertui_app
+from ..local import LocalClient
 
 PHASE_STYLE = {
     "connected": ("●", "green"),
@@ -19,6 +20,7 @@ PHASE_STYLE = {
     "waiting": ("○", "red"),
     "closed": ("✕", "red"),
 }
+TROUBLE = ("not ", "unavailable")  # a transport status that means nobody can reach the host
 
 
 def short_id(address: str) -> str:
@@ -48,6 +50,7 @@ class HostBar(Static):
 
     def on_mount(self) -> None:
         self.countdown = self.set_interval(1, self.render_state, pause=True)
+        self.set_interval(2, self.render_state)  # a host's own network state changes by itself
         self.watch(infertui_app(self), "connection", self.show)
 
     def show(self, state: ConnectionState) -> None:
@@ -67,8 +70,11 @@ class HostBar(Static):
         if state is None:
             return
         dot, colour = PHASE_STYLE[state.phase]
-        line = Text.assemble((f"{dot} ", colour))
         client = state.client
+        trouble = self.network_trouble(client)
+        if trouble and state.phase == "connected":
+            dot, colour = "◐", "yellow"  # serving, but not everyone can reach it
+        line = Text.assemble((f"{dot} ", colour))
         if client is not None:
             info = client.info
             line.append(info.host_name, style="bold")
@@ -78,6 +84,8 @@ class HostBar(Static):
                 line.append(f" · {info.transport} {short_id(info.address)}", style="dim")
             if not info.admin:
                 line.append(" · read-only", style="dim")
+            if trouble:
+                line.append(f" · {trouble}", style="yellow")
         else:
             if state.retry_in_s is not None:
                 left = max(0, math.ceil(self.retry_at - self.clock()))
@@ -85,3 +93,14 @@ class HostBar(Static):
             line.append(state.message)
         self.update(line)
         self.tooltip = line.plain  # the whole line, where a narrow terminal cuts it short
+
+    @staticmethod
+    def network_trouble(client: object) -> str:
+        """On the host itself: a transport nobody can reach it through (a DHT no node
+        answers, say); '' when all is well, and always on a remote client."""
+        if not isinstance(client, LocalClient):
+            return ""
+        for name, status in client.transport_status().items():
+            if status.startswith(TROUBLE):
+                return f"{'Hyperswarm' if name == 'p2p' else name.upper()} {status}"
+        return ""
