@@ -8,6 +8,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any
 
 from infertui.core import config
@@ -37,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: INFO"
     )
+    parser.add_argument(
+        "--version", action="version", version=f"infertui {version('infertui')}",
+        help="print the version and exit",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     host = commands.add_parser(

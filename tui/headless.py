@@ -1,4 +1,7 @@
-"""`infertui host --headless`: the host core with plain logs, stopped by Ctrl-C or SIGTERM."""
+"""`infertui host --headless`: the host core with plain logs, stopped by Ctrl-C or SIGTERM.
+
+SIGHUP is ignored: a headless host is meant to outlive the terminal that started it (as under
+`nohup`), and a stop is always SIGTERM's drain, never a death mid-reply."""
 
 from __future__ import annotations
 
@@ -81,6 +84,7 @@ def run_headless(settings: Settings, *, reset_id: bool = False) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, log.info, "SIGHUP ignored: SIGTERM stops the host")
         return await serve(settings, stop, reset_id=reset_id)
 
     try:

@@ -134,3 +134,15 @@ async def test_max_completion_tokens_user_and_metadata(sdk: openai.AsyncOpenAI) 
     )  # fmt: skip
     assert reply.usage is not None and reply.usage.completion_tokens == 3
     assert reply.choices[0].finish_reason == "length"
+
+
+async def test_streamed_completions_end_with_usage_when_asked(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.completions.create(
+        model=MODEL, prompt=["Once upon a time", "The sea"], max_tokens=5, temperature=0,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = [chunk async for chunk in stream]
+    usage = chunks[-1].usage
+    assert usage is not None and not chunks[-1].choices
+    assert usage.completion_tokens == 10 and usage.prompt_tokens > 0
+    assert all(c.usage is None for c in chunks[:-1])

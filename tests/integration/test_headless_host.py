@@ -52,6 +52,30 @@ def test_headless_host_logs_ready_and_exits_cleanly(sig: signal.Signals) -> None
     assert "host stopped" in rest
 
 
+def test_sighup_neither_kills_nor_stops_a_headless_host() -> None:
+    """Issue 14 §7: a closed SSH session (SIGHUP) leaves a headless host serving; SIGTERM
+    still drains and exits 0."""
+    import httpx
+
+    proc = start_host("--no-p2p", "--http", "127.0.0.1:0")
+    try:
+        lines = wait_for(proc, "ready")
+        url = next(line.split("http on ")[1].split()[0] for line in lines if "http on " in line)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(proc, "SIGHUP ignored")
+        reply = httpx.post(
+            f"{url.rstrip(',')}/v1/completions",
+            json={"model": "default", "prompt": "Hello", "max_tokens": 3},
+            timeout=30,
+        )
+        assert reply.status_code == 200 and proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "host stopped" in rest, rest
+
+
 def test_headless_host_reports_a_bad_model_file_and_exits_non_zero(tmp_path) -> None:
     bogus = tmp_path / "not-a-model.gguf"
     bogus.write_bytes(b"this is not a gguf file")

@@ -116,3 +116,14 @@ def test_connect_and_ask_take_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path)
         assert load_settings(**client_overrides(args)).client.model == "qwen-7b"
     args = build_parser().parse_args(["connect", "http://127.0.0.1:1"])
     assert load_settings(**client_overrides(args)).client.model is None  # the host's default
+
+
+def test_infertui_says_its_version(capsys) -> None:
+    from importlib.metadata import version
+
+    from infertui.tui.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"infertui {version('infertui')}"
