@@ -46,9 +46,13 @@ def live_host() -> Iterator[str]:
 
 @schemathesis.hook
 def map_body(context: Any, body: Any) -> Any:
-    """Keep generation short: any valid max_tokens, capped at 4."""
+    """Keep generation short: any valid max_tokens (or Ollama's num_predict), capped at 4."""
     if isinstance(body, dict) and isinstance(body.get("max_tokens"), int):
         body["max_tokens"] = max(1, min(body["max_tokens"], 4))
+    path = getattr(getattr(context, "operation", None), "path", "")
+    if isinstance(body, dict) and path in ("/api/chat", "/api/generate"):
+        options = body.get("options") if isinstance(body.get("options"), dict) else {}
+        body["options"] = {**options, "num_predict": 4}  # Ollama's /api: the same cap
     return body
 
 

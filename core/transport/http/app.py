@@ -16,6 +16,7 @@ from . import (
     routes_engines,
     routes_host,
     routes_ollama,
+    routes_ollama_api,
     routes_openai,
     routes_pools,
     routes_tasks,
@@ -66,6 +67,7 @@ def create_app(
         routes_openai,
         routes_engines,
         routes_ollama,
+        routes_ollama_api,
         routes_tasks,
         routes_pools,
         routes_host,
@@ -95,6 +97,7 @@ _ERROR_SCHEMAS = {
     Family.OPENAI: "ErrorEnvelope",
     Family.OLLAMA: "OllamaErrorEnvelope",
     Family.ORCHESTRATOR: "OrchestratorError",
+    Family.OLLAMA_API: "ApiError",
 }
 
 

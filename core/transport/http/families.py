@@ -1,7 +1,8 @@
 """Which spec an HTTP path belongs to, and so which error shape it answers with.
 
-Spec 004 (OpenAI and engine management), spec 001 (Ollama-style chat) and spec 002
-(orchestrator) each show their own error envelope; every error on a path uses its own.
+Spec 004 (OpenAI and engine management), spec 001 (Ollama-style chat), spec 002
+(orchestrator) and Ollama's own /api each show their own error envelope; every error on a
+path uses its own.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ...protocol.errors import ErrorKind, InferError
 class Family(Enum):
     OPENAI = "openai"  # spec 004
     OLLAMA = "ollama"  # spec 001
+    OLLAMA_API = "ollama-api"  # Ollama's own /api/*: {"error": "..."}
     ORCHESTRATOR = "orchestrator"  # spec 002
 
 
@@ -27,6 +29,8 @@ HEALTH_PATHS = frozenset({"/v1/health", "/health", "/status"})
 
 
 def family_of(path: str) -> Family:
+    if path.startswith("/api/"):
+        return Family.OLLAMA_API
     if path.startswith("/chat/"):
         return Family.OLLAMA
     if path.startswith(("/v1/tasks", "/v1/pools", "/v1/capabilities", "/v1/replicasets")):
@@ -55,6 +59,8 @@ def error_response(err: InferError, family: Family) -> JSONResponse:
     body: dict[str, Any]
     if family is Family.OLLAMA:
         body = ollama.OllamaErrorEnvelope(error=ollama.error_body(err)).model_dump()
+    elif family is Family.OLLAMA_API:
+        body = {"error": err.message}
     elif family is Family.ORCHESTRATOR:
         base = orchestrator.error_body(err)
         if err.kind in (ErrorKind.QUEUE_FULL, ErrorKind.CLIENT_BUSY):

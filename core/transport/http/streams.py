@@ -60,14 +60,17 @@ def sse_response(events: AsyncIterator[str | ServerSentEvent]) -> EventSourceRes
     return EventSourceResponse(events, ping=KEEPALIVE_S, sep="\n", headers=STREAM_HEADERS)
 
 
-def ndjson_response(lines: AsyncIterator[str]) -> StreamingResponse:
-    """NDJSON as spec 001 sends it: Content-Type application/json, one object per line."""
+def ndjson_response(
+    lines: AsyncIterator[str], media_type: str = "application/json"
+) -> StreamingResponse:
+    """NDJSON, one object per line: as spec 001 sends it (Content-Type application/json), or
+    as Ollama does (application/x-ndjson)."""
 
     async def framed() -> AsyncIterator[str]:
         async for line in lines:
             yield line + "\n"
 
-    return StreamingResponse(framed(), media_type="application/json", headers=STREAM_HEADERS)
+    return StreamingResponse(framed(), media_type=media_type, headers=STREAM_HEADERS)
 
 
 def json_line(model: BaseModel) -> str:

@@ -1,0 +1,189 @@
+"""Ollama's own API under /api (chat, generate, tags, show, ps, version), as Ollama's clients
+send and read it: the `ollama` Python and JavaScript packages, Open WebUI, editor plugins.
+
+Not spec 001 (the Ollama-*style* `/chat/*`), whose shapes differ. Durations are nanoseconds,
+times RFC 3339, and every error is `{"error": "..."}`, as Ollama has them. Options Ollama
+knows but llama.cpp sampling does not use here (`num_ctx`, `mirostat`, ...) are accepted and
+ignored, as Ollama does with options a model does not take.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .common import MAX_MESSAGES, ChatMessage, SamplingParams, Stops
+from .snapshots import FinishReason, TimingStats
+from .structured import JSON_OBJECT, checked_schema
+
+NS_PER_MS = 1_000_000
+
+
+class ApiError(BaseModel):
+    """Every error of /api, as Ollama's: one sentence."""
+
+    error: str
+
+
+class Options(BaseModel):
+    """`options`: the sampling knobs Ollama maps onto llama.cpp, under Ollama's names."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full")
+    stop: Stops | None = None
+    repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repeat_last_n: int | None = Field(None, ge=0, le=4096)
+
+
+class _Generation(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    stream: bool = True  # Ollama streams unless told not to
+    format: Literal["json", ""] | dict[str, Any] | None = None
+    options: Options | None = None
+    keep_alive: str | int | float | None = None  # engines stay loaded: accepted, not used
+
+    @field_validator("model")
+    @classmethod
+    def _untagged(cls, model: str) -> str:
+        """`name:latest` is how Ollama's clients name a model; engines have no tags."""
+        return model.removesuffix(":latest")
+
+    @field_validator("format")
+    @classmethod
+    def _checked(cls, fmt: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if isinstance(fmt, dict):
+            checked_schema(fmt)  # a schema the grammar cannot enforce is a 400 here
+        return fmt
+
+    def sampling(self) -> SamplingParams:
+        options = self.options or Options()
+        budget = options.num_predict
+        schema = (
+            JSON_OBJECT if self.format == "json"
+            else checked_schema(self.format) if isinstance(self.format, dict)
+            else None
+        )  # fmt: skip
+        return SamplingParams.of(
+            options, max_tokens=budget if budget and budget > 0 else None, json_schema=schema
+        )
+
+
+class ApiMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    content: str = ""
+    images: list[str] | None = None
+
+    def plain(self) -> ChatMessage:
+        if self.images:
+            raise ValueError("images are not supported: the host's engines read text only")
+        return ChatMessage(role=self.role, content=self.content)
+
+
+class ApiChatRequest(_Generation):
+    messages: list[ApiMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+    @property
+    def chat(self) -> list[ChatMessage]:
+        return [m.plain() for m in self.messages]
+
+    @field_validator("messages")
+    @classmethod
+    def _text_only(cls, messages: list[ApiMessage]) -> list[ApiMessage]:
+        for m in messages:
+            m.plain()
+        return messages
+
+
+class ApiGenerateRequest(_Generation):
+    prompt: str = ""
+    system: str | None = None
+    raw: bool = False  # the prompt as is, without the chat template
+    suffix: str | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, suffix: str | None) -> str | None:
+        if suffix:
+            raise ValueError("fill-in-the-middle ('suffix') is not supported")
+        return suffix
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def done_reason(reason: FinishReason) -> str:
+    return "length" if reason == "length" else "stop"
+
+
+def final_stats(timings: TimingStats) -> dict[str, int]:
+    """Ollama's figures for a finished reply, in nanoseconds."""
+    return {
+        "total_duration": int(timings.total_ms * NS_PER_MS),
+        "load_duration": 0,
+        "prompt_eval_count": timings.tokens_in,
+        "prompt_eval_duration": int(timings.prefill_ms * NS_PER_MS),
+        "eval_count": timings.tokens_out,
+        "eval_duration": int(timings.decode_ms * NS_PER_MS),
+    }
+
+
+class ModelDetails(BaseModel):
+    parent_model: str = ""
+    format: str = "gguf"
+    family: str
+    families: list[str]
+    parameter_size: str
+    quantization_level: str
+
+    @classmethod
+    def of(cls, description: str | None) -> ModelDetails:
+        """From llama.cpp's one-line description: "gemma3 270M Q4_K - Medium"."""
+        family, size, quant = ([*(description or "").split(" ", 2), "", "", ""])[:3]
+        family = family or "unknown"
+        return cls(family=family, families=[family], parameter_size=size, quantization_level=quant)
+
+
+class ModelEntry(BaseModel):
+    name: str
+    model: str
+    modified_at: str
+    size: int
+    digest: str = Field(description="names the file (name, size, time), not its content")
+    details: ModelDetails
+
+
+class RunningModel(BaseModel):
+    name: str
+    model: str
+    size: int
+    digest: str
+    details: ModelDetails
+    expires_at: str
+    size_vram: int
+    context_length: int
+
+
+class ShowRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    name: str | None = None  # older clients
+
+    @property
+    def engine_id(self) -> str:
+        return (self.model or self.name or "").removesuffix(":latest")

@@ -1,0 +1,177 @@
+"""Ollama's own API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version.
+
+Mounted under /api so that it never meets spec 001's /chat/*. Generation goes through the same
+submit (queue, admission, cancel on disconnect) as every other face.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from collections.abc import AsyncIterator
+from importlib.metadata import version
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import StreamingResponse
+
+from ...protocol.common import ChatMessage
+from ...protocol.events import Finished, TokenText
+from ...protocol.ollama_api import (
+    ApiChatRequest,
+    ApiError,
+    ApiGenerateRequest,
+    ModelDetails,
+    ModelEntry,
+    RunningModel,
+    ShowRequest,
+    done_reason,
+    final_stats,
+    now_rfc3339,
+)
+from ...protocol.snapshots import EngineState, EngineStatus
+from ...scheduler import Job
+from .deps import collect, service_of, submit
+from .families import documented_errors
+from .routing import StrictJSONRoute
+from .streams import ndjson_response
+
+router = APIRouter(
+    prefix="/api", tags=["Ollama API"], route_class=StrictJSONRoute,
+    responses=documented_errors(ApiError),
+)  # fmt: skip
+
+NDJSON = "application/x-ndjson"
+NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_alive expiry
+
+
+@router.post("/chat", summary="Ollama's chat: NDJSON unless `stream: false`")
+async def chat(body: ApiChatRequest, request: Request) -> Any:
+    job = await submit(request, model=body.model, messages=body.chat, params=body.sampling())
+    return await reply(request, job, "message", stream=body.stream)
+
+
+@router.post("/generate", summary="Ollama's completion of a prompt (chat template unless raw)")
+async def generate(body: ApiGenerateRequest, request: Request) -> Any:
+    if not body.prompt and not body.system:  # how Ollama's clients load a model: it is loaded
+        service_of(request).engine_status(body.model)  # 404 if there is no such engine
+        return {"model": body.model, "created_at": now_rfc3339(), "response": "", "done": True,
+                "done_reason": "load"}  # fmt: skip
+    if body.raw:
+        job = await submit(request, model=body.model, prompt=body.prompt, params=body.sampling())
+    else:
+        system = [ChatMessage(role="system", content=body.system)] if body.system else []
+        turns = [*system, ChatMessage(role="user", content=body.prompt)]
+        job = await submit(request, model=body.model, messages=turns, params=body.sampling())
+    return await reply(request, job, "response", stream=body.stream)
+
+
+async def reply(
+    request: Request, job: Job, field: str, *, stream: bool
+) -> dict[str, Any] | StreamingResponse:
+    """The job as Ollama answers: `field` is "message" (chat) or "response" (generate)."""
+    head = {"model": job.pool_id, "created_at": now_rfc3339()}
+    if stream:
+        return ndjson_response(lines(job, head, field), NDJSON)
+    [(text, final)] = await collect(request, job)
+    return finished(head, field, text, final)
+
+
+def finished(head: dict[str, Any], field: str, text: str, final: Finished) -> dict[str, Any]:
+    """The last object of a reply: done, why, and the figures."""
+    reason = done_reason(final.finish_reason)
+    figures = final_stats(final.timings)
+    return {**head, field: _piece(field, text), "done": True, "done_reason": reason, **figures}
+
+
+def _piece(field: str, text: str) -> Any:
+    return {"role": "assistant", "content": text} if field == "message" else text
+
+
+async def lines(job: Job, head: dict[str, Any], field: str) -> AsyncIterator[str]:
+    """One JSON line per token, then the figures; an error ends the stream as Ollama's do."""
+    prefix = json.dumps(head)[:-1] + f', "{field}": '
+    chat = field == "message"
+    open_piece, close_piece = ('{"role": "assistant", "content": ', "}") if chat else ("", "")
+    async for event in job.events():
+        if isinstance(event, TokenText):
+            text = json.dumps(event.text, ensure_ascii=False)
+            yield f'{prefix}{open_piece}{text}{close_piece}, "done": false}}'
+        elif isinstance(event, Finished):
+            if event.error is not None:
+                yield json.dumps({"error": event.error.message})
+                return
+            yield json.dumps(finished(head, field, "", event))
+
+
+@router.get("/tags", summary="The engines, as Ollama lists its models")
+async def tags(request: Request) -> dict[str, list[ModelEntry]]:
+    return {"models": [_entry(s) for s in _loaded(request)]}
+
+
+@router.get("/ps", summary="The engines in memory (all loaded engines)")
+async def ps(request: Request) -> dict[str, list[RunningModel]]:
+    running = []
+    for status in _loaded(request):
+        entry = _entry(status)
+        memory = status.memory_usage
+        size = int(((memory.model_size_mb + memory.context_size_mb) if memory else 0) * 2**20)
+        running.append(
+            RunningModel(
+                name=entry.name,
+                model=entry.model,
+                size=size or entry.size,
+                digest=entry.digest,
+                details=entry.details,
+                expires_at=NEVER,
+                size_vram=size if status.gpu_offload else 0,
+                context_length=status.parameters.n_ctx,
+            )
+        )
+    return {"models": running}
+
+
+@router.post("/show", summary="One engine's details, as Ollama shows a model")
+async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
+    status = service_of(request).engine_status(body.engine_id)
+    entry = _entry(status)
+    file = os.path.basename(status.model_path)
+    return {
+        "license": "",
+        "modelfile": f"# served by infertui as engine {status.engine_id}\nFROM {file}\n",
+        "parameters": f"num_ctx {status.parameters.n_ctx}",
+        "template": "",
+        "details": entry.details,
+        "model_info": {
+            "general.architecture": entry.details.family,
+            "general.file_type": entry.details.quantization_level,
+        },
+        "capabilities": ["completion"],
+        "modified_at": entry.modified_at,
+    }
+
+
+@router.get("/version", summary="The host's version (infertui's, not an Ollama release)")
+async def api_version() -> dict[str, str]:
+    return {"version": version("infertui")}
+
+
+def _loaded(request: Request) -> list[EngineStatus]:
+    return [s for s in service_of(request).engines() if s.status is EngineState.LOADED]
+
+
+def _entry(status: EngineStatus) -> ModelEntry:
+    try:
+        stat = os.stat(status.model_path)
+        size, mtime = stat.st_size, stat.st_mtime
+    except OSError:
+        size, mtime = 0, 0.0
+    file = os.path.basename(status.model_path)
+    digest = hashlib.sha256(f"{file}:{size}:{mtime}".encode()).hexdigest()
+    modified = dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat().replace("+00:00", "Z")
+    return ModelEntry(
+        name=status.engine_id, model=status.engine_id, modified_at=modified, size=size,
+        digest=digest, details=ModelDetails.of(status.model_description),
+    )  # fmt: skip

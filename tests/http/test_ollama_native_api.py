@@ -1,0 +1,91 @@
+"""Issue 14 §5: Ollama's own API under /api, spoken to by the official `ollama` package (and
+httpx for the error shape), against the real server on the bundled model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import jsonschema
+import ollama
+import pytest
+
+from .conftest import MODEL, Host
+
+pytestmark = pytest.mark.model
+
+HELLO = [{"role": "user", "content": "Name three colours."}]
+
+
+@pytest.fixture
+async def client(host: Host) -> AsyncIterator[ollama.AsyncClient]:
+    client = ollama.AsyncClient(host=host.url)
+    yield client
+    await client._client.aclose()
+
+
+async def test_chat_whole_and_streamed_give_the_same_reply(client: ollama.AsyncClient) -> None:
+    options = {"temperature": 0, "num_predict": 12}
+    whole = await client.chat(model=MODEL, messages=HELLO, stream=False, options=options)
+    assert whole.message.role == "assistant" and whole.message.content
+    assert whole.done and whole.done_reason == "length" and whole.eval_count == 12
+    assert whole.prompt_eval_count and whole.total_duration and whole.eval_duration
+    parts = [p async for p in await client.chat(
+        model=f"{MODEL}:latest", messages=HELLO, stream=True, options=options,
+    )]  # fmt: skip
+    assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
+    assert "".join(p.message.content for p in parts) == whole.message.content
+    assert parts[-1].eval_count == 12 and parts[-1].done_reason == "length"
+
+
+async def test_generate_with_a_system_prompt_and_raw(client: ollama.AsyncClient) -> None:
+    options = {"temperature": 0, "num_predict": 8}
+    chat = await client.generate(model=MODEL, prompt="Name a colour.", system="Be brief.",
+                                 options=options)  # fmt: skip
+    assert chat.response and chat.done and chat.eval_count == 8
+    raw = [p async for p in await client.generate(
+        model=MODEL, prompt="Once upon a time", raw=True, stream=True, options=options,
+    )]  # fmt: skip
+    assert "".join(p.response for p in raw) and raw[-1].done
+    loaded = await client.generate(model=MODEL)  # how clients load a model
+    assert loaded.done and loaded.done_reason == "load"
+
+
+async def test_format_constrains_the_reply(client: ollama.AsyncClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer"}},
+        "required": ["colour", "count"],
+    }
+    reply = await client.chat(model=MODEL, messages=HELLO, format=schema,
+                              options={"temperature": 0, "num_predict": 64})  # fmt: skip
+    jsonschema.validate(json.loads(reply.message.content or ""), schema)
+
+
+async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
+    listed = await client.list()
+    (model,) = listed.models
+    assert model.model == MODEL and model.size and model.size > 100_000_000
+    assert model.details is not None and model.details.format == "gguf"
+    assert model.details.family == "gemma3" and model.details.quantization_level
+    shown = await client.show(MODEL)
+    assert shown.details is not None and shown.details.family == "gemma3"
+    assert shown.modelfile and "gemma-3-270m" in shown.modelfile
+    running = await client.ps()
+    assert [m.model for m in running.models] == [MODEL]
+    assert running.models[0].size and running.models[0].size > 0
+    assert (await client._request_raw("GET", "/api/version")).json()["version"]
+
+
+async def test_errors_come_in_ollamas_shape(host: Host, client: ollama.AsyncClient) -> None:
+    with pytest.raises(ollama.ResponseError) as caught:
+        await client.chat(model="nope", messages=HELLO, stream=False)
+    assert caught.value.status_code == 404 and "nope" in caught.value.error
+    bad = await host.client.post("/api/chat", json={"model": MODEL, "messages": []})
+    assert bad.status_code == 400 and set(bad.json()) == {"error"}
+    image = await host.client.post("/api/chat", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi", "images": ["AAAA"]}],
+    })  # fmt: skip
+    assert image.status_code == 400 and "images are not supported" in image.json()["error"]
+    ok = await client.chat(model=MODEL, messages=HELLO, stream=False, options={"num_predict": 2})
+    assert ok.done  # the host serves on
