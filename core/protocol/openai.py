@@ -20,6 +20,7 @@ from .snapshots import EngineParameters, EngineState, FinishReason
 from .structured import JSON_OBJECT, checked_schema
 
 OpenAIFinish = Literal["stop", "length"] | None
+MAX_CHOICES = 16  # n: choices in one chat completion
 
 
 class JsonSchemaFormat(BaseModel):
@@ -88,6 +89,7 @@ class ChatCompletionRequest(_Sampling):
     messages: Messages
     max_tokens: int = Field(128, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
+    n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
 
     @property
     def token_budget(self) -> int:

@@ -146,3 +146,24 @@ async def test_streamed_completions_end_with_usage_when_asked(sdk: openai.AsyncO
     assert usage is not None and not chunks[-1].choices
     assert usage.completion_tokens == 10 and usage.prompt_tokens > 0
     assert all(c.usage is None for c in chunks[:-1])
+
+
+async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
+    reply = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=6, temperature=1.0, seed=11, n=3
+    )
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    texts = [c.message.content for c in reply.choices]
+    assert all(texts) and len(set(texts)) > 1, texts  # a seed each: the choices differ
+    assert reply.usage is not None and reply.usage.completion_tokens == 18
+    stream = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=6, temperature=0, n=2, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = [c async for c in stream]
+    by_choice: dict[int, str] = {0: "", 1: ""}
+    for c in chunks:
+        for choice in c.choices:
+            by_choice[choice.index] += choice.delta.content or ""
+    assert by_choice[0] and by_choice[0] == by_choice[1]  # greedy: the same words twice
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12

@@ -62,55 +62,88 @@ def usage_of(jobs: list[Job]) -> Usage:
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | EventSourceResponse:
-    job = await submit(
-        request, model=body.model, messages=body.messages, params=body.sampling(body.token_budget)
+    params = body.sampling(body.token_budget)
+    variants = [params] + [  # n > 1: a choice each, each with its own seed when one is set
+        params.model_copy(
+            update={"seed": (params.seed + i) % (2**32 - 1) if params.seed is not None else None}
+        )
+        for i in range(1, body.n)
+    ]
+    jobs = await submit_all(
+        request, [dict(model=body.model, messages=body.messages, params=p) for p in variants]
     )
-    model, created = job.pool_id, int(time.time())
+    model, created = jobs[0].pool_id, int(time.time())
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return sse_response(chat_chunks(job, model, created, include_usage))
-    [(text, final)] = await collect(request, job)
+        return sse_response(chat_chunks(jobs, model, created, include_usage))
+    results = await collect(request, *jobs)
     return ChatCompletion(
-        id=f"chatcmpl-{job.id}",
+        id=f"chatcmpl-{jobs[0].id}",
         created=created,
         model=model,
         system_fingerprint=FINGERPRINT,
         choices=[
             ChatChoice(
-                index=0,
+                index=i,
                 message=AssistantMessage(content=text),
                 finish_reason=openai_finish(final.finish_reason),
             )
+            for i, (text, final) in enumerate(results)
         ],
-        usage=usage_of([job]),
+        usage=usage_of(jobs),
     )
 
 
+async def submit_all(request: Request, requests: list[dict[str, Any]]) -> list[Job]:
+    """Every job of one request (n choices, several prompts) is admitted, or none is: a
+    refusal cancels those already queued, and one that no retry could cure says so."""
+    jobs: list[Job] = []
+    try:
+        for kwargs in requests:
+            jobs.append(await submit(request, **kwargs))
+    except InferError as err:
+        for job in jobs:
+            job.cancel()
+        if err.kind is ErrorKind.QUEUE_FULL and jobs:
+            m = service_of(request).pool_metrics(jobs[0].pool_id)
+            if len(requests) > m.queue_capacity + m.slots_total:  # a retry cannot help
+                raise InferError(
+                    ErrorKind.INVALID_PARAMS,
+                    f"{len(requests)} choices or prompts are more than engine '{m.pool_id}' can "
+                    f"hold ({m.slots_total} slots and a queue of {m.queue_capacity})",
+                    param="n" if "messages" in requests[0] else "prompt",
+                ) from None
+        raise
+    return jobs
+
+
 async def chat_chunks(
-    job: Job, model: str, created: int, include_usage: bool
+    jobs: list[Job], model: str, created: int, include_usage: bool
 ) -> AsyncIterator[str]:
-    def chunk(delta: Delta, finish: Any = None) -> ChatCompletionChunk:
+    def chunk(index: int, delta: Delta, finish: Any = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=f"chatcmpl-{job.id}",
+            id=f"chatcmpl-{jobs[0].id}",
             created=created,
             model=model,
             system_fingerprint=FINGERPRINT,
-            choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish)],
+            choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish)],
         )
 
-    token = Template(chunk(Delta(content=HOLE)))
-    yield json_line(chunk(Delta(role="assistant", content="")))
-    async for event in job.events():
+    tokens = [Template(chunk(i, Delta(content=HOLE))) for i in range(len(jobs))]
+    for i in range(len(jobs)):
+        yield json_line(chunk(i, Delta(role="assistant", content="")))
+    async for index, event in merged(jobs):
         if isinstance(event, TokenText):
-            yield token.render(event.text)
+            yield tokens[index].render(event.text)
         elif isinstance(event, Finished):
             if event.error is not None:
                 yield error_envelope(event.error).model_dump_json()
                 break
-            yield json_line(chunk(Delta(content=""), openai_finish(event.finish_reason)))
-            if include_usage:
-                final = chunk(Delta()).model_copy(update={"choices": [], "usage": usage_of([job])})
-                yield final.model_dump_json()
+            yield json_line(chunk(index, Delta(content=""), openai_finish(event.finish_reason)))
+    else:
+        if include_usage:
+            final = chunk(0, Delta()).model_copy(update={"choices": [], "usage": usage_of(jobs)})
+            yield final.model_dump_json()
     yield DONE
 
 
@@ -124,23 +157,9 @@ async def completions(
     body: CompletionRequest, request: Request
 ) -> TextCompletion | EventSourceResponse:
     params = body.sampling(body.max_tokens)
-    jobs: list[Job] = []
-    try:
-        for prompt in body.prompts:
-            jobs.append(await submit(request, model=body.model, prompt=prompt, params=params))
-    except InferError as err:
-        for job in jobs:  # all prompts are admitted, or none
-            job.cancel()
-        if err.kind is ErrorKind.QUEUE_FULL and jobs:
-            m = service_of(request).pool_metrics(jobs[0].pool_id)
-            if len(body.prompts) > m.queue_capacity + m.slots_total:  # a retry cannot help
-                raise InferError(
-                    ErrorKind.INVALID_PARAMS,
-                    f"{len(body.prompts)} prompts are more than engine '{m.pool_id}' can hold "
-                    f"({m.slots_total} slots and a queue of {m.queue_capacity})",
-                    param="prompt",
-                ) from None
-        raise
+    jobs = await submit_all(
+        request, [dict(model=body.model, prompt=prompt, params=params) for prompt in body.prompts]
+    )
     model, created = jobs[0].pool_id if jobs else body.model, int(time.time())
     cid = f"cmpl-{jobs[0].id}" if jobs else f"cmpl-{created}"
     if body.stream:
