@@ -201,9 +201,9 @@ class HostService:
         """Every job in flight on every engine, with its latest text."""
         return [job for pool in self._registry.pools() for job in views.live_jobs(pool)]
 
-    def histograms(self) -> list[tuple[str, Histogram, Histogram]]:
-        """(pool id, time to first token, request latency) for every pool."""
-        return [(p.id, p.metrics.ttft_hist, p.metrics.latency_hist) for p in self._registry.pools()]
+    def histograms(self) -> list[tuple[str, dict[str, Histogram]]]:
+        """(pool id, its histograms by name) for every pool."""
+        return [(p.id, p.metrics.histograms()) for p in self._registry.pools()]
 
     def queues(self) -> list[QueueSnapshot]:
         return [pool.queue() for pool in self._registry.pools()]

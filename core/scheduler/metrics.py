@@ -20,20 +20,21 @@ _MIN_RUN_S = 1.0  # a rate from less than this much decoding misleads more than 
 
 # Histogram bucket bounds in milliseconds (Prometheus exposes them in seconds).
 BUCKETS_MS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000)
+TOKEN_BUCKETS_MS = (1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280)  # time per output token
 
 
 class Histogram:
     """Cumulative-ready bucket counts, as Prometheus histograms expose them."""
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(BUCKETS_MS) + 1)  # the last bucket is +Inf
+    def __init__(self, buckets_ms: tuple[float, ...] = BUCKETS_MS) -> None:
+        self.buckets_ms = buckets_ms
+        self.counts = [0] * (len(buckets_ms) + 1)  # the last bucket is +Inf
         self.sum_ms = 0.0
         self.count = 0
 
     def observe(self, value_ms: float) -> None:
-        index = next(
-            (i for i, bound in enumerate(BUCKETS_MS) if value_ms <= bound), len(BUCKETS_MS)
-        )
+        bounds = self.buckets_ms
+        index = next((i for i, bound in enumerate(bounds) if value_ms <= bound), len(bounds))
         self.counts[index] += 1
         self.sum_ms += value_ms
         self.count += 1
@@ -42,7 +43,7 @@ class Histogram:
         """(upper bound in seconds, observations at or below it), ending with +Inf."""
         out, total = [], 0
         for bound, n in zip(
-            [*(str(b / 1000) for b in BUCKETS_MS), "+Inf"], self.counts, strict=True
+            [*(str(b / 1000) for b in self.buckets_ms), "+Inf"], self.counts, strict=True
         ):
             total += n
             out.append((bound, total))
@@ -77,6 +78,9 @@ class MetricsRecorder:
         self.errors: Counter[str] = Counter()
         self.ttft_hist = Histogram()
         self.latency_hist = Histogram()
+        self.queue_hist = Histogram()  # enqueued to admitted
+        self.prefill_hist = Histogram()  # admitted to the prompt decoded
+        self.tpot_hist = Histogram(TOKEN_BUCKETS_MS)  # between output tokens, per request
         self._ttft: deque[float] = deque(maxlen=_RECENT_JOBS)
         self._latency: deque[float] = deque(maxlen=_RECENT_JOBS)
         self._replies: deque[int] = deque(maxlen=64)  # tokens out of recent whole replies
@@ -114,11 +118,25 @@ class MetricsRecorder:
                 self.ttft_hist.observe(t.ttft_ms)
             self._latency.append(t.total_ms)
             self.latency_hist.observe(t.total_ms)
+            self.queue_hist.observe(t.queue_wait_ms)
+            self.prefill_hist.observe(t.prefill_ms)
+            if t.tokens_out > 1:
+                self.tpot_hist.observe(t.decode_ms / (t.tokens_out - 1))
             self._replies.append(t.tokens_out)
             if t.decode_tps:
                 self.last_job_tps = t.decode_tps
         if t.prefill_ms > 0 and t.tokens_in:
             self._prefills.append((time.monotonic(), t.tokens_in, t.prefill_ms / 1000))
+
+    def histograms(self) -> dict[str, Histogram]:
+        """Every histogram, by the name its Prometheus metric takes (vLLM's where it has one)."""
+        return {
+            "ttft": self.ttft_hist,
+            "request_latency": self.latency_hist,
+            "request_queue_time": self.queue_hist,
+            "request_prefill_time": self.prefill_hist,
+            "time_per_output_token": self.tpot_hist,
+        }
 
     def typical_tokens_out(self) -> int | None:
         """The length 90% of recent replies stayed within; None before the first one."""

@@ -104,6 +104,32 @@ async def test_prometheus_metrics(host: Host) -> None:
     assert re.search(rf'infertui_requests_total{{outcome="completed",pool="{MODEL}"}} 1\.0', text)
 
 
+async def test_metrics_people_graph_follow_vllms_names(host: Host) -> None:
+    """Issue 14 §6: KV cache use, requests running and waiting, token totals, queue, prefill
+    and per-token histograms, and the process's own CPU, memory and descriptors."""
+    long = {**CHAT, "max_tokens": 200, "temperature": 0, "stream": True}
+    async with host.client.stream("POST", "/v1/chat/completions", json=long) as streaming:
+        lines = streaming.aiter_lines()
+        while "content" not in await anext(lines):  # a token came: a slot holds KV cells now
+            pass
+        during = (await host.client.get("/metrics")).text
+    ratio = float(re.search(rf'infertui_kv_cache_usage_ratio{{pool="{MODEL}"}} (\S+)', during)[1])
+    assert 0 < ratio < 1
+    assert f'infertui_num_requests_running{{pool="{MODEL}"}} 1.0' in during
+    assert f'infertui_num_requests_waiting{{pool="{MODEL}"}} 0.0' in during
+    await host.client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 8})
+    text = (await host.client.get("/metrics")).text
+    for name in (
+        "infertui_prompt_tokens_total", "infertui_generation_tokens_total",
+        "infertui_request_queue_time_seconds_bucket", "infertui_request_prefill_time_seconds_sum",
+        "infertui_time_per_output_token_seconds_count", "process_cpu_seconds_total",
+        "process_resident_memory_bytes", "process_open_fds",
+    ):  # fmt: skip
+        assert name in text, name
+    tpot = re.search(rf'infertui_time_per_output_token_seconds_count{{pool="{MODEL}"}} (\S+)', text)
+    assert tpot and float(tpot[1]) >= 1
+
+
 async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> None:
     doc = (await host.client.get("/openapi.json")).json()
     paths = doc["paths"]
