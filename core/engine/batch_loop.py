@@ -26,10 +26,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import llama_cpp as llama
+
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
+from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
 from .sampler import SamplerChain, StepSampler
@@ -101,6 +104,7 @@ class BatchLoop:
         self._graph: GraphSamplers | None = None  # chains sampling in the graph, if any
         self._waiting: deque[GenerationRequest] = deque()
         self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
+        self._embedder: Embedder | None = None  # made on the first embedding job
         self._steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -207,6 +211,8 @@ class BatchLoop:
             self._sampler.close()
             if self._graph is not None:
                 self._graph.close()
+            if self._embedder is not None:
+                self._embedder.free()
             self._ctx.free()
             self._model.free()
             release_freed_heap()
@@ -223,7 +229,9 @@ class BatchLoop:
                     self._retire_cancelled(events)
                     if self._graph is not None and not self._waiting:
                         self._graph.remove_idle(self._steps, lambda i: self._slots[i] is not None)
+                    embeddings = self._take_embeddings()
                     self._admit_waiting(events)
+                self._embed(embeddings, events)
                 self._step(events)
                 if events:
                     self._publish(events)
@@ -240,10 +248,14 @@ class BatchLoop:
         either waiting or in a slot when the event loop looks (see occupancy)."""
         free = [i for i, s in enumerate(self._slots) if s is None]
         admitted: list[GenerationRequest] = []
+        passed: list[GenerationRequest] = []  # embedding jobs beyond this step's batch
         while len(admitted) < len(free) and self._waiting:
             request = self._waiting.popleft()
-            if not request.cancelled:  # else already ended by the event loop
+            if request.embed:
+                passed.append(request)
+            elif not request.cancelled:  # else already ended by the event loop
                 admitted.append(request)
+        self._waiting.extendleft(reversed(passed))
         # Shortest prompt on the lowest free sequence: see step_plan.admission_order.
         for k in admission_order([len(r.prompt_tokens) for r in admitted]):
             self._admit(free, admitted[k], events)
@@ -266,6 +278,49 @@ class BatchLoop:
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
+
+    def _take_embeddings(self) -> list[GenerationRequest]:
+        """Embedding jobs need no slot: this step takes, in queue order, as many as one decode
+        of the embedding context holds, so running streams wait at most that one decode."""
+        if not any(r.embed for r in self._waiting):
+            return []
+        taken: list[GenerationRequest] = []
+        tokens = 0
+        for request in self._waiting:
+            if not request.embed:
+                continue
+            if taken and (
+                len(taken) == MAX_SEQUENCES
+                or tokens + len(request.prompt_tokens) > MAX_INPUT_TOKENS
+            ):
+                break
+            taken.append(request)
+            tokens += len(request.prompt_tokens)
+        for request in taken:
+            self._waiting.remove(request)
+        return [r for r in taken if not r.cancelled]
+
+    def _embed(self, requests: list[GenerationRequest], events: Events) -> None:
+        if not requests:
+            return
+        started = time.perf_counter()
+        try:
+            if self._embedder is None:
+                self._embedder = Embedder(self._model, int(llama.llama_n_threads(self._ctx.ptr)))
+            vectors = self._embedder.embed([list(r.prompt_tokens) for r in requests])
+        except InferError as error:
+            for request in requests:
+                timings = TimingStats(tokens_in=len(request.prompt_tokens))
+                events.append((request, Finished("error", timings, error)))
+            return
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        for request, vector in zip(requests, vectors, strict=True):
+            wait_ms = (started - request.enqueued_at) * 1000
+            timings = TimingStats(
+                queue_wait_ms=wait_ms, prefill_ms=elapsed_ms, total_ms=wait_ms + elapsed_ms,
+                tokens_in=len(request.prompt_tokens),
+            )  # fmt: skip
+            events.append((request, Finished("stop", timings, embedding=tuple(vector))))
 
     def _place(self, free: list[int], params: SamplingParams) -> tuple[int, SamplerChain]:
         """A free sequence and the chain that samples it: in the graph where it can run there

@@ -74,7 +74,7 @@ class LlamaModel:
         with CapturedLog() as lines:
             ptr = llama.llama_model_load_from_file(os.fsencode(path), params)
         if not ptr:
-            reason = _last_error(lines) or "llama.cpp could not load it"
+            reason = last_error(lines) or "llama.cpp could not load it"
             kind = ErrorKind.OUT_OF_MEMORY if "alloc" in reason.lower() else ErrorKind.MODEL_INVALID
             raise InferError(kind, f"cannot load {Path(path).name}: {reason}", param="model_path")
         self.ptr = ptr
@@ -210,7 +210,7 @@ class LlamaContext:
         with CapturedLog() as lines:
             ptr = llama.llama_init_from_model(model.ptr, params)
         if not ptr:
-            reason = _last_error(lines) or "llama.cpp could not create the context"
+            reason = last_error(lines) or "llama.cpp could not create the context"
             raise InferError(
                 ErrorKind.OUT_OF_MEMORY,
                 f"cannot allocate a context of {n_seq} x {n_ctx_seq} tokens: {reason}",
@@ -315,7 +315,7 @@ def _buffer_sizes_mb(lines: list[str]) -> float:
     return round(sum(float(m.group(1)) for line in lines if (m := _SIZE.search(line))), 1)
 
 
-def _last_error(lines: list[str]) -> str | None:
+def last_error(lines: list[str]) -> str | None:
     for line in reversed(lines):
         text = line.strip()
         if "error" in text.lower() or "fail" in text.lower():

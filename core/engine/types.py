@@ -54,6 +54,7 @@ class GenerationRequest:
     params: SamplingParams
     max_tokens: int
     stop_tokens: frozenset[int] = frozenset()  # beyond end-of-generation (chat turn markers)
+    embed: bool = False  # an embedding job: its vector, no tokens (no slot either)
     enqueued_at: float = field(default_factory=time.perf_counter)
     # Set from the event loop; read by the batch loop between steps (a bool write is atomic).
     cancelled: bool = False

@@ -36,6 +36,7 @@ class Finished:
     finish_reason: FinishReason
     timings: TimingStats
     error: InferError | None = None
+    embedding: tuple[float, ...] | None = None  # an embedding job's vector
 
 
 JobEvent = Admitted | TokenText | Finished

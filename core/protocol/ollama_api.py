@@ -10,7 +10,7 @@ ignored, as Ollama does with options a model does not take.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -120,6 +120,24 @@ class ApiGenerateRequest(_Generation):
         if suffix:
             raise ValueError("fill-in-the-middle ('suffix') is not supported")
         return suffix
+
+
+class ApiEmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    input: str | Annotated[list[str], Field(min_length=1, max_length=256)]
+    truncate: bool = True  # inputs beyond the context are refused, never cut: see the README
+    keep_alive: str | int | float | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _untagged(cls, model: str) -> str:
+        return model.removesuffix(":latest")
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else self.input
 
 
 def now_rfc3339() -> str:

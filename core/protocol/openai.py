@@ -135,6 +135,49 @@ class CompletionRequest(_Sampling):
         return [self.prompt] if isinstance(self.prompt, str) else self.prompt
 
 
+MAX_EMBED_INPUTS = 256  # inputs in one embeddings request
+
+
+class EmbeddingRequest(BaseModel):
+    """`POST /v1/embeddings`: one text or several, from any loaded engine."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    input: str | Annotated[list[str], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _text_only(cls, value: object) -> object:
+        if isinstance(value, list) and value and not isinstance(value[0], str):
+            raise ValueError("send text: token ids are not taken as input")
+        return value
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else self.input
+
+
+class EmbeddingData(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # floats, or base64 of little-endian float32s
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingUsage
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int

@@ -44,6 +44,7 @@ class JobArgs(TypedDict, total=False):
     job_id: str | None
     correlation_id: str | None
     prompt_tokens: list[int] | None  # the prompt tokenized already (off the event loop)
+    embed: bool  # the prompt's embedding, not a completion of it
 
 
 def new_job_id() -> str:

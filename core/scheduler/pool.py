@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Unpack
 
 from ..engine import Engine, EngineEvent, EngineSpec, GenerationRequest
+from ..engine.embedder import MAX_INPUT_TOKENS
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished, TokenText
@@ -97,6 +98,7 @@ class Pool:
             job = self._admit(
                 args["params"], args.get("messages"), args.get("prompt"), client_id,
                 args.get("client_limit"), args.get("job_id"), args.get("prompt_tokens"),
+                embed=args.get("embed", False),
             )  # fmt: skip
             job.correlation_id = args.get("correlation_id")
         except InferError as exc:
@@ -145,6 +147,8 @@ class Pool:
         client_limit: int | None,
         job_id: str | None,
         tokens: list[int] | None,
+        *,
+        embed: bool = False,
     ) -> Job:
         engine = self._ready_engine()
         if (
@@ -166,7 +170,17 @@ class Pool:
             tokens = self.prompt_tokens(messages, prompt)
         n_ctx = engine.n_ctx
         max_tokens = params.max_tokens if params.max_tokens is not None else n_ctx - len(tokens)
-        if len(tokens) + max_tokens > n_ctx or max_tokens < 1:
+        if embed:
+            max_tokens = 0
+            if not tokens or len(tokens) > MAX_INPUT_TOKENS:
+                raise InferError(
+                    ErrorKind.CONTEXT_OVERFLOW,
+                    f"an input of {len(tokens)} tokens: embeddings take 1 to "
+                    f"{MAX_INPUT_TOKENS} tokens per input",
+                    param="input",
+                    engine_id=self.id,
+                )
+        elif len(tokens) + max_tokens > n_ctx or max_tokens < 1:
             raise InferError(
                 ErrorKind.CONTEXT_OVERFLOW,
                 f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} exceeds "
@@ -186,7 +200,7 @@ class Pool:
             )
         stops = engine.chat_stop_tokens if messages is not None else frozenset()
         request = GenerationRequest(
-            job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops
+            job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed
         )
         position = depth
         job = Job(

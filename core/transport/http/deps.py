@@ -1,5 +1,6 @@
 """What every route needs from a request: the host, the client's identity, and a submit that
-carries both; and the whole reply of a job, for the non-streaming answers."""
+carries both (one job, or several admitted together); the whole reply of jobs, for the
+non-streaming answers; and embeddings, which every dialect gives the same way."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 from fastapi import Request
 
 from ...host import HostService
+from ...protocol.common import SamplingParams
+from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished
 from ...scheduler import Job
 
@@ -52,3 +55,41 @@ async def _cancel_on_disconnect(request: Request, jobs: tuple[Job, ...]) -> None
         pass
     for job in jobs:
         job.cancel()
+
+
+async def submit_all(
+    request: Request, requests: list[dict[str, Any]], param: str = "prompt"
+) -> list[Job]:
+    """Every job of one request (n choices, several prompts) is admitted, or none is: a
+    refusal cancels those already queued, and one that no retry could cure says so."""
+    jobs: list[Job] = []
+    try:
+        for kwargs in requests:
+            jobs.append(await submit(request, **kwargs))
+    except InferError as err:
+        for job in jobs:
+            job.cancel()
+        if err.kind is ErrorKind.QUEUE_FULL and jobs:
+            m = service_of(request).pool_metrics(jobs[0].pool_id)
+            if len(requests) > m.queue_capacity + m.slots_total:  # a retry cannot help
+                raise InferError(
+                    ErrorKind.INVALID_PARAMS,
+                    f"{len(requests)} choices, prompts or inputs are more than engine "
+                    f"'{m.pool_id}' can hold ({m.slots_total} slots and a queue of "
+                    f"{m.queue_capacity})",
+                    param=param,
+                ) from None
+        raise
+    return jobs
+
+
+async def embed_texts(
+    request: Request, model: str, texts: list[str]
+) -> tuple[list[list[float]], list[Job]]:
+    """Each text as an embedding job through the engine's queue; the vectors in order."""
+    params = SamplingParams()
+    jobs = await submit_all(
+        request, [dict(model=model, prompt=t, params=params, embed=True) for t in texts], "input"
+    )
+    results = await collect(request, *jobs)
+    return [list(final.embedding or ()) for _, final in results], jobs

@@ -21,6 +21,7 @@ from ...protocol.common import ChatMessage
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama_api import (
     ApiChatRequest,
+    ApiEmbedRequest,
     ApiError,
     ApiGenerateRequest,
     ModelDetails,
@@ -33,7 +34,7 @@ from ...protocol.ollama_api import (
 )
 from ...protocol.snapshots import EngineState, EngineStatus
 from ...scheduler import Job
-from .deps import collect, service_of, submit
+from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
 from .routing import StrictJSONRoute
 from .streams import ndjson_response
@@ -104,6 +105,19 @@ async def lines(job: Job, head: dict[str, Any], field: str) -> AsyncIterator[str
                 yield json.dumps({"error": event.error.message})
                 return
             yield json.dumps(finished(head, field, "", event))
+
+
+@router.post("/embed", summary="Embeddings of one text or several, from any loaded engine")
+async def embed(body: ApiEmbedRequest, request: Request) -> dict[str, Any]:
+    vectors, jobs = await embed_texts(request, body.model, body.texts)
+    longest_ms = max((job.result.timings.total_ms if job.result else 0.0) for job in jobs)
+    return {
+        "model": jobs[0].pool_id,
+        "embeddings": vectors,
+        "total_duration": int(longest_ms * 1_000_000),
+        "load_duration": 0,
+        "prompt_eval_count": sum(job.tokens_in for job in jobs),
+    }
 
 
 @router.get("/tags", summary="The engines, as Ollama lists its models")

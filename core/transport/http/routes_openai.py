@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
@@ -21,6 +23,10 @@ from ...protocol.openai import (
     CompletionChoice,
     CompletionRequest,
     Delta,
+    EmbeddingData,
+    EmbeddingList,
+    EmbeddingRequest,
+    EmbeddingUsage,
     ErrorEnvelope,
     ModelCard,
     ModelList,
@@ -30,7 +36,7 @@ from ...protocol.openai import (
     openai_finish,
 )
 from ...scheduler import Job
-from .deps import collect, service_of, submit
+from .deps import collect, embed_texts, service_of, submit_all
 from .families import documented_errors
 from .routing import StrictJSONRoute
 from .streams import HOLE, Template, json_line, merged, sse_response
@@ -70,7 +76,7 @@ async def chat_completions(
         for i in range(1, body.n)
     ]
     jobs = await submit_all(
-        request, [dict(model=body.model, messages=body.messages, params=p) for p in variants]
+        request, [dict(model=body.model, messages=body.messages, params=p) for p in variants], "n"
     )
     model, created = jobs[0].pool_id, int(time.time())
     if body.stream:
@@ -92,29 +98,6 @@ async def chat_completions(
         ],
         usage=usage_of(jobs),
     )
-
-
-async def submit_all(request: Request, requests: list[dict[str, Any]]) -> list[Job]:
-    """Every job of one request (n choices, several prompts) is admitted, or none is: a
-    refusal cancels those already queued, and one that no retry could cure says so."""
-    jobs: list[Job] = []
-    try:
-        for kwargs in requests:
-            jobs.append(await submit(request, **kwargs))
-    except InferError as err:
-        for job in jobs:
-            job.cancel()
-        if err.kind is ErrorKind.QUEUE_FULL and jobs:
-            m = service_of(request).pool_metrics(jobs[0].pool_id)
-            if len(requests) > m.queue_capacity + m.slots_total:  # a retry cannot help
-                raise InferError(
-                    ErrorKind.INVALID_PARAMS,
-                    f"{len(requests)} choices or prompts are more than engine '{m.pool_id}' can "
-                    f"hold ({m.slots_total} slots and a queue of {m.queue_capacity})",
-                    param="n" if "messages" in requests[0] else "prompt",
-                ) from None
-        raise
-    return jobs
 
 
 async def chat_chunks(
@@ -201,6 +184,37 @@ async def completion_chunks(
             final = TextCompletion(id=cid, created=created, model=model, choices=[])
             yield final.model_copy(update={"usage": usage_of(jobs)}).model_dump_json()
     yield DONE
+
+
+@router.post(
+    "/v1/embeddings",
+    response_model=EmbeddingList,
+    responses=_ERRORS,
+    summary="Embeddings of one text or several, from any loaded engine (made on first use)",
+)
+async def embeddings(body: EmbeddingRequest, request: Request) -> EmbeddingList:
+    vectors, jobs = await embed_texts(request, body.model, body.texts)
+    if body.dimensions is not None and body.dimensions != len(vectors[0]):
+        raise InferError(
+            ErrorKind.INVALID_PARAMS,
+            f"this engine's embeddings have {len(vectors[0])} dimensions, not {body.dimensions}",
+            param="dimensions",
+        )
+    tokens = sum(job.tokens_in for job in jobs)
+    return EmbeddingList(
+        data=[
+            EmbeddingData(index=i, embedding=_encoded(v, body.encoding_format))
+            for i, v in enumerate(vectors)
+        ],
+        model=jobs[0].pool_id,
+        usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens),
+    )
+
+
+def _encoded(vector: list[float], encoding: str) -> list[float] | str:
+    if encoding == "float":
+        return vector
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
 
 
 @router.get("/v1/models", response_model=ModelList, summary="The engines, as OpenAI models")

@@ -1,0 +1,80 @@
+"""Embeddings from an engine's own model, as Ollama gives them: no flag, no second model load.
+
+A context of its own, with embeddings on, is made the first time one is asked for (the weights
+are shared). Its pooling is the GGUF's (`<arch>.pooling_type`), else the mean over the tokens,
+which is what a decoder model without one gives best. Several inputs go through one decode,
+each as a sequence of its own; vectors come back L2-normalised, as OpenAI's and llama-server's
+do. Batch loop thread only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp as llama
+import numpy as np
+
+from ..protocol.errors import ErrorKind, InferError
+from .backend import CapturedLog
+from .native import Batch, LlamaModel, last_error
+
+MAX_INPUT_TOKENS = 2048  # one input; all of it must fit one ubatch for pooling
+MAX_SEQUENCES = 16  # inputs per decode
+
+POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+
+
+def pooling_of(model: LlamaModel) -> int:
+    """The GGUF's pooling type, else mean (NONE would give a vector per token)."""
+    value = model.meta(f"{model.architecture}.pooling_type")
+    if value is not None and value.isdigit() and int(value) in (1, 2, 3):
+        return int(value)
+    return llama.LLAMA_POOLING_TYPE_MEAN
+
+
+class Embedder:
+    def __init__(self, model: LlamaModel, n_threads: int) -> None:
+        self.n_ctx = min(MAX_INPUT_TOKENS, int(llama.llama_model_n_ctx_train(model.ptr)))
+        self.n_embd = int(llama.llama_model_n_embd(model.ptr))
+        params = llama.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = params.n_ubatch = self.n_ctx
+        params.n_seq_max = MAX_SEQUENCES
+        params.kv_unified = True  # the inputs of one decode share the cells
+        params.embeddings = True
+        params.pooling_type = pooling_of(model)
+        params.n_threads = params.n_threads_batch = n_threads
+        params.no_perf = True
+        with CapturedLog() as lines:
+            ptr = llama.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            reason = last_error(lines) or "llama.cpp could not create it"
+            raise InferError(ErrorKind.OUT_OF_MEMORY, f"no embedding context: {reason}")
+        self.ptr = ptr
+        self.memory = llama.llama_get_memory(ptr)
+        self.batch = Batch(self.n_ctx)
+
+    def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """One vector per input. The caller keeps to MAX_SEQUENCES inputs and n_ctx tokens."""
+        batch = self.batch
+        batch.clear()
+        for seq, tokens in enumerate(inputs):
+            for pos, token in enumerate(tokens):
+                batch.add(token, pos, seq, True)
+        llama.llama_memory_clear(self.memory, True)
+        rc = llama.llama_decode(self.ptr, batch.raw)
+        if rc != 0:
+            raise InferError(ErrorKind.GENERATION_FAILED, f"llama_decode failed (code {rc})")
+        vectors = []
+        for seq in range(len(inputs)):
+            pointer = llama.llama_get_embeddings_seq(self.ptr, seq)
+            raw = np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)),
+                                        shape=(self.n_embd,))  # fmt: skip
+            norm = float(np.linalg.norm(raw))
+            vectors.append((raw / norm if norm > 0 else raw).astype(float).tolist())
+        return vectors
+
+    def free(self) -> None:
+        if self.ptr:
+            llama.llama_free(self.ptr)
+            self.ptr = None

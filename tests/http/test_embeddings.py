@@ -1,0 +1,71 @@
+"""Issue 14 §4: embeddings from any loaded engine, made on first use, through the engine's own
+queue: the official `openai` and `ollama` clients against the real server (bundled model)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+import ollama
+import openai
+import pytest
+
+from .conftest import MODEL, Host, HostFactory
+
+pytestmark = pytest.mark.model
+
+TEXTS = ["The cat sat on the mat.", "A kitten rests on a rug.", "Quarterly revenue rose 4%."]
+
+
+@pytest.fixture
+async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
+    yield client
+    await client.close()
+
+
+async def test_openai_embeddings_as_floats_and_as_base64(sdk: openai.AsyncOpenAI) -> None:
+    floats = await sdk.embeddings.create(model=MODEL, input=TEXTS, encoding_format="float")
+    assert [d.index for d in floats.data] == [0, 1, 2] and floats.model == MODEL
+    vectors = np.array([d.embedding for d in floats.data])
+    assert vectors.shape == (3, 640)  # the model's width
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)  # L2-normalised
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]  # cat is nearer kitten than revenue
+    assert floats.usage.prompt_tokens == floats.usage.total_tokens > 3 * 4
+    packed = await sdk.embeddings.create(model=MODEL, input=TEXTS[0])  # the SDK asks for base64
+    assert np.allclose(packed.data[0].embedding, vectors[0], atol=1e-6)
+    with pytest.raises(openai.BadRequestError, match="640 dimensions"):
+        await sdk.embeddings.create(model=MODEL, input="x", dimensions=64)
+
+
+async def test_ollama_embed(host: Host) -> None:
+    client = ollama.AsyncClient(host=host.url)
+    try:
+        reply = await client.embed(model=MODEL, input=TEXTS[:2])
+        assert len(reply.embeddings) == 2 and len(reply.embeddings[0]) == 640
+        one = await client.embed(model=f"{MODEL}:latest", input=TEXTS[0])
+        assert np.allclose(one.embeddings[0], reply.embeddings[0], atol=1e-6)
+        assert reply.prompt_eval_count and reply.prompt_eval_count > 8
+    finally:
+        await client._client.aclose()
+
+
+async def test_embedding_jobs_share_the_queue_and_its_refusals(
+    start_host: HostFactory,
+) -> None:
+    """The same admission as generation: with the one slot busy and a queue of two, three
+    inputs (three jobs) are refused with QUEUE_FULL and a retry hint, none of them kept; one
+    input is embedded while the stream beside it goes on."""
+    host = await start_host(parallel=1, queue=2)
+    story = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 120, "temperature": 0}
+    generating = asyncio.create_task(host.client.post("/v1/completions", json=story))
+    while host.service.metrics()[0].slots_busy == 0:
+        await asyncio.sleep(0.01)
+    refused = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": TEXTS})
+    assert refused.status_code == 429 and refused.headers["retry-after"], refused.text
+    assert host.service.queues()[0].depth == 0  # all admitted, or none
+    one = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": TEXTS[0]})
+    assert one.status_code == 200 and len(one.json()["data"][0]["embedding"]) == 640
+    done = await generating
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 120
