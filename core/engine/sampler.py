@@ -16,8 +16,9 @@ Both give the same tokens at temperature 0, and each is reproducible with a fixe
 
 A JSON Schema (structured output) becomes a grammar, which always samples on the host, as
 llama-server does: the chain picks a token unconstrained, the grammar checks that one token,
-and only when it refuses does the grammar mask the whole vocabulary for a second pick. Most
-steps cost one check.
+and only when it refuses does the grammar mask the candidates for a second pick. Most steps
+cost one check. Where the chain keeps at most k tokens (greedy, top-k), both picks look at
+the best 1,024 tokens only, which gives the very token the whole vocabulary would.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class SamplerChain:
         self.top_k = params.top_k if params.temperature > 0 and 0 < params.top_k <= 256 else 0
         self.top_k = self.top_k if plain else 0
         self.grammar = None
+        # A grammar's picks look at the best _NARROW tokens only, where that is exact: a chain
+        # that keeps at most `narrow` tokens (greedy: 1, top-k: k) and no penalty that could
+        # lift one from below. 0: the whole vocabulary.
+        keeps = 1 if params.temperature <= 0.0 else params.top_k
+        self.narrow = keeps if 0 < keeps <= _NARROW and not params.uses_penalties else 0
         if params.json_schema is not None:
             gbnf = schema_grammar(params.json_schema)
             self.grammar = llama.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
@@ -125,25 +131,36 @@ class SamplerChain:
         logits = np.ctypeslib.as_array(
             llama.llama_get_logits_ith(ctx, batch_index), shape=(self.n_vocab,)
         )
-        token = self._pick(logits, constrain=False)
-        if not self._allowed(token):  # the grammar refuses it: pick again among what it allows
-            token = self._pick(logits, constrain=True)
+        ids = np.arange(self.n_vocab, dtype=np.int32)
+        if self.narrow and self.n_vocab > _NARROW:
+            ids = np.argpartition(logits, -_NARROW)[-_NARROW:].astype(np.int32)
+        token = self._pick(ids, logits, constrain=False, need=0)
+        if token is None or not self._allowed(token):  # refused: pick among what it allows
+            token = self._pick(ids, logits, constrain=True, need=self.narrow)
+            if token is None:  # too few allowed among the best: the whole vocabulary then
+                token = self._pick(np.arange(self.n_vocab, dtype=np.int32), logits,
+                                   constrain=True, need=0)  # fmt: skip
+        assert token is not None
         llama.llama_sampler_accept(self.grammar, token)
         llama.llama_sampler_accept(self.ptr, token)
         return token
 
-    def _pick(self, logits: np.ndarray, *, constrain: bool) -> int:
-        """The chain's choice over the whole vocabulary (masked by the grammar first, if
-        `constrain`), without accepting it."""
-        candidates = np.empty(self.n_vocab, dtype=_TOKEN_DATA)
-        candidates["id"] = np.arange(self.n_vocab, dtype=np.int32)
-        candidates["logit"] = logits
+    def _pick(
+        self, ids: np.ndarray, logits: np.ndarray, *, constrain: bool, need: int
+    ) -> int | None:
+        """The chain's choice among `ids` (masked by the grammar first, if `constrain`),
+        without accepting it; None if fewer than `need` of them are allowed."""
+        candidates = np.empty(len(ids), dtype=_TOKEN_DATA)
+        candidates["id"] = ids
+        candidates["logit"] = logits[ids]
         candidates["p"] = 0.0
         array = llama.llama_token_data_array(
-            candidates.ctypes.data_as(llama.llama_token_data_p), self.n_vocab, -1, False
+            candidates.ctypes.data_as(llama.llama_token_data_p), len(ids), -1, False
         )
         if constrain:
             llama.llama_sampler_apply(self.grammar, ctypes.byref(array))
+            if need and int(np.isfinite(candidates["logit"]).sum()) < need:
+                return None
         llama.llama_sampler_apply(self.ptr, ctypes.byref(array))
         return int(array.data[array.selected].id)
 
@@ -177,6 +194,7 @@ class SamplerChain:
 
 Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it)
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+_NARROW = 1024  # the best tokens a grammar's pick looks at first (see SamplerChain.narrow)
 _GROUPS_MIN_VOCAB = 8192  # below this a full pass is as cheap as the prefilter
 _GROUP_ROWS = 128  # tokens per group of the top-k prefilter
 _SUBGROUPS = 8  # runs per group that are read again only if they can hold a top-k token

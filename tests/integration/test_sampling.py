@@ -196,3 +196,22 @@ async def test_a_json_schema_job_shares_steps_with_free_ones(make_pool, backend:
     assert runs[0] == runs[1]
     jsonschema.validate(json.loads(runs[0][0]), schema)
     assert runs[0][1:] == free_alone
+
+
+@pytest.mark.parametrize("params", [GREEDY, SEEDED], ids=["greedy", "seeded"])
+async def test_a_grammar_picks_the_same_from_the_best_tokens_as_from_all(
+    make_pool, monkeypatch, params: SamplingParams
+) -> None:
+    """The grammar's picks look at the best 1,024 tokens only where a chain keeps at most
+    k of them; that must give the very tokens the whole vocabulary gives."""
+    import json
+
+    from infertui.core.engine import sampler
+
+    schema = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
+    shaped = params.model_copy(update={"json_schema": json.dumps(schema), "max_tokens": 40})
+    pool = await make_pool(parallel=1, deterministic=True)
+    narrow = (await pool.submit(prompt=PROMPTS[1], params=shaped).text())[0]
+    monkeypatch.setattr(sampler, "_NARROW", 10**9)  # every pick over the whole vocabulary
+    whole = (await pool.submit(prompt=PROMPTS[1], params=shaped).text())[0]
+    assert narrow == whole and narrow.startswith("{")
