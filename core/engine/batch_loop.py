@@ -27,10 +27,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import llama_cpp as llama
+import numpy as np
 
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Admitted, Finished, TokenText
+from ..protocol.events import Admitted, Finished, TokenLogprob, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
@@ -60,7 +61,8 @@ class _Slot:
 
     __slots__ = (
         "admitted_at", "admitted_step", "chain", "chunks", "first_token_at", "index",
-        "last_token", "n_past", "prefill_done_at", "prompt_pos", "request", "stops", "utf8",
+        "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos", "request", "stops",
+        "utf8",
     )  # fmt: skip
 
     def __init__(
@@ -75,6 +77,7 @@ class _Slot:
         self.last_token = -1
         self.chunks = 0
         self.utf8 = Utf8Stream()
+        self.logprobs: list[TokenLogprob] = []  # of tokens whose text is not out yet
         self.stops = StopMatcher(request.params.stop)
         self.admitted_at = time.perf_counter()
         self.prefill_done_at: float | None = None
@@ -324,8 +327,9 @@ class BatchLoop:
 
     def _place(self, free: list[int], params: SamplingParams) -> tuple[int, SamplerChain]:
         """A free sequence and the chain that samples it: in the graph where it can run there
-        (a grammar cannot), else on the host."""
-        if self._graph is not None and params.json_schema is None:
+        (a grammar cannot, nor a job that wants logprobs: they come from the logits), else on
+        the host."""
+        if self._graph is not None and params.json_schema is None and params.logprobs is None:
             return self._graph.place(free, params)
         index = self._graph.place_on_host(free) if self._graph is not None else free[0]
         return index, SamplerChain(params, self._model.n_vocab, self._model.vocab)
@@ -431,7 +435,9 @@ class BatchLoop:
             rows, ranks = [rows[k] for k in live], live
         if rows:
             sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
-            for (slot, _), token in zip(rows, sampled, strict=True):
+            for (slot, i), token in zip(rows, sampled, strict=True):
+                if slot.request.params.logprobs is not None:
+                    slot.logprobs.append(self._logprob(i, token, slot.request.params.logprobs))
                 self._on_token(slot, token, events)
 
     def _prefill_alone(self, prefilling: Sequence[_Slot], events: Events) -> None:
@@ -499,8 +505,28 @@ class BatchLoop:
             self._text(slot, token, events)
 
     def _emit(self, slot: _Slot, text: str, events: Events) -> None:
-        events.append((slot.request, TokenText(text, slot.chunks, slot.request.tokens_out)))
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if slot.logprobs:
+            logprobs, slot.logprobs = tuple(slot.logprobs), []
+        event = TokenText(text, slot.chunks, slot.request.tokens_out, logprobs)
+        events.append((slot.request, event))
         slot.chunks += 1
+
+    def _logprob(self, row: int, token: int, alternatives: int) -> TokenLogprob:
+        """The token's log-probability under the model's own distribution at this row (a log
+        softmax over the logits), and the `alternatives` likeliest tokens with theirs."""
+        logits = np.ctypeslib.as_array(
+            llama.llama_get_logits_ith(self._ctx.ptr, row), shape=(self._model.n_vocab,)
+        )
+        peak = float(logits.max())
+        log_total = peak + float(np.log(np.exp(logits - peak).sum()))
+        top: tuple[tuple[bytes, float], ...] = ()
+        if alternatives:
+            best = np.argpartition(logits, -alternatives)[-alternatives:]
+            best = best[np.argsort(-logits[best])]
+            piece = self._model.piece
+            top = tuple((piece(int(t)), float(logits[t]) - log_total) for t in best)
+        return TokenLogprob(self._model.piece(token), float(logits[token]) - log_total, top)
 
     def _finish(
         self,

@@ -60,6 +60,9 @@ class SamplingParams(BaseModel):
     )
     max_tokens: int | None = Field(None, ge=1, description="None: until the context is full")
     ignore_eos: bool = Field(False, description="keep going past end-of-generation (benchmarks)")
+    logprobs: int | None = Field(
+        None, ge=0, le=20, description="each token's log-probability and this many alternatives"
+    )
     json_schema: str | None = Field(
         None, max_length=MAX_SCHEMA_CHARS, description="only JSON that validates comes out"
     )

@@ -21,12 +21,24 @@ class Admitted:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's log-probability under the model (before sampling shapes it), and
+    the likeliest tokens at that place with theirs, best first."""
+
+    token: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TokenText:
-    """New text for the job. `index` counts emitted chunks; `n_tokens` the tokens so far."""
+    """New text for the job. `index` counts emitted chunks; `n_tokens` the tokens so far;
+    `logprobs` the tokens behind the text, for a job that asked for them."""
 
     text: str
     index: int
     n_tokens: int
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

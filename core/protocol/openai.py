@@ -10,12 +10,14 @@ than refused, as OpenAI does. `response_format` constrains the output with a gra
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from .common import MAX_PATH, MAX_PROMPTS, Messages, SamplingParams, Stop, Stops
 from .errors import InferError
+from .events import TokenLogprob
 from .snapshots import EngineParameters, EngineState, FinishReason
 from .structured import JSON_OBJECT, checked_schema
 
@@ -82,12 +84,24 @@ class _Sampling(BaseModel):
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         schema = self.response_format.schema_text if self.response_format else None
-        return SamplingParams.of(self, max_tokens=max_tokens, json_schema=schema)
+        return SamplingParams.of(
+            self, max_tokens=max_tokens, json_schema=schema, logprobs=self.alternatives()
+        )
+
+    def alternatives(self) -> int | None:
+        """Top alternatives per token when logprobs are asked for; None when they are not."""
+        return None
 
 
 class ChatCompletionRequest(_Sampling):
     messages: Messages
     max_tokens: int = Field(128, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def alternatives(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
     max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
 
@@ -129,6 +143,10 @@ class CompletionRequest(_Sampling):
         description=f"one prompt, or up to {MAX_PROMPTS} (one choice each)"
     )
     max_tokens: int = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=5, description="alternatives per token")
+
+    def alternatives(self) -> int | None:
+        return self.logprobs
 
     @property
     def prompts(self) -> list[str]:
@@ -189,10 +207,62 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob]
+
+    @classmethod
+    def of(cls, entries: Sequence[TokenLogprob]) -> ChatLogprobs:
+        return cls(
+            content=[
+                ChatTokenLogprob(
+                    **_token(e.token, e.logprob),
+                    top_logprobs=[TopLogprob(**_token(t, lp)) for t, lp in e.top],
+                )
+                for e in entries
+            ]
+        )
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]] | None
+    text_offset: list[int]
+
+    @classmethod
+    def of(cls, entries: Sequence[TokenLogprob], offset: int = 0) -> CompletionLogprobs:
+        tokens = [e.token.decode("utf-8", "replace") for e in entries]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        return cls(
+            tokens=tokens,
+            token_logprobs=[e.logprob for e in entries],
+            top_logprobs=[{t.decode("utf-8", "replace"): lp for t, lp in e.top} for e in entries],
+            text_offset=offsets,
+        )
+
+
+def _token(raw: bytes, logprob: float) -> dict[str, Any]:
+    return {"token": raw.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(raw)}
+
+
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: OpenAIFinish
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -214,6 +284,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: Delta
     finish_reason: OpenAIFinish = None
+    logprobs: ChatLogprobs | None = None
 
 
 class ChatCompletionChunk(BaseModel):
@@ -230,6 +301,7 @@ class CompletionChoice(BaseModel):
     index: int
     text: str
     finish_reason: OpenAIFinish | Literal[""]
+    logprobs: CompletionLogprobs | None = None
 
 
 class TextCompletion(BaseModel):

@@ -24,7 +24,7 @@ from typing import Required, TypedDict
 
 from ..engine import Engine, GenerationRequest
 from ..protocol.common import ChatMessage, SamplingParams
-from ..protocol.events import Admitted, Finished, JobEvent, TokenText
+from ..protocol.events import Admitted, Finished, JobEvent, TokenLogprob, TokenText
 from ..protocol.snapshots import TimingStats
 
 log = logging.getLogger(__name__)
@@ -55,18 +55,21 @@ def new_job_id() -> str:
 class _TextRun:
     """Consecutive TokenText events a consumer has not taken yet, merged into one."""
 
-    __slots__ = ("_first", "_last", "_parts")
+    __slots__ = ("_events", "_first", "_last", "_parts")
 
     def __init__(self, first: TokenText, second: TokenText) -> None:
         self._first, self._last = first, second
         self._parts = [first.text, second.text]
+        self._events = [first, second]  # for their logprobs, where a job asked for them
 
     def add(self, event: TokenText) -> None:
         self._parts.append(event.text)
+        self._events.append(event)
         self._last = event
 
     def event(self) -> TokenText:
-        return TokenText("".join(self._parts), self._first.index, self._last.n_tokens)
+        logprobs = tuple(lp for e in self._events for lp in e.logprobs)
+        return TokenText("".join(self._parts), self._first.index, self._last.n_tokens, logprobs)
 
 
 class JobState(StrEnum):
@@ -100,6 +103,7 @@ class Job:
         self.slot: int | None = None
         self.correlation_id: str | None = None
         self.tokens_published = 0  # TokenText events handed to the consumer
+        self.logprobs: list[TokenLogprob] = []  # what text() read, where the job asked for them
         self.first_token_at: float | None = None  # perf_counter, as the event loop saw it
         self.text_tail = ""  # the last TEXT_TAIL characters, for the host's live view
         self._pending: deque[JobEvent | _TextRun] = deque()
@@ -154,6 +158,7 @@ class Job:
         async for event in self.events():
             if isinstance(event, TokenText):
                 parts.append(event.text)
+                self.logprobs.extend(event.logprobs)
             elif isinstance(event, Finished):
                 return "".join(parts), event
         raise RuntimeError(f"job {self.id} ended without a Finished event")

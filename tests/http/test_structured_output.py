@@ -167,3 +167,43 @@ async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
             by_choice[choice.index] += choice.delta.content or ""
     assert by_choice[0] and by_choice[0] == by_choice[1]  # greedy: the same words twice
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
+
+
+async def test_chat_logprobs_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
+    """Issue 14 §3: each token's log-probability under the model, with the likeliest ones;
+    greedy picks the likeliest, so it heads its own list."""
+    reply = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = reply.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and len(content) == 8
+    assert (
+        b"".join(bytes(t.bytes or []) for t in content).decode() == reply.choices[0].message.content
+    )
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3
+        assert entry.top_logprobs[0].token == entry.token
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
+        assert [t.logprob for t in entry.top_logprobs] == sorted(
+            (t.logprob for t in entry.top_logprobs), reverse=True
+        )
+    plain = await sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2)
+    assert plain.choices[0].logprobs is None
+    stream = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=8, temperature=0, logprobs=True, stream=True
+    )
+    streamed = [t async for c in stream if c.choices and c.choices[0].logprobs
+                for t in c.choices[0].logprobs.content or []]  # fmt: skip
+    assert [t.token for t in streamed] == [t.token for t in content]
+
+
+async def test_completion_logprobs(sdk: openai.AsyncOpenAI) -> None:
+    reply = await sdk.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0, logprobs=2
+    )
+    logprobs = reply.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens and len(logprobs.tokens) == 5
+    assert "".join(logprobs.tokens) == reply.choices[0].text
+    assert all(lp <= 0 for lp in logprobs.token_logprobs or [])
+    assert logprobs.text_offset == sorted(logprobs.text_offset or [])
+    assert all(1 <= len(top) <= 2 for top in logprobs.top_logprobs or [])

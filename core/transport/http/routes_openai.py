@@ -19,8 +19,10 @@ from ...protocol.openai import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
+    ChatLogprobs,
     ChunkChoice,
     CompletionChoice,
+    CompletionLogprobs,
     CompletionRequest,
     Delta,
     EmbeddingData,
@@ -93,8 +95,9 @@ async def chat_completions(
                 index=i,
                 message=AssistantMessage(content=text),
                 finish_reason=openai_finish(final.finish_reason),
+                logprobs=ChatLogprobs.of(job.logprobs) if body.logprobs else None,
             )
-            for i, (text, final) in enumerate(results)
+            for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True))
         ],
         usage=usage_of(jobs),
     )
@@ -117,7 +120,12 @@ async def chat_chunks(
         yield json_line(chunk(i, Delta(role="assistant", content="")))
     async for index, event in merged(jobs):
         if isinstance(event, TokenText):
-            yield tokens[index].render(event.text)
+            if event.logprobs:  # rare enough to build the whole chunk
+                with_logprobs = chunk(index, Delta(content=event.text))
+                with_logprobs.choices[0].logprobs = ChatLogprobs.of(event.logprobs)
+                yield json_line(with_logprobs)
+            else:
+                yield tokens[index].render(event.text)
         elif isinstance(event, Finished):
             if event.error is not None:
                 yield error_envelope(event.error).model_dump_json()
@@ -154,8 +162,13 @@ async def completions(
         created=created,
         model=model,
         choices=[
-            CompletionChoice(index=i, text=text, finish_reason=openai_finish(final.finish_reason))
-            for i, (text, final) in enumerate(results)
+            CompletionChoice(
+                index=i,
+                text=text,
+                finish_reason=openai_finish(final.finish_reason),
+                logprobs=CompletionLogprobs.of(job.logprobs) if body.logprobs is not None else None,
+            )
+            for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True))
         ],
         usage=usage_of(jobs),
     )
@@ -169,11 +182,19 @@ async def completion_chunks(
         return TextCompletion(id=cid, created=created, model=model, choices=[choice])
 
     tokens = [Template(chunk(i, HOLE, "")) for i in range(len(jobs))]
+    offsets = [0] * len(jobs)
     for i in range(len(jobs)):
         yield json_line(chunk(i, "", ""))
     async for index, event in merged(jobs):
         if isinstance(event, TokenText):
-            yield tokens[index].render(event.text)
+            if event.logprobs:
+                with_logprobs = chunk(index, event.text, "")
+                logprobs = CompletionLogprobs.of(event.logprobs, offsets[index])
+                with_logprobs.choices[0].logprobs = logprobs
+                yield json_line(with_logprobs)
+            else:
+                yield tokens[index].render(event.text)
+            offsets[index] += len(event.text)
         elif isinstance(event, Finished):
             if event.error is not None:
                 yield error_envelope(event.error).model_dump_json()
