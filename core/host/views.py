@@ -15,6 +15,7 @@ from ..protocol.snapshots import (
     Performance,
     PoolState,
 )
+from ..protocol.tools import GENERIC_FORMAT
 from ..scheduler import Pool
 
 _ENGINE_STATE = {
@@ -50,7 +51,9 @@ def engine_status(pool: Pool) -> EngineStatus:
             total_requests=pool.total_requests,
         ),
         pool_state=pool.state,
-        chat_format=engine.chat_format.description if engine else None,
+        chat_format=f"{engine.chat_format.description}; tools: {GENERIC_FORMAT}"
+        if engine
+        else None,
         model_description=engine.model.description if engine else None,
         gpu_offload=pool.gpu_offload,
         error=pool.error,
@@ -111,3 +114,8 @@ def live_jobs(pool: Pool) -> list[LiveJob]:
         )
         for job in pool.jobs()
     ]
+
+
+def _with_tools(prompt_format: str) -> str:
+    """The prompt format, and the tool-call format the model is told (protocol/tools.py)."""
+    return f"{prompt_format}; tools: {GENERIC_FORMAT}"

@@ -15,13 +15,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from .common import MAX_PATH, MAX_PROMPTS, Messages, SamplingParams, Stop, Stops
+from .common import MAX_PATH, MAX_PROMPTS, ChatMessage, Messages, SamplingParams, Stop, Stops
 from .errors import InferError
 from .events import TokenLogprob
 from .snapshots import EngineParameters, EngineState, FinishReason
 from .structured import JSON_OBJECT, checked_schema
+from .tools import (
+    MAX_TOOLS,
+    NamedChoice,
+    Tool,
+    ToolChoice,
+    forcing_schema,
+    plain_turns,
+    system_turn,
+)
 
-OpenAIFinish = Literal["stop", "length"] | None
+OpenAIFinish = Literal["stop", "length", "tool_calls"] | None
 MAX_CHOICES = 16  # n: choices in one chat completion
 
 
@@ -96,27 +105,74 @@ class _Sampling(BaseModel):
 class ChatCompletionRequest(_Sampling):
     messages: Messages
     max_tokens: int = Field(128, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
+    n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     def alternatives(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
-
-    max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
-    n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
 
     @property
     def token_budget(self) -> int:
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def offered(self) -> list[Tool]:
+        """The tools the model may call in this reply (none with tool_choice "none")."""
+        if not self.tools or self.tool_choice == "none":
+            return []
+        if isinstance(self.tool_choice, NamedChoice):
+            return [t for t in self.tools if t.function.name == self.tool_choice.name]
+        return self.tools
+
+    @property
+    def forced(self) -> bool:
+        """A call must come: "required", or a named tool."""
+        return bool(self.offered) and (
+            self.tool_choice == "required" or isinstance(self.tool_choice, NamedChoice)
+        )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> ChatCompletionRequest:
+        if isinstance(self.tool_choice, NamedChoice) and not self.offered:
+            raise ValueError(f"tool_choice names '{self.tool_choice.name}', not in tools")
+        if self.forced and self.response_format and self.response_format.schema_text:
+            raise ValueError("a forced tool call and response_format cannot both shape the reply")
+        return self
+
+    def sampling(self, max_tokens: int) -> SamplingParams:
+        params = super().sampling(max_tokens)
+        if self.forced:
+            several = self.parallel_tool_calls and self.tool_choice == "required"
+            schema = forcing_schema(self.offered, parallel=several)  # a named tool: one call
+            params = params.model_copy(update={"json_schema": schema})
+        return params
+
+    @property
+    def turns(self) -> list[ChatMessage]:
+        """The conversation for the template: the tools described first, where offered."""
+        if not self.offered:
+            return list(self.messages)
+        about = system_turn(self.offered)
+        first = self.messages[0]
+        if first.role == "system":
+            merged = ChatMessage(role="system", content=f"{first.content}\n\n{about}")
+            return [merged, *self.messages[1:]]
+        return [ChatMessage(role="system", content=about), *self.messages]
+
     @field_validator("messages", mode="before")
     @classmethod
     def _join_parts(cls, messages: object) -> object:
         """Content given as a list of parts becomes one text: text parts joined by newlines.
-        A part of another kind (an image, audio, a file) is refused by name."""
+        A part of another kind (an image, audio, a file) is refused by name. Tool calls and
+        results become plain turns (tools.py)."""
         if not isinstance(messages, list):
             return messages
-        return [_joined(m) if isinstance(m, dict) else m for m in messages]
+        return plain_turns([_joined(m) if isinstance(m, dict) else m for m in messages])
 
 
 def _joined(message: dict[str, Any]) -> dict[str, Any]:
@@ -202,9 +258,22 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class FunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    index: int | None = None  # in streamed deltas
+    id: str | None = None
+    type: Literal["function"] | None = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class TopLogprob(BaseModel):
@@ -278,6 +347,7 @@ class ChatCompletion(BaseModel):
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChunkChoice(BaseModel):

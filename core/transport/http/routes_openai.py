@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,13 +31,16 @@ from ...protocol.openai import (
     EmbeddingRequest,
     EmbeddingUsage,
     ErrorEnvelope,
+    FunctionCall,
     ModelCard,
     ModelList,
     TextCompletion,
+    ToolCallOut,
     Usage,
     error_envelope,
     openai_finish,
 )
+from ...protocol.tools import may_be_a_call, parse_calls
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit_all
 from .families import documented_errors
@@ -77,34 +81,59 @@ async def chat_completions(
         )
         for i in range(1, body.n)
     ]
+    turns = body.turns
     jobs = await submit_all(
-        request, [dict(model=body.model, messages=body.messages, params=p) for p in variants], "n"
+        request, [dict(model=body.model, messages=turns, params=p) for p in variants], "n"
     )
     model, created = jobs[0].pool_id, int(time.time())
+    tools = ToolUse({t.function.name for t in body.offered}, body.forced)
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return sse_response(chat_chunks(jobs, model, created, include_usage))
+        return sse_response(chat_chunks(jobs, model, created, include_usage, tools))
     results = await collect(request, *jobs)
+    choices = []
+    for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True)):
+        calls = tools.calls(text)
+        choices.append(
+            ChatChoice(
+                index=i,
+                message=AssistantMessage(content=None if calls else text, tool_calls=calls or None),
+                finish_reason="tool_calls" if calls else openai_finish(final.finish_reason),
+                logprobs=ChatLogprobs.of(job.logprobs) if body.logprobs else None,
+            )
+        )
     return ChatCompletion(
         id=f"chatcmpl-{jobs[0].id}",
         created=created,
         model=model,
         system_fingerprint=FINGERPRINT,
-        choices=[
-            ChatChoice(
-                index=i,
-                message=AssistantMessage(content=text),
-                finish_reason=openai_finish(final.finish_reason),
-                logprobs=ChatLogprobs.of(job.logprobs) if body.logprobs else None,
-            )
-            for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True))
-        ],
+        choices=choices,
         usage=usage_of(jobs),
     )
 
 
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools a reply may call (none: plain text), and whether it must."""
+
+    names: set[str]
+    forced: bool
+
+    def calls(self, text: str) -> list[ToolCallOut]:
+        if not self.names:
+            return []
+        return [
+            ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+            for c in (call.with_id() for call in parse_calls(text, self.names))
+        ]
+
+    def holds(self, text: str) -> bool:
+        """Whether a stream keeps this reply's text back: it may yet be a call."""
+        return bool(self.names) and (self.forced or may_be_a_call(text))
+
+
 async def chat_chunks(
-    jobs: list[Job], model: str, created: int, include_usage: bool
+    jobs: list[Job], model: str, created: int, include_usage: bool, tools: ToolUse
 ) -> AsyncIterator[str]:
     def chunk(index: int, delta: Delta, finish: Any = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(
@@ -116,10 +145,35 @@ async def chat_chunks(
         )
 
     tokens = [Template(chunk(i, Delta(content=HOLE))) for i in range(len(jobs))]
+    held: list[list[str] | None] = [[] if tools.names else None for _ in jobs]
     for i in range(len(jobs)):
         yield json_line(chunk(i, Delta(role="assistant", content="")))
     async for index, event in merged(jobs):
-        if isinstance(event, TokenText):
+        if isinstance(event, TokenText) and (kept := held[index]) is not None:
+            kept.append(event.text)  # a reply that may be a tool call waits to be read whole
+            if not tools.holds("".join(kept)):
+                held[index] = None
+                yield tokens[index].render("".join(kept))
+        elif isinstance(event, Finished) and (kept := held[index]) is not None and not event.error:
+            text = "".join(kept)
+            calls = tools.calls(text)
+            for k, call in enumerate(calls):  # the name first, then the arguments
+                head = call.model_copy(
+                    update={
+                        "index": k,
+                        "function": FunctionCall(name=call.function.name, arguments=""),
+                    }
+                )
+                yield json_line(chunk(index, Delta(tool_calls=[head])))
+                tail = ToolCallOut(
+                    index=k, type=None, function=FunctionCall(arguments=call.function.arguments)
+                )
+                yield json_line(chunk(index, Delta(tool_calls=[tail])))
+            if not calls and text:
+                yield tokens[index].render(text)
+            finish = "tool_calls" if calls else openai_finish(event.finish_reason)
+            yield json_line(chunk(index, Delta(content=""), finish))
+        elif isinstance(event, TokenText):
             if event.logprobs:  # rare enough to build the whole chunk
                 with_logprobs = chunk(index, Delta(content=event.text))
                 with_logprobs.choices[0].logprobs = ChatLogprobs.of(event.logprobs)

@@ -1,0 +1,206 @@
+"""Tools (function calling) for the OpenAI dialect: the request's tools, the call format the
+model is told, the grammar that forces a call, and reading calls back out of a reply.
+
+The call format in use is the generic JSON one: the tools and the format are described in a
+system turn, and a call is the reply `{"tool_calls": [{"name": ..., "arguments": {...}}]}`.
+`tool_choice: "required"` or a named tool constrains the reply to exactly that JSON with a
+grammar (structured.py), so even a weak model returns a well-formed call of an offered tool.
+Replies are also read in the formats models are trained on: Hermes/Qwen `<tool_call>`, Llama
+3.x JSON (`parameters`, optionally after `<|python_tag|>`) and Mistral `[TOOL_CALLS]`.
+Earlier calls and `tool` results in the history go back to the model as plain turns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .structured import checked_schema
+
+MAX_TOOLS = 128
+GENERIC_FORMAT = "generic JSON tool calls"
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = Field("", max_length=4096)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+    @field_validator("parameters")
+    @classmethod
+    def _enforceable(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        checked_schema(parameters)  # a keyword the grammar cannot enforce is a 400 here
+        return parameters
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class NamedChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return self.function.get("name", "")
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedChoice
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+    id: str = ""
+
+    def with_id(self) -> ToolCall:
+        return ToolCall(self.name, self.arguments, self.id or f"call_{secrets.token_hex(8)}")
+
+
+def system_turn(tools: list[Tool]) -> str:
+    """What the model is told about the tools and how to call them."""
+    lines = [
+        "You can call these tools. To call one or more, reply with only this JSON and "
+        'nothing else: {"tool_calls": [{"name": "<tool name>", "arguments": {<arguments>}}]}',
+        "Otherwise, answer normally.",
+        "",
+        "Tools:",
+    ]
+    for tool in tools:
+        spec = tool.function
+        schema = json.dumps(spec.parameters, separators=(",", ":"))
+        lines.append(f"- {spec.name}: {spec.description or '(no description)'} Arguments: {schema}")
+    return "\n".join(lines)
+
+
+def forcing_schema(tools: list[Tool], *, parallel: bool) -> str:
+    """The JSON Schema of a reply that is a well-formed call of one of `tools` (of several
+    calls, if `parallel`): the grammar built from it admits nothing else."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": tool.function.name},
+                "arguments": tool.function.parameters or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
+    items = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    array: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
+    if not parallel:
+        array["maxItems"] = 1
+    schema = {
+        "type": "object",
+        "properties": {"tool_calls": array},
+        "required": ["tool_calls"],
+        "additionalProperties": False,
+    }
+    return checked_schema(schema)
+
+
+# ---- reading calls out of a reply -------------------------------------------------------------
+
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_PREFIXES = ("{", "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
+
+
+def may_be_a_call(text: str) -> bool:
+    """Whether a reply that starts so could still turn out to be a tool call (a stream holds
+    such text back until it knows)."""
+    head = text.lstrip()
+    return any(p.startswith(head) or head.startswith(p) for p in _PREFIXES)
+
+
+def parse_calls(text: str, names: set[str]) -> list[ToolCall]:
+    """The calls of offered tools in a reply, in any of the formats above; [] if it is not a
+    call (text that only looks like one stays text)."""
+    body = text.strip()
+    found: list[ToolCall] = []
+    if "<tool_call>" in body:  # Hermes, Qwen 2.5/3
+        for block in _HERMES.findall(body):
+            found.extend(_calls(_json(block)))
+    elif body.startswith("[TOOL_CALLS]"):  # Mistral
+        found = list(_calls(_json(body.removeprefix("[TOOL_CALLS]").strip())))
+    else:  # generic {"tool_calls": [...]}, or Llama 3.x {"name": ..., "parameters": ...}
+        body = body.removeprefix("<|python_tag|>").strip()
+        for part in body.split(";") if body.startswith("{") and ";" in body else [body]:
+            found.extend(_calls(_json(part)))
+    return found if found and all(call.name in names for call in found) else []
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _calls(value: Any) -> Iterator[ToolCall]:
+    if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
+        value = value["tool_calls"]
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict):
+            continue
+        item = item.get("function", item)  # OpenAI's own shape, echoed back by some models
+        name = item.get("name")
+        arguments = item.get("arguments", item.get("parameters", {}))
+        if isinstance(name, str) and isinstance(arguments, dict | str):
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            yield ToolCall(name, text)
+
+
+# ---- the history, for the model -------------------------------------------------------------
+
+
+def plain_turns(messages: list[Any]) -> list[Any]:
+    """OpenAI messages with tool calls and results as the turns a chat template takes:
+    an assistant's calls as the JSON it would write, a `tool` result as a user turn naming
+    the tool (results in a row share one turn), `developer` as `system`."""
+    names: dict[str, str] = {}
+    out: list[Any] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            out.append(message)
+            continue
+        role = message.get("role")
+        if role == "developer":
+            out.append({**message, "role": "system"})
+        elif role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function", {}) if isinstance(call, dict) else {}
+                names[str(call.get("id", ""))] = str(function.get("name", ""))
+                arguments = _json(function.get("arguments", "{}"))
+                calls.append({"name": function.get("name"), "arguments": arguments or {}})
+            said = message.get("content") or ""
+            written = json.dumps({"tool_calls": calls})
+            out.append({"role": "assistant", "content": f"{said}\n{written}".strip()})
+        elif role == "tool":
+            name = message.get("name") or names.get(str(message.get("tool_call_id")), "a tool")
+            result = f"Result of {name}: {message.get('content') or ''}"
+            if out and isinstance(out[-1], dict) and out[-1].get("tool_result"):
+                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n{result}"}
+            else:
+                out.append({"role": "user", "content": result, "tool_result": True})
+        elif role == "assistant" and message.get("content") is None:
+            out.append({**message, "content": ""})
+        else:
+            out.append(message)
+    return [{k: v for k, v in m.items() if k != "tool_result"} if isinstance(m, dict) else m
+            for m in out]  # fmt: skip

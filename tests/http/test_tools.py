@@ -1,0 +1,129 @@
+"""Issue 14 §2 with the official openai SDK against the real server (bundled model): a forced
+call (`required`, a named tool) is a well-formed call of an offered tool even from a weak base
+model, whole and streamed; a tool round trip; `none`; parameters a grammar cannot enforce."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import jsonschema
+import openai
+import pytest
+
+from .conftest import MODEL, Host
+
+pytestmark = pytest.mark.model
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TIME = {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}},
+        "required": ["zone"], "additionalProperties": False}  # fmt: skip
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather now.",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "description": "The time in a zone.",
+                                      "parameters": TIME}},
+]  # fmt: skip
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
+
+
+@pytest.fixture
+async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
+    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
+    yield client
+    await client.close()
+
+
+@pytest.mark.parametrize("choice", ["required", "get_time"])
+async def test_a_forced_call_is_a_valid_call_of_an_offered_tool(
+    sdk: openai.AsyncOpenAI, choice: str
+) -> None:
+    tool_choice = (
+        choice if choice == "required" else {"type": "function", "function": {"name": choice}}
+    )
+    reply = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice=tool_choice,  # type: ignore[arg-type]
+        max_tokens=120, temperature=0.7, seed=5,
+    )  # fmt: skip
+    choice0 = reply.choices[0]
+    assert choice0.finish_reason == "tool_calls" and choice0.message.content is None
+    calls = choice0.message.tool_calls or []
+    assert calls and all(c.id.startswith("call_") and c.type == "function" for c in calls)
+    for call in calls:
+        assert call.function.name in SCHEMAS
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+    if choice != "required":
+        assert [c.function.name for c in calls] == [choice]
+
+
+async def test_a_streamed_forced_call_arrives_as_deltas(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",  # type: ignore[arg-type]
+        max_tokens=120, temperature=0, stream=True, parallel_tool_calls=False,
+    )  # fmt: skip
+    names: dict[int, str] = {}
+    arguments: dict[int, str] = {}
+    finish = None
+    async for chunk in stream:
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                if delta.function and delta.function.name:
+                    names[delta.index] = delta.function.name
+                arguments[delta.index] = arguments.get(delta.index, "") + (
+                    delta.function.arguments or "" if delta.function else ""
+                )
+            finish = choice.finish_reason or finish
+    assert finish == "tool_calls" and list(names) == [0]  # parallel_tool_calls false: one
+    jsonschema.validate(json.loads(arguments[0]), SCHEMAS[names[0]])
+
+
+async def test_a_tool_round_trip(sdk: openai.AsyncOpenAI) -> None:
+    """The call goes back with its result; the model answers from it (the request is accepted
+    and the host hears both turns)."""
+    first = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=80, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )  # fmt: skip
+    call = (first.choices[0].message.tool_calls or [])[0]
+    follow = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"},
+    ]
+    answer = await sdk.chat.completions.create(
+        model=MODEL,
+        messages=follow,
+        tools=TOOLS,
+        max_tokens=12,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert answer.choices[0].message.content or answer.choices[0].message.tool_calls
+    assert answer.usage is not None and first.usage is not None
+    assert answer.usage.prompt_tokens > first.usage.prompt_tokens  # the call and its result went in
+
+
+async def test_tool_choice_none_is_plain_text_and_bad_parameters_are_named(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    plain = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice="none", max_tokens=6, temperature=0
+    )  # type: ignore[arg-type]
+    assert plain.choices[0].message.tool_calls is None and plain.choices[0].message.content
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}]  # fmt: skip
+    with pytest.raises(openai.BadRequestError, match="'minimum'"):
+        await sdk.chat.completions.create(model=MODEL, messages=ASK, tools=bad, max_tokens=4)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError, match="not in tools"):
+        await sdk.chat.completions.create(
+            model=MODEL, messages=ASK, tools=TOOLS, max_tokens=4,  # type: ignore[arg-type]
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )  # fmt: skip

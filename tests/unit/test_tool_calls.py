@@ -1,0 +1,77 @@
+"""Issue 14 §2: reading tool calls out of replies, in the formats models are trained on, from
+recorded outputs; and the history of calls and results as plain turns."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infertui.core.protocol.tools import may_be_a_call, parse_calls, plain_turns
+
+NAMES = {"get_weather", "get_time"}
+WEATHER = {"city": "Paris", "unit": "celsius"}
+
+RECORDED = {
+    "generic": '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris", '
+    '"unit": "celsius"}}]}',
+    # Qwen 2.5 / Hermes 2 Pro, two calls
+    "hermes": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", '
+    '"unit": "celsius"}}\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": '
+    '{"zone": "CET"}}\n</tool_call>',
+    # Llama 3.1 / 3.2 JSON tool calling
+    "llama3": '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", '
+    '"unit": "celsius"}}',
+    # Mistral v3 / Nemo
+    "mistral": '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris", '
+    '"unit": "celsius"}}]',
+}
+
+
+@pytest.mark.parametrize("form", sorted(RECORDED))
+def test_calls_are_read_in_every_format(form: str) -> None:
+    calls = parse_calls(RECORDED[form], NAMES)
+    assert calls and calls[0].name == "get_weather"
+    assert json.loads(calls[0].arguments) == WEATHER
+    if form == "hermes":
+        assert [c.name for c in calls] == ["get_weather", "get_time"]
+    assert all(c.with_id().id.startswith("call_") for c in calls)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The weather in Paris is mild.",
+        '{"tool_calls": [{"name": "launch_rockets", "arguments": {}}]}',  # not offered
+        '{"city": "Paris"}',  # JSON, but no call
+        "<tool_call>\n{broken json\n</tool_call>",
+    ],
+)
+def test_text_that_is_not_a_call_of_an_offered_tool_stays_text(text: str) -> None:
+    assert parse_calls(text, NAMES) == []
+
+
+def test_a_stream_holds_back_only_what_may_be_a_call() -> None:
+    assert may_be_a_call("") and may_be_a_call("  {") and may_be_a_call("<tool")
+    assert may_be_a_call("[TOOL_CALLS] [") and may_be_a_call("<|python_tag|>{")
+    assert not may_be_a_call("The") and not may_be_a_call("<b>")
+
+
+def test_calls_and_results_go_back_to_the_model_as_plain_turns() -> None:
+    history = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris, and the time?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": json.dumps(WEATHER)}},
+            {"id": "call_2", "type": "function",
+             "function": {"name": "get_time", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "14:05"},
+    ]  # fmt: skip
+    turns = plain_turns(history)
+    assert [t["role"] for t in turns] == ["system", "user", "assistant", "user"]
+    said = json.loads(turns[2]["content"])
+    assert said["tool_calls"][0] == {"name": "get_weather", "arguments": WEATHER}
+    assert turns[3]["content"] == "Result of get_weather: 18 C, sunny\nResult of get_time: 14:05"
