@@ -51,6 +51,9 @@ class EngineDefaults(BaseModel):
     extra_buffers: bool = Field(
         False, description="repacked CPU weight buffers (AMX etc.); off: they crash some sandboxes"
     )
+    chat_template: str | None = Field(
+        None, description="a Jinja chat template file, in place of the GGUF's own"
+    )
 
 
 class HttpSettings(BaseModel):

@@ -178,6 +178,12 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         "(slower under load)",
     )
     host.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="a Jinja chat template (as in a GGUF or a Hugging Face tokenizer_config) in place "
+        "of the model's own; it also decides the tool-call format",
+    )
+    host.add_argument(
         "--backend-sampling",
         choices=["auto", "on", "off"],
         help="sample inside the graph, on the device (default auto: when the model is on a GPU)",
@@ -277,6 +283,7 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 "batch": args.batch,
                 "deterministic": args.deterministic,
                 "backend_sampling": args.backend_sampling,
+                "chat_template": args.chat_template,
             },
         },
     }

@@ -1,8 +1,15 @@
 """Which prompt format a model gets, and rendering messages with it.
 
-Order of preference: the GGUF's own chat template (llama.cpp's built-in implementation when
-it recognises it, else the Jinja template itself); without one, the known turn format of the
-model's architecture. `ChatFormat.description` says which applied, for the engine status.
+Order of preference: a template given with --chat-template, then the GGUF's own (llama.cpp's
+built-in implementation when it recognises it, else the Jinja template itself); without one,
+the known turn format of the model's architecture. `ChatFormat.description` says which
+applied, for the engine status.
+
+Tools: a Jinja template that renders `tools` decides the tool-call format (Hermes/Qwen
+`<tool_call>`, Mistral `[TOOL_CALLS]`, Llama 3.x JSON), and a request with tools is rendered
+through it, in a sandboxed Jinja environment (llama-cpp-python's, as llama-server's --jinja
+does), with `tool` results and earlier calls as the template takes them. Any other template
+gets the generic JSON call format (protocol/tools.py), as plain turns.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
+from ..protocol.tools import GENERIC_FORMAT, HERMES, LLAMA3, MISTRAL
 from .native import LlamaModel
 
 # Architectures whose turn format is known when a GGUF carries no template.
@@ -42,6 +50,23 @@ class ChatFormat:
     template: str  # a built-in name ("gemma") or a Jinja template
     use_jinja: bool
     description: str
+    source: str | None = None  # the Jinja template, where there is one (even if built in)
+    tools: str = GENERIC_FORMAT  # the tool-call format the template renders
+
+    @property
+    def renders_tools(self) -> bool:
+        return self.source is not None and self.tools != GENERIC_FORMAT
+
+
+def tool_format(source: str | None) -> str:
+    """The tool-call format a Jinja template renders tools in; the generic one if it does not."""
+    if not source or "tools" not in source:
+        return GENERIC_FORMAT
+    for marker, name in (("<tool_call>", HERMES), ("[TOOL_CALLS]", MISTRAL),
+                         ("<|python_tag|>", LLAMA3), ("ipython", LLAMA3)):  # fmt: skip
+        if marker in source:
+            return name
+    return GENERIC_FORMAT
 
 
 def turn_stop_tokens(model: LlamaModel) -> frozenset[int]:
@@ -54,14 +79,16 @@ def turn_stop_tokens(model: LlamaModel) -> frozenset[int]:
     return frozenset(stops)
 
 
-def choose_format(model: LlamaModel) -> ChatFormat:
+def choose_format(model: LlamaModel, override: str | None = None) -> ChatFormat:
+    if override:
+        return ChatFormat(
+            override, True, "--chat-template (jinja)", override, tool_format(override)
+        )
     if model.chat_template:
-        if (
-            _render_builtin(model.chat_template, [ChatMessage(role="user", content="x")])
-            is not None
-        ):
-            return ChatFormat(model.chat_template, False, "gguf template (llama.cpp built-in)")
-        return ChatFormat(model.chat_template, True, "gguf template (jinja)")
+        source, tools = model.chat_template, tool_format(model.chat_template)
+        if _render_builtin(source, [ChatMessage(role="user", content="x")]) is not None:
+            return ChatFormat(source, False, "gguf template (llama.cpp built-in)", source, tools)
+        return ChatFormat(source, True, "gguf template (jinja)", source, tools)
     name = _BY_ARCHITECTURE.get(model.architecture, "chatml")
     why = (
         f"architecture {model.architecture}"
@@ -71,19 +98,26 @@ def choose_format(model: LlamaModel) -> ChatFormat:
     return ChatFormat(name, False, f"builtin {name} (no template in the GGUF; {why})")
 
 
-def render(model: LlamaModel, fmt: ChatFormat, messages: Sequence[ChatMessage]) -> str:
-    """The prompt text for a conversation, ending where the assistant's reply begins."""
+def render(
+    model: LlamaModel,
+    fmt: ChatFormat,
+    messages: Sequence[ChatMessage],
+    tools: Sequence[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt text for a conversation, ending where the assistant's reply begins; with
+    `tools`, through the template's own tool rendering (the format must render tools)."""
     if not messages:
         raise InferError(ErrorKind.INVALID_PARAMS, "messages must not be empty", param="messages")
-    if fmt.use_jinja:
+    if fmt.use_jinja or (tools and fmt.renders_tools):
         formatter = Jinja2ChatFormatter(
-            fmt.template,
+            fmt.source or fmt.template,
             eos_token=model.token_text(model.eos),
             bos_token=model.token_text(model.bos),
         )
         try:
-            dicts: Any = [m.model_dump() for m in messages]
-            return str(formatter(messages=dicts).prompt)
+            dicts: Any = [m.model_dump(exclude_none=True) for m in messages]
+            extra: Any = {"tools": list(tools)} if tools else {}
+            return str(formatter(messages=dicts, **extra).prompt)
         except Exception as exc:  # a template may raise for role orders it does not accept
             raise InferError(
                 ErrorKind.INVALID_PARAMS, f"the model's chat template rejected the messages: {exc}"

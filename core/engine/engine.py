@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
@@ -43,7 +44,7 @@ class Engine:
         self._ctx = ctx
         self._loop = loop
         self.n_gpu_layers = n_gpu
-        self.chat_format = chat_format.choose_format(model)
+        self.chat_format = chat_format.choose_format(model, spec.chat_template)
         self.chat_stop_tokens = chat_format.turn_stop_tokens(model)
         self.version = engine_version()
         self.options = options
@@ -125,8 +126,10 @@ class Engine:
     def n_parallel(self) -> int:
         return self._ctx.n_seq
 
-    def chat_prompt(self, messages: Sequence[ChatMessage]) -> list[int]:
-        text = chat_format.render(self.model, self.chat_format, messages)
+    def chat_prompt(
+        self, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
+        text = chat_format.render(self.model, self.chat_format, messages, tools)
         bos_text = self.model.token_text(self.model.bos)
         add_bos = self.model.add_bos and not text.startswith(bos_text)
         return self.model.tokenize(text, add_bos=add_bos, parse_special=True)

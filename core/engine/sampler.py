@@ -48,10 +48,10 @@ def chain_key(params: SamplingParams) -> tuple[object, ...]:
         if params.uses_penalties else None
     )  # fmt: skip
     if params.temperature <= 0.0:
-        return ("greedy", penalties, params.json_schema)
+        return ("greedy", penalties, params.json_schema, params.json_wrap)
     return (
         params.temperature, params.top_k, params.top_p, params.min_p, params.seed, penalties,
-        params.json_schema,
+        params.json_schema, params.json_wrap,
     )  # fmt: skip
 
 
@@ -75,7 +75,7 @@ class SamplerChain:
         keeps = 1 if params.temperature <= 0.0 else params.top_k
         self.narrow = keeps if 0 < keeps <= _NARROW and not params.uses_penalties else 0
         if params.json_schema is not None:
-            gbnf = schema_grammar(params.json_schema)
+            gbnf = schema_grammar(params.json_schema, params.json_wrap)
             self.grammar = llama.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
             if not self.grammar:
                 raise ValueError("llama.cpp cannot parse the schema's grammar")

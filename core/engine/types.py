@@ -38,6 +38,7 @@ class EngineSpec:
     deterministic: bool = False  # each prompt prefilled alone: batching never changes output
     backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
     overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
+    chat_template: str | None = None  # a Jinja template in place of the GGUF's (its text)
 
     @property
     def slots_requested(self) -> int:

@@ -31,6 +31,7 @@ from ..protocol.snapshots import (
     QueueSnapshot,
     SnapshotKind,
 )
+from ..protocol.tools import GENERIC_FORMAT
 from ..scheduler import Job, JobArgs, Pool
 from ..scheduler.metrics import Histogram
 from . import views
@@ -71,7 +72,20 @@ def engine_spec(
         extra_buffers=e.extra_buffers,
         deterministic=e.deterministic,
         backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
+        chat_template=read_template(e.chat_template),
     )
+
+
+def read_template(path: str | None) -> str | None:
+    """A --chat-template file's text; a missing or unreadable one is said in one sentence."""
+    if path is None:
+        return None
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS, f"cannot read the chat template {path}: {err}"
+        ) from None
 
 
 def model_roots(settings: HostSettings, started_with: Sequence[str]) -> list[Path]:
@@ -154,11 +168,20 @@ class HostService:
         size = len(prompt or "") + sum(len(message.content) for message in messages or ())
         executor = self._long_prompts if size > LONG_PROMPT_CHARS else None
         loop = asyncio.get_running_loop()
-        tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt)
+        tools = job.get("tools")
+        tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt, tools)
         if pool.engine is not engine:  # reloaded meanwhile: the new model tokenizes anew
-            tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt)
+            tokens = await loop.run_in_executor(
+                executor, pool.prompt_tokens, messages, prompt, tools
+            )
         job["prompt_tokens"] = tokens
         return pool.submit(**job)
+
+    def tool_format(self, model: str | None) -> str:
+        """The tool-call format of the engine `model` names (the default one for None): the
+        one its chat template renders, else the generic JSON one."""
+        engine = self._registry.resolve(model).engine
+        return engine.chat_format.tools if engine is not None else GENERIC_FORMAT
 
     def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
         if pool_id is None:

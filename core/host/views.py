@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..engine.chat_format import ChatFormat
 from ..protocol.orchestrator import PoolCapabilities, PoolHealth
 from ..protocol.snapshots import (
     EngineParameters,
@@ -15,7 +16,6 @@ from ..protocol.snapshots import (
     Performance,
     PoolState,
 )
-from ..protocol.tools import GENERIC_FORMAT
 from ..scheduler import Pool
 
 _ENGINE_STATE = {
@@ -51,9 +51,7 @@ def engine_status(pool: Pool) -> EngineStatus:
             total_requests=pool.total_requests,
         ),
         pool_state=pool.state,
-        chat_format=f"{engine.chat_format.description}; tools: {GENERIC_FORMAT}"
-        if engine
-        else None,
+        chat_format=_with_tools(engine.chat_format) if engine else None,
         model_description=engine.model.description if engine else None,
         gpu_offload=pool.gpu_offload,
         error=pool.error,
@@ -116,6 +114,6 @@ def live_jobs(pool: Pool) -> list[LiveJob]:
     ]
 
 
-def _with_tools(prompt_format: str) -> str:
-    """The prompt format, and the tool-call format the model is told (protocol/tools.py)."""
-    return f"{prompt_format}; tools: {GENERIC_FORMAT}"
+def _with_tools(fmt: ChatFormat) -> str:
+    """The prompt format, and the tool-call format the model is told."""
+    return f"{fmt.description}; tools: {fmt.tools}"

@@ -66,6 +66,9 @@ class SamplingParams(BaseModel):
     json_schema: str | None = Field(
         None, max_length=MAX_SCHEMA_CHARS, description="only JSON that validates comes out"
     )
+    json_wrap: tuple[str, str] | None = Field(
+        None, description="literal text before and after that JSON (a tool-call format's tags)"
+    )
 
     @classmethod
     def of(cls, request: BaseModel, **overrides: object) -> SamplingParams:

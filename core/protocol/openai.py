@@ -15,14 +15,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from .common import MAX_PATH, MAX_PROMPTS, ChatMessage, Messages, SamplingParams, Stop, Stops
+from .common import MAX_MESSAGES, MAX_PATH, MAX_PROMPTS, ChatMessage, SamplingParams, Stop, Stops
 from .errors import InferError
 from .events import TokenLogprob
 from .snapshots import EngineParameters, EngineState, FinishReason
 from .structured import JSON_OBJECT, checked_schema
 from .tools import (
+    GENERIC_FORMAT,
     MAX_TOOLS,
     NamedChoice,
+    RichMessage,
     Tool,
     ToolChoice,
     forcing_schema,
@@ -103,7 +105,7 @@ class _Sampling(BaseModel):
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: Messages
+    messages: Annotated[list[RichMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_tokens: int = Field(128, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
@@ -144,35 +146,47 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError("a forced tool call and response_format cannot both shape the reply")
         return self
 
-    def sampling(self, max_tokens: int) -> SamplingParams:
+    def sampling(self, max_tokens: int, tool_format: str = GENERIC_FORMAT) -> SamplingParams:
         params = super().sampling(max_tokens)
         if self.forced:
             several = self.parallel_tool_calls and self.tool_choice == "required"
-            schema = forcing_schema(self.offered, parallel=several)  # a named tool: one call
-            params = params.model_copy(update={"json_schema": schema})
+            schema, wrap = forcing_schema(self.offered, parallel=several, form=tool_format)
+            params = params.model_copy(update={"json_schema": schema, "json_wrap": wrap})
         return params
 
-    @property
-    def turns(self) -> list[ChatMessage]:
-        """The conversation for the template: the tools described first, where offered."""
+    def turns(self, tool_format: str = GENERIC_FORMAT) -> list[ChatMessage]:
+        """The conversation for the template. With tools offered in the generic format, they
+        are described first and earlier calls and results are plain turns; a template that
+        renders tools gets the turns as they are (and the tools beside them)."""
+        if self.offered and tool_format != GENERIC_FORMAT:
+            return [m.for_template() for m in self.messages]
+        dumped = [m.model_dump(exclude_none=True) for m in self.messages]
+        plain = [ChatMessage.model_validate(m) for m in plain_turns(dumped)]
         if not self.offered:
-            return list(self.messages)
+            return plain
         about = system_turn(self.offered)
-        first = self.messages[0]
-        if first.role == "system":
-            merged = ChatMessage(role="system", content=f"{first.content}\n\n{about}")
-            return [merged, *self.messages[1:]]
-        return [ChatMessage(role="system", content=about), *self.messages]
+        if plain[0].role == "system":
+            merged = ChatMessage(role="system", content=f"{plain[0].content}\n\n{about}")
+            return [merged, *plain[1:]]
+        return [ChatMessage(role="system", content=about), *plain]
 
     @field_validator("messages", mode="before")
     @classmethod
     def _join_parts(cls, messages: object) -> object:
         """Content given as a list of parts becomes one text: text parts joined by newlines.
-        A part of another kind (an image, audio, a file) is refused by name. Tool calls and
-        results become plain turns (tools.py)."""
+        A part of another kind (an image, audio, a file) is refused by name. `developer` is
+        `system`; an assistant turn of calls alone has empty content."""
         if not isinstance(messages, list):
             return messages
-        return plain_turns([_joined(m) if isinstance(m, dict) else m for m in messages])
+        return [_turn(_joined(m)) if isinstance(m, dict) else m for m in messages]
+
+
+def _turn(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("role") == "developer":
+        return {**message, "role": "system"}
+    if message.get("content") is None:
+        return {**message, "content": ""}
+    return message
 
 
 def _joined(message: dict[str, Any]) -> dict[str, Any]:

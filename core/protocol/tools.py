@@ -21,10 +21,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .common import ChatMessage
 from .structured import checked_schema
 
 MAX_TOOLS = 128
+# The tool-call formats, as the engine status names them.
 GENERIC_FORMAT = "generic JSON tool calls"
+HERMES = "hermes <tool_call>"
+MISTRAL = "mistral [TOOL_CALLS]"
+LLAMA3 = "llama 3.x JSON"
 
 
 class FunctionSpec(BaseModel):
@@ -86,32 +91,64 @@ def system_turn(tools: list[Tool]) -> str:
     return "\n".join(lines)
 
 
-def forcing_schema(tools: list[Tool], *, parallel: bool) -> str:
+def forcing_schema(
+    tools: list[Tool], *, parallel: bool, form: str = GENERIC_FORMAT
+) -> tuple[str, tuple[str, str] | None]:
     """The JSON Schema of a reply that is a well-formed call of one of `tools` (of several
-    calls, if `parallel`): the grammar built from it admits nothing else."""
+    calls, if `parallel` and the format has a list), in the call format `form`, with the
+    literal text around it: the grammar built from them admits nothing else."""
+    arguments = "parameters" if form == LLAMA3 else "arguments"
     calls = [
         {
             "type": "object",
             "properties": {
                 "name": {"const": tool.function.name},
-                "arguments": tool.function.parameters or {"type": "object"},
+                arguments: tool.function.parameters or {"type": "object"},
             },
-            "required": ["name", "arguments"],
+            "required": ["name", arguments],
             "additionalProperties": False,
         }
         for tool in tools
     ]
-    items = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    array: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
+    one = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    array: dict[str, Any] = {"type": "array", "items": one, "minItems": 1}
     if not parallel:
         array["maxItems"] = 1
+    if form == HERMES:
+        return checked_schema(one), ("<tool_call>\n", "\n</tool_call>")
+    if form == MISTRAL:
+        return checked_schema(array), ("[TOOL_CALLS]", "")
+    if form == LLAMA3:
+        return checked_schema(one), None
     schema = {
         "type": "object",
         "properties": {"tool_calls": array},
         "required": ["tool_calls"],
         "additionalProperties": False,
     }
-    return checked_schema(schema)
+    return checked_schema(schema), None
+
+
+class RichMessage(ChatMessage):
+    """A turn as a chat template that renders tools takes it: `tool` results, and an
+    assistant's calls with their arguments as objects (templates write them with tojson)."""
+
+    role: Literal["system", "user", "assistant", "tool"]  # type: ignore[assignment]
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def for_template(self) -> RichMessage:
+        if not self.tool_calls:
+            return self
+        calls = []
+        for call in self.tool_calls:
+            function = dict(call.get("function") or {})
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                function["arguments"] = _json(arguments) or {}
+            calls.append({**call, "function": function, **function})  # both shapes templates read
+        return self.model_copy(update={"tool_calls": calls})
 
 
 # ---- reading calls out of a reply -------------------------------------------------------------

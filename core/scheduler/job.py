@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from enum import StrEnum
-from typing import Required, TypedDict
+from typing import Any, Required, TypedDict
 
 from ..engine import Engine, GenerationRequest
 from ..protocol.common import ChatMessage, SamplingParams
@@ -45,6 +45,7 @@ class JobArgs(TypedDict, total=False):
     correlation_id: str | None
     prompt_tokens: list[int] | None  # the prompt tokenized already (off the event loop)
     embed: bool  # the prompt's embedding, not a completion of it
+    tools: Sequence[dict[str, Any]] | None  # rendered by the chat template (it renders tools)
 
 
 def new_job_id() -> str:

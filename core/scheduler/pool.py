@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Unpack
+from typing import Any, Unpack
 
 from ..engine import Engine, EngineEvent, EngineSpec, GenerationRequest
 from ..engine.embedder import MAX_INPUT_TOKENS
@@ -115,14 +115,17 @@ class Pool:
         return job
 
     def prompt_tokens(
-        self, messages: Sequence[ChatMessage] | None, prompt: str | None
+        self,
+        messages: Sequence[ChatMessage] | None,
+        prompt: str | None,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[int]:
         """A job's prompt as tokens: its messages through the chat template, or its plain
         prompt. Safe on any thread (it reads only the model's vocabulary), and for a long
         prompt worth running on one: a megabyte of text takes most of a second."""
         engine = self._ready_engine()
         if messages is not None:
-            return engine.chat_prompt(messages)
+            return engine.chat_prompt(messages, tools)
         if prompt is not None:
             return engine.text_prompt(prompt)
         raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")

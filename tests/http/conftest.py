@@ -43,11 +43,13 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         access: Access | None = None,
         cors_origins: tuple[str, ...] = (),
         limits: HttpSettings | None = None,
+        chat_template: str | None = None,
     ) -> Host:
         settings = HostSettings.model_validate(
             {"queue": queue, "drain_on_stop_ms": 0,
              "model_dirs": [str(tmp_path_factory.getbasetemp())],  # tests' copies load
-             "engine": {"ctx": ctx, "parallel": parallel, "threads": 2}}
+             "engine": {"ctx": ctx, "parallel": parallel, "threads": 2,
+                        "chat_template": chat_template}}
         )  # fmt: skip
         service = HostService(settings)
         limits = limits or HttpSettings()

@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from .conftest import MODEL, Host
+from .conftest import MODEL, Host, HostFactory
 
 pytestmark = pytest.mark.model
 
@@ -127,3 +127,42 @@ async def test_tool_choice_none_is_plain_text_and_bad_parameters_are_named(
             model=MODEL, messages=ASK, tools=TOOLS, max_tokens=4,  # type: ignore[arg-type]
             tool_choice={"type": "function", "function": {"name": "nope"}},
         )  # fmt: skip
+
+
+async def test_a_template_that_renders_tools_decides_the_call_format(
+    start_host: HostFactory,
+) -> None:
+    """--chat-template with a Hermes-style template: the tools, an earlier call and its result
+    go through the template; a forced call comes in its <tool_call> tags (the grammar wraps
+    the JSON in them) and is read back as tool_calls; the engine status names the format."""
+    from pathlib import Path
+
+    template = Path(__file__).parent.parent / "data" / "hermes_tools.jinja"
+    host = await start_host(chat_template=str(template))
+    status = host.service.engine_status(MODEL)
+    assert status.chat_format == "--chat-template (jinja); tools: hermes <tool_call>"
+    engine = host.service._registry.resolve(MODEL).engine  # what the template makes of a turn
+    assert engine is not None
+    from infertui.core.protocol.tools import RichMessage
+
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}  # fmt: skip
+    turns = [
+        RichMessage(role="user", content="Weather in Paris?"),
+        RichMessage(role="assistant", content="", tool_calls=[call]).for_template(),
+        RichMessage(role="tool", content="18 C", tool_call_id="call_1"),
+    ]
+    prompt = engine.model.detokenize(engine.chat_prompt(turns, TOOLS))
+    assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in prompt
+    assert '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}' in prompt
+    assert "<tool_response>\n18 C\n</tool_response>" in prompt
+    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
+    try:
+        reply = await client.chat.completions.create(
+            model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",  # type: ignore[arg-type]
+            max_tokens=120, temperature=0,
+        )  # fmt: skip
+    finally:
+        await client.close()
+    (made,) = reply.choices[0].message.tool_calls or []
+    jsonschema.validate(json.loads(made.function.arguments), SCHEMAS[made.function.name])

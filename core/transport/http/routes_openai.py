@@ -40,7 +40,7 @@ from ...protocol.openai import (
     error_envelope,
     openai_finish,
 )
-from ...protocol.tools import may_be_a_call, parse_calls
+from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit_all
 from .families import documented_errors
@@ -74,26 +74,32 @@ def usage_of(jobs: list[Job]) -> Usage:
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | EventSourceResponse:
-    params = body.sampling(body.token_budget)
+    tool_format = service_of(request).tool_format(body.model) if body.offered else GENERIC_FORMAT
+    params = body.sampling(body.token_budget, tool_format)
     variants = [params] + [  # n > 1: a choice each, each with its own seed when one is set
         params.model_copy(
             update={"seed": (params.seed + i) % (2**32 - 1) if params.seed is not None else None}
         )
         for i in range(1, body.n)
     ]
-    turns = body.turns
+    turns = body.turns(tool_format)
+    tools = (  # a template that renders tools gets them; else they are in the turns already
+        [t.model_dump() for t in body.offered] if tool_format != GENERIC_FORMAT else None
+    )
     jobs = await submit_all(
-        request, [dict(model=body.model, messages=turns, params=p) for p in variants], "n"
+        request,
+        [dict(model=body.model, messages=turns, params=p, tools=tools) for p in variants],
+        "n",
     )
     model, created = jobs[0].pool_id, int(time.time())
-    tools = ToolUse({t.function.name for t in body.offered}, body.forced)
+    use = ToolUse({t.function.name for t in body.offered}, body.forced)
     if body.stream:
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return sse_response(chat_chunks(jobs, model, created, include_usage, tools))
+        return sse_response(chat_chunks(jobs, model, created, include_usage, use))
     results = await collect(request, *jobs)
     choices = []
     for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True)):
-        calls = tools.calls(text)
+        calls = use.calls(text)
         choices.append(
             ChatChoice(
                 index=i,
