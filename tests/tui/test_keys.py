@@ -88,3 +88,91 @@ async def test_options_and_theme_persist_to_the_config_file_keeping_its_comments
     assert again.client.temperature == 0.3 and again.client.max_tokens == 64
     assert again.ui.theme == "nord"
     assert ScriptedClientApp(again).theme == "nord"
+
+
+# ---- issue 13's small things, each as a person meets it ----------------------------------------
+
+
+async def test_page_keys_scroll_the_transcript_while_the_prompt_keeps_the_focus() -> None:
+    from textual.containers import VerticalScroll
+
+    from infertui.tui.widgets.prompt import PromptArea
+
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        transcript = app.screen.query_one("#transcript", VerticalScroll)
+        from textual.widgets import Static
+
+        for i in range(40):
+            await transcript.mount(Static(f"line {i}"))
+        transcript.scroll_end(animate=False)
+        await pilot.pause()
+        bottom = transcript.scroll_y
+        assert bottom > 0
+        await pilot.press("pageup")
+        await pilot.pause()
+        assert transcript.scroll_y < bottom
+        assert isinstance(app.focused, PromptArea)
+        await pilot.press("pagedown")
+        await pilot.pause()
+        assert transcript.scroll_y == bottom
+
+
+async def test_a_long_host_bar_is_cut_with_the_whole_text_in_its_tooltip() -> None:
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(60, 24)) as pilot:
+        long = "No host is answering at that address right now; is `infertui host` running? " * 2
+        app.set_connection(ConnectionState("waiting", long, retry_in_s=9.0))
+        await pilot.pause()
+        bar = app.screen.query_one(HostBar)
+        assert bar.size.height == 1  # one line, cut, not wrapped over the screen
+        assert isinstance(bar.tooltip, str) and long.strip() in bar.tooltip
+
+
+async def test_a_refused_engine_form_comes_back_as_typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infertui.core.protocol import ErrorKind, InferError
+    from infertui.core.protocol.openai import AddEngineRequest
+    from infertui.tui.screens.engines import AddEngineModal
+
+    app = ScriptedClientApp(Settings())
+
+    async def refuse(request: AddEngineRequest) -> None:
+        raise InferError(ErrorKind.MODEL_LOAD_FAILED, "not a GGUF file")
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.client is not None
+        monkeypatch.setattr(app.client, "add_engine", refuse)
+        await pilot.press("f5")
+        screen = app.screen
+        assert isinstance(screen, EnginesScreen)
+        typed = AddEngineRequest(engine_id="mine", model_path="/models/mine.gguf", n_ctx=2048)
+        screen.add_engine(typed)
+        await pilot.pause(0.3)
+        assert screen.draft == typed  # kept for the next try
+        await pilot.press("a")
+        await pilot.pause()
+        modal = app.screen
+        assert isinstance(modal, AddEngineModal) and modal.draft == typed
+
+
+def test_id_and_hosts_say_what_they_do_and_httpx_stays_quiet(capsys, tmp_path) -> None:
+    import logging
+    import subprocess
+    import sys
+
+    from infertui.tui.cli import main
+
+    for command, words in (("id", "server ID"), ("hosts", "--topic NAME")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert words in capsys.readouterr().out
+    # in a process of its own: configuring logging replaces the root's handlers
+    probe = (
+        "import logging; from infertui.core.logging import configure_file; "
+        f"configure_file('INFO', __import__('pathlib').Path({str(tmp_path / 'x.log')!r})); "
+        "print(logging.getLogger('httpx').getEffectiveLevel())"
+    )
+    level = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert int(level.stdout) == logging.WARNING
