@@ -54,6 +54,15 @@ async def wait_reply(pilot: Pilot[object]) -> None:
         await pilot.pause(0.1)
 
 
+async def chat_shot(pilot: Pilot[object], question: str, name: str) -> None:
+    """Ask in the chat on screen, wait for the whole reply, and save the picture."""
+    pilot.app.screen.query_one("#prompt", PromptArea).value = question
+    await pilot.press("enter")
+    await wait_reply(pilot)
+    await settle(pilot, 0.5)
+    pilot.app.save_screenshot(name, str(HERE))
+
+
 async def busy(url: str, stop: asyncio.Event) -> None:
     """A client that keeps asking for long stories, so slots and queue are never empty."""
     async with await connect(url) as client:
@@ -96,12 +105,7 @@ async def main() -> None:
     async with app.run_test(size=SIZE) as pilot:
         while app.client is None:
             await pilot.pause(0.1)
-        prompt = app.screen.query_one("#prompt", PromptArea)
-        prompt.value = "Give me three tips for writing clean Python code."
-        await pilot.press("enter")
-        await wait_reply(pilot)
-        await settle(pilot, 0.5)
-        app.save_screenshot("chat.svg", str(HERE))
+        await chat_shot(pilot, "Give me three tips for writing clean Python code.", "chat.svg")
         await pilot.press("ctrl+t")
         await settle(pilot, 0.5)
         app.save_screenshot("chats.svg", str(HERE))
@@ -132,12 +136,7 @@ async def main() -> None:
             helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
         await pilot.press("f6")
-        prompt = dashboard.screen.query_one("#prompt", PromptArea)
-        prompt.value = "What is a GPU?"
-        await pilot.press("enter")
-        await wait_reply(pilot)
-        await settle(pilot, 0.5)
-        dashboard.save_screenshot("host-chat.svg", str(HERE))
+        await chat_shot(pilot, "What is a GPU?", "host-chat.svg")
         await pilot.press("f2", "g")
         await settle(pilot, 0.5)
         dashboard.save_screenshot("host-qr.svg", str(HERE))
