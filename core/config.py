@@ -54,6 +54,9 @@ class EngineDefaults(BaseModel):
     chat_template: str | None = Field(
         None, description="a Jinja chat template file, in place of the GGUF's own"
     )
+    pooling: Literal["auto", "mean", "cls", "last"] = Field(
+        "auto", description="how embeddings pool token vectors; auto: the GGUF's, else mean"
+    )
 
 
 class HttpSettings(BaseModel):

@@ -184,6 +184,11 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         "of the model's own; it also decides the tool-call format",
     )
     host.add_argument(
+        "--pooling",
+        choices=["auto", "mean", "cls", "last"],
+        help="how /v1/embeddings pools token vectors (default auto: the GGUF's, else mean)",
+    )
+    host.add_argument(
         "--backend-sampling",
         choices=["auto", "on", "off"],
         help="sample inside the graph, on the device (default auto: when the model is on a GPU)",
@@ -284,6 +289,7 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 "deterministic": args.deterministic,
                 "backend_sampling": args.backend_sampling,
                 "chat_template": args.chat_template,
+                "pooling": args.pooling,
             },
         },
     }

@@ -54,6 +54,7 @@ class LoopOptions:
     # Make text while the device decodes the next step. Only worth it where llama_decode
     # returns before the device is done (a GPU); on the CPU it would delay text by a step.
     overlap: bool = False
+    pooling: str | None = None  # embeddings: the GGUF's when None (see embedder.py)
 
 
 class _Slot:
@@ -309,7 +310,8 @@ class BatchLoop:
         started = time.perf_counter()
         try:
             if self._embedder is None:
-                self._embedder = Embedder(self._model, int(llama.llama_n_threads(self._ctx.ptr)))
+                threads = int(llama.llama_n_threads(self._ctx.ptr))
+                self._embedder = Embedder(self._model, threads, self._options.pooling)
             vectors = self._embedder.embed([list(r.prompt_tokens) for r in requests])
         except InferError as error:
             for request in requests:

@@ -21,11 +21,14 @@ from .native import Batch, LlamaModel, last_error
 MAX_INPUT_TOKENS = 2048  # one input; all of it must fit one ubatch for pooling
 MAX_SEQUENCES = 16  # inputs per decode
 
-POOLING = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+POOLING = {"mean": 1, "cls": 2, "last": 3}  # llama_pooling_type values
 
 
-def pooling_of(model: LlamaModel) -> int:
-    """The GGUF's pooling type, else mean (NONE would give a vector per token)."""
+def pooling_of(model: LlamaModel, choice: str | None = None) -> int:
+    """The pooling asked for (--pooling), else the GGUF's, else mean (NONE would give a
+    vector per token)."""
+    if choice is not None:
+        return POOLING[choice]
     value = model.meta(f"{model.architecture}.pooling_type")
     if value is not None and value.isdigit() and int(value) in (1, 2, 3):
         return int(value)
@@ -33,7 +36,7 @@ def pooling_of(model: LlamaModel) -> int:
 
 
 class Embedder:
-    def __init__(self, model: LlamaModel, n_threads: int) -> None:
+    def __init__(self, model: LlamaModel, n_threads: int, pooling: str | None = None) -> None:
         self.n_ctx = min(MAX_INPUT_TOKENS, int(llama.llama_model_n_ctx_train(model.ptr)))
         self.n_embd = int(llama.llama_model_n_embd(model.ptr))
         params = llama.llama_context_default_params()
@@ -42,7 +45,7 @@ class Embedder:
         params.n_seq_max = MAX_SEQUENCES
         params.kv_unified = True  # the inputs of one decode share the cells
         params.embeddings = True
-        params.pooling_type = pooling_of(model)
+        params.pooling_type = pooling_of(model, pooling)
         params.n_threads = params.n_threads_batch = n_threads
         params.no_perf = True
         with CapturedLog() as lines:

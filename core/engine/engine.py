@@ -68,6 +68,7 @@ class Engine:
             deterministic=spec.deterministic,
             backend_sampling=on_gpu if spec.backend_sampling is None else spec.backend_sampling,
             overlap=on_gpu if spec.overlap is None else spec.overlap,
+            pooling=spec.pooling,
         )
         before = {d.index: d.free_bytes for d in gpus()}
 

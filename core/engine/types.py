@@ -39,6 +39,7 @@ class EngineSpec:
     backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
     overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
     chat_template: str | None = None  # a Jinja template in place of the GGUF's (its text)
+    pooling: str | None = None  # embeddings: mean, cls or last; None: the GGUF's, else mean
 
     @property
     def slots_requested(self) -> int:

@@ -73,6 +73,7 @@ def engine_spec(
         deterministic=e.deterministic,
         backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
         chat_template=read_template(e.chat_template),
+        pooling=None if e.pooling == "auto" else e.pooling,
     )
 
 

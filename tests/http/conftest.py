@@ -44,12 +44,13 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         cors_origins: tuple[str, ...] = (),
         limits: HttpSettings | None = None,
         chat_template: str | None = None,
+        pooling: str = "auto",
     ) -> Host:
         settings = HostSettings.model_validate(
             {"queue": queue, "drain_on_stop_ms": 0,
              "model_dirs": [str(tmp_path_factory.getbasetemp())],  # tests' copies load
              "engine": {"ctx": ctx, "parallel": parallel, "threads": 2,
-                        "chat_template": chat_template}}
+                        "chat_template": chat_template, "pooling": pooling}}
         )  # fmt: skip
         service = HostService(settings)
         limits = limits or HttpSettings()

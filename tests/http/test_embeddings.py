@@ -69,3 +69,19 @@ async def test_embedding_jobs_share_the_queue_and_its_refusals(
     assert one.status_code == 200 and len(one.json()["data"][0]["embedding"]) == 640
     done = await generating
     assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 120
+
+
+async def test_the_pooling_flag_decides_how_token_vectors_pool(start_host: HostFactory) -> None:
+    """--pooling: the GGUF gives none for a decoder model, so mean is the default; last (the
+    final token's vector) is another vector of the same width."""
+    default = await start_host()
+    last = await start_host(pooling="last")
+    body = {"model": MODEL, "input": TEXTS[0]}
+    mean_vector = np.array(
+        (await default.client.post("/v1/embeddings", json=body)).json()["data"][0]["embedding"]
+    )
+    last_vector = np.array(
+        (await last.client.post("/v1/embeddings", json=body)).json()["data"][0]["embedding"]
+    )
+    assert mean_vector.shape == last_vector.shape == (640,)
+    assert float(mean_vector @ last_vector) < 0.99  # pooled another way

@@ -180,10 +180,10 @@ async def test_a_short_prompt_never_waits_behind_long_ones(
     tokenize = Pool.prompt_tokens
 
     def recorded(
-        pool: Pool, messages: Sequence[ChatMessage] | None, prompt: str | None
+        pool: Pool, messages: Sequence[ChatMessage] | None, prompt: str | None, tools: object
     ) -> list[int]:
         threads[len(prompt or "")] = threading.current_thread().name
-        return tokenize(pool, messages, prompt)
+        return tokenize(pool, messages, prompt, tools)
 
     monkeypatch.setattr(Pool, "prompt_tokens", recorded)
     long = "The quick brown fox jumps over the lazy dog. " * (2 * 2**20 // 45)

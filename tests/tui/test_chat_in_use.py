@@ -63,7 +63,8 @@ async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(
     """Bug 4: Ctrl+N while a reply streams asks; yes stops the reply, and the next message
     is a fresh conversation (the aborted reply is not carried into it)."""
     app = app_for(host, transport)
-    app.options = app.options.model_copy(update={"max_tokens": 300, "temperature": 0})
+    # long enough that the reply is still coming while the keys are pressed, on any machine
+    app.options = app.options.model_copy(update={"max_tokens": 960, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
         chat = app.screen
@@ -134,7 +135,7 @@ async def test_a_remapped_abort_key_stops_the_reply(host: ServedHost, transport:
     """Bug 7: the README's keymap example ("chat.abort" = "ctrl+k") must work even though the
     prompt has its own Ctrl+K."""
     app = app_for(host, transport, keymap={"chat.abort": "ctrl+k"})
-    app.options = app.options.model_copy(update={"max_tokens": 300, "temperature": 0})
+    app.options = app.options.model_copy(update={"max_tokens": 960, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
         view = await ask(pilot, app, "Write a long story about the sea.")
