@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .common import MAX_MESSAGES, ChatMessage, SamplingParams, Stops
 from .snapshots import FinishReason, TimingStats
 from .structured import JSON_OBJECT, checked_schema
+from .tools import MAX_TOOLS, RichMessage, Tool, conversation
 
 NS_PER_MS = 1_000_000
 
@@ -83,28 +84,32 @@ class _Generation(BaseModel):
 class ApiMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     images: list[str] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # {"function": {"name", "arguments": {...}}}
+    tool_name: str | None = None  # a tool result's tool
 
-    def plain(self) -> ChatMessage:
+    def rich(self) -> RichMessage:
         if self.images:
             raise ValueError("images are not supported: the host's engines read text only")
-        return ChatMessage(role=self.role, content=self.content)
+        return RichMessage(
+            role=self.role, content=self.content, tool_calls=self.tool_calls, name=self.tool_name
+        )
 
 
 class ApiChatRequest(_Generation):
     messages: list[ApiMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
 
-    @property
-    def chat(self) -> list[ChatMessage]:
-        return [m.plain() for m in self.messages]
+    def turns(self, tool_format: str) -> list[ChatMessage]:
+        return conversation([m.rich() for m in self.messages], self.tools or [], tool_format)
 
     @field_validator("messages")
     @classmethod
     def _text_only(cls, messages: list[ApiMessage]) -> list[ApiMessage]:
         for m in messages:
-            m.plain()
+            m.rich()
         return messages
 
 

@@ -27,9 +27,8 @@ from .tools import (
     RichMessage,
     Tool,
     ToolChoice,
+    conversation,
     forcing_schema,
-    plain_turns,
-    system_turn,
 )
 
 OpenAIFinish = Literal["stop", "length", "tool_calls"] | None
@@ -158,17 +157,7 @@ class ChatCompletionRequest(_Sampling):
         """The conversation for the template. With tools offered in the generic format, they
         are described first and earlier calls and results are plain turns; a template that
         renders tools gets the turns as they are (and the tools beside them)."""
-        if self.offered and tool_format != GENERIC_FORMAT:
-            return [m.for_template() for m in self.messages]
-        dumped = [m.model_dump(exclude_none=True) for m in self.messages]
-        plain = [ChatMessage.model_validate(m) for m in plain_turns(dumped)]
-        if not self.offered:
-            return plain
-        about = system_turn(self.offered)
-        if plain[0].role == "system":
-            merged = ChatMessage(role="system", content=f"{plain[0].content}\n\n{about}")
-            return [merged, *plain[1:]]
-        return [ChatMessage(role="system", content=about), *plain]
+        return conversation(self.messages, self.offered, tool_format)
 
     @field_validator("messages", mode="before")
     @classmethod

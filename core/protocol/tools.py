@@ -181,7 +181,11 @@ def parse_calls(text: str, names: set[str]) -> list[ToolCall]:
     return found if found and all(call.name in names for call in found) else []
 
 
-def _json(text: str) -> Any:
+def _json(text: Any) -> Any:
+    """JSON text parsed (None if it is not JSON); anything else as it is (Ollama sends
+    arguments as objects already)."""
+    if not isinstance(text, str):
+        return text
     try:
         return json.loads(text)
     except ValueError:
@@ -203,6 +207,24 @@ def _calls(value: Any) -> Iterator[ToolCall]:
 
 
 # ---- the history, for the model -------------------------------------------------------------
+
+
+def conversation(
+    messages: list[RichMessage], offered: list[Tool], tool_format: str
+) -> list[ChatMessage]:
+    """The turns for the chat template. A template that renders tools gets them as they are
+    (and the tools beside them); otherwise offered tools are described in the first system
+    turn and earlier calls and results become plain turns."""
+    if offered and tool_format != GENERIC_FORMAT:
+        return [m.for_template() for m in messages]
+    dumped = [m.model_dump(exclude_none=True) for m in messages]
+    plain = [ChatMessage.model_validate(m) for m in plain_turns(dumped)]
+    if not offered:
+        return plain
+    about = system_turn(offered)
+    if plain[0].role == "system":
+        return [ChatMessage(role="system", content=f"{plain[0].content}\n\n{about}"), *plain[1:]]
+    return [ChatMessage(role="system", content=about), *plain]
 
 
 def plain_turns(messages: list[Any]) -> list[Any]:

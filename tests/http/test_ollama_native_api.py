@@ -89,3 +89,36 @@ async def test_errors_come_in_ollamas_shape(host: Host, client: ollama.AsyncClie
     assert image.status_code == 400 and "images are not supported" in image.json()["error"]
     ok = await client.chat(model=MODEL, messages=HELLO, stream=False, options={"num_predict": 2})
     assert ok.done  # the host serves on
+
+
+async def test_chat_with_tools_in_ollamas_shape(client: ollama.AsyncClient) -> None:
+    """Tools as Ollama's clients send them; a reply that is a call comes back as tool_calls with
+    arguments as an object, whole and streamed (the base model is steered to a call with
+    `format`); a call and its result go back in the history."""
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+               "required": ["city"], "additionalProperties": False}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "get_weather",
+                                               "description": "The weather now.",
+                                               "parameters": weather}}]  # fmt: skip
+    a_call = {"type": "object", "required": ["tool_calls"], "properties": {"tool_calls": {
+        "type": "array", "minItems": 1, "maxItems": 1, "items": {
+            "type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+            "properties": {"name": {"const": "get_weather"}, "arguments": weather}}}}}  # fmt: skip
+    options = {"temperature": 0, "num_predict": 60}
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    whole = await client.chat(model=MODEL, messages=asked, tools=tools, format=a_call,
+                              options=options, stream=False)  # fmt: skip
+    (call,) = whole.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    jsonschema.validate(dict(call.function.arguments), weather)
+    parts = [p async for p in await client.chat(
+        model=MODEL, messages=asked, tools=tools, format=a_call, options=options, stream=True,
+    )]  # fmt: skip
+    assert [c.function.name for c in parts[-1].message.tool_calls or []] == ["get_weather"]
+    assert all(not p.message.content for p in parts)  # the call is held back, not shown as text
+    follow = [*asked, {"role": "assistant", "content": "", "tool_calls": [call.model_dump()]},
+              {"role": "tool", "content": "18 C and sunny", "tool_name": "get_weather"}]  # fmt: skip
+    answer = await client.chat(model=MODEL, messages=follow, tools=tools, stream=False,
+                               options={"temperature": 0, "num_predict": 8})  # fmt: skip
+    assert answer.done and answer.prompt_eval_count
+    assert answer.prompt_eval_count > (whole.prompt_eval_count or 0)

@@ -33,6 +33,7 @@ from ...protocol.ollama_api import (
     now_rfc3339,
 )
 from ...protocol.snapshots import EngineState, EngineStatus
+from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
@@ -48,10 +49,16 @@ NDJSON = "application/x-ndjson"
 NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_alive expiry
 
 
-@router.post("/chat", summary="Ollama's chat: NDJSON unless `stream: false`")
+@router.post("/chat", summary="Ollama's chat: NDJSON unless `stream: false`; `tools` too")
 async def chat(body: ApiChatRequest, request: Request) -> Any:
-    job = await submit(request, model=body.model, messages=body.chat, params=body.sampling())
-    return await reply(request, job, "message", stream=body.stream)
+    tool_format = service_of(request).tool_format(body.model) if body.tools else GENERIC_FORMAT
+    tools = [t.model_dump() for t in body.tools or []] if tool_format != GENERIC_FORMAT else None
+    job = await submit(
+        request, model=body.model, messages=body.turns(tool_format), params=body.sampling(),
+        tools=tools,
+    )  # fmt: skip
+    names = {t.function.name for t in body.tools or []}
+    return await reply(request, job, "message", stream=body.stream, tool_names=names)
 
 
 @router.post("/generate", summary="Ollama's completion of a prompt (chat template unless raw)")
@@ -70,41 +77,62 @@ async def generate(body: ApiGenerateRequest, request: Request) -> Any:
 
 
 async def reply(
-    request: Request, job: Job, field: str, *, stream: bool
+    request: Request, job: Job, field: str, *, stream: bool, tool_names: set[str] | None = None
 ) -> dict[str, Any] | StreamingResponse:
-    """The job as Ollama answers: `field` is "message" (chat) or "response" (generate)."""
+    """The job as Ollama answers: `field` is "message" (chat) or "response" (generate). With
+    tools offered, a reply that is a call comes as `tool_calls` (streamed: once it is whole)."""
     head = {"model": job.pool_id, "created_at": now_rfc3339()}
     if stream:
-        return ndjson_response(lines(job, head, field), NDJSON)
+        return ndjson_response(lines(job, head, field, tool_names or set()), NDJSON)
     [(text, final)] = await collect(request, job)
-    return finished(head, field, text, final)
+    return finished(head, field, text, final, tool_names or set())
 
 
-def finished(head: dict[str, Any], field: str, text: str, final: Finished) -> dict[str, Any]:
+def finished(
+    head: dict[str, Any], field: str, text: str, final: Finished, tool_names: set[str]
+) -> dict[str, Any]:
     """The last object of a reply: done, why, and the figures."""
     reason = done_reason(final.finish_reason)
     figures = final_stats(final.timings)
-    return {**head, field: _piece(field, text), "done": True, "done_reason": reason, **figures}
+    piece = _piece(field, text, tool_names)
+    return {**head, field: piece, "done": True, "done_reason": reason, **figures}
 
 
-def _piece(field: str, text: str) -> Any:
-    return {"role": "assistant", "content": text} if field == "message" else text
+def _piece(field: str, text: str, tool_names: set[str] | None = None) -> Any:
+    if field != "message":
+        return text
+    calls = parse_calls(text, tool_names) if tool_names else []
+    if not calls:
+        return {"role": "assistant", "content": text}
+    made = [{"function": {"name": c.name, "arguments": json.loads(c.arguments)}} for c in calls]
+    return {"role": "assistant", "content": "", "tool_calls": made}
 
 
-async def lines(job: Job, head: dict[str, Any], field: str) -> AsyncIterator[str]:
-    """One JSON line per token, then the figures; an error ends the stream as Ollama's do."""
+async def lines(
+    job: Job, head: dict[str, Any], field: str, tool_names: set[str]
+) -> AsyncIterator[str]:
+    """One JSON line per token, then the figures; an error ends the stream as Ollama's do.
+    A reply that may be a tool call is held back until it is whole."""
     prefix = json.dumps(head)[:-1] + f', "{field}": '
     chat = field == "message"
     open_piece, close_piece = ('{"role": "assistant", "content": ', "}") if chat else ("", "")
+    held: list[str] | None = [] if tool_names else None
     async for event in job.events():
         if isinstance(event, TokenText):
-            text = json.dumps(event.text, ensure_ascii=False)
+            if held is not None:
+                held.append(event.text)
+                if may_be_a_call("".join(held)):
+                    continue
+                event_text, held = "".join(held), None
+            else:
+                event_text = event.text
+            text = json.dumps(event_text, ensure_ascii=False)
             yield f'{prefix}{open_piece}{text}{close_piece}, "done": false}}'
         elif isinstance(event, Finished):
             if event.error is not None:
                 yield json.dumps({"error": event.error.message})
                 return
-            yield json.dumps(finished(head, field, "", event))
+            yield json.dumps(finished(head, field, "".join(held or []), event, tool_names))
 
 
 @router.post("/embed", summary="Embeddings of one text or several, from any loaded engine")
