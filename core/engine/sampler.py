@@ -66,8 +66,8 @@ class SamplerChain:
         self.stateful = params.uses_penalties  # must see every token, wherever it was sampled
         # a plain top-k chain can be run on a prefiltered candidate set (StepSampler)
         plain = not params.uses_penalties and not constrained
-        self.top_k = params.top_k if params.temperature > 0 and 0 < params.top_k <= 256 else 0
-        self.top_k = self.top_k if plain else 0
+        plain_top_k = plain and params.temperature > 0 and 0 < params.top_k <= 256
+        self.top_k = params.top_k if plain_top_k else 0
         self.grammar = None
         # A grammar's picks look at the best _NARROW tokens only, where that is exact: a chain
         # that keeps at most `narrow` tokens (greedy: 1, top-k: k) and no penalty that could
@@ -75,6 +75,7 @@ class SamplerChain:
         keeps = 1 if params.temperature <= 0.0 else params.top_k
         self.narrow = keeps if 0 < keeps <= _NARROW and not params.uses_penalties else 0
         if params.json_schema is not None:
+            self._every_token = np.arange(n_vocab, dtype=np.int32)  # made once, not per token
             gbnf = schema_grammar(params.json_schema, params.json_wrap)
             self.grammar = llama.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
             if not self.grammar:
@@ -131,15 +132,18 @@ class SamplerChain:
         logits = np.ctypeslib.as_array(
             llama.llama_get_logits_ith(ctx, batch_index), shape=(self.n_vocab,)
         )
-        ids = np.arange(self.n_vocab, dtype=np.int32)
-        if self.narrow and self.n_vocab > _NARROW:
-            ids = np.argpartition(logits, -_NARROW)[-_NARROW:].astype(np.int32)
+        everything = self._every_token
+        narrowed = self.narrow and self.n_vocab > _NARROW
+        ids = (
+            np.argpartition(logits, -_NARROW)[-_NARROW:].astype(np.int32)
+            if narrowed
+            else everything
+        )
         token = self._pick(ids, logits, constrain=False, need=0)
         if token is None or not self._allowed(token):  # refused: pick among what it allows
             token = self._pick(ids, logits, constrain=True, need=self.narrow)
             if token is None:  # too few allowed among the best: the whole vocabulary then
-                token = self._pick(np.arange(self.n_vocab, dtype=np.int32), logits,
-                                   constrain=True, need=0)  # fmt: skip
+                token = self._pick(everything, logits, constrain=True, need=0)
         assert token is not None
         llama.llama_sampler_accept(self.grammar, token)
         llama.llama_sampler_accept(self.ptr, token)

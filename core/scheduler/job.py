@@ -56,21 +56,22 @@ def new_job_id() -> str:
 class _TextRun:
     """Consecutive TokenText events a consumer has not taken yet, merged into one."""
 
-    __slots__ = ("_events", "_first", "_last", "_parts")
+    __slots__ = ("_first", "_last", "_logprobs", "_parts")
 
     def __init__(self, first: TokenText, second: TokenText) -> None:
         self._first, self._last = first, second
         self._parts = [first.text, second.text]
-        self._events = [first, second]  # for their logprobs, where a job asked for them
+        self._logprobs = [*first.logprobs, *second.logprobs]  # where a job asked for them
 
     def add(self, event: TokenText) -> None:
         self._parts.append(event.text)
-        self._events.append(event)
+        if event.logprobs:
+            self._logprobs.extend(event.logprobs)
         self._last = event
 
     def event(self) -> TokenText:
-        logprobs = tuple(lp for e in self._events for lp in e.logprobs)
-        return TokenText("".join(self._parts), self._first.index, self._last.n_tokens, logprobs)
+        text, logprobs = "".join(self._parts), tuple(self._logprobs)
+        return TokenText(text, self._first.index, self._last.n_tokens, logprobs)
 
 
 class JobState(StrEnum):
