@@ -27,7 +27,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import llama_cpp as llama
-import numpy as np
 
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
@@ -36,7 +35,7 @@ from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
-from .sampler import SamplerChain, StepSampler
+from .sampler import SamplerChain, StepSampler, token_logprob
 from .step_plan import admission_order, fillers, prompt_shares
 from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
@@ -307,25 +306,16 @@ class BatchLoop:
     def _embed(self, requests: list[GenerationRequest], events: Events) -> None:
         if not requests:
             return
-        started = time.perf_counter()
         try:
             if self._embedder is None:
                 threads = int(llama.llama_n_threads(self._ctx.ptr))
                 self._embedder = Embedder(self._model, threads, self._options.pooling)
-            vectors = self._embedder.embed([list(r.prompt_tokens) for r in requests])
         except InferError as error:
             for request in requests:
                 timings = TimingStats(tokens_in=len(request.prompt_tokens))
                 events.append((request, Finished("error", timings, error)))
             return
-        elapsed_ms = (time.perf_counter() - started) * 1000
-        for request, vector in zip(requests, vectors, strict=True):
-            wait_ms = (started - request.enqueued_at) * 1000
-            timings = TimingStats(
-                queue_wait_ms=wait_ms, prefill_ms=elapsed_ms, total_ms=wait_ms + elapsed_ms,
-                tokens_in=len(request.prompt_tokens),
-            )  # fmt: skip
-            events.append((request, Finished("stop", timings, embedding=tuple(vector))))
+        events.extend(self._embedder.embed_jobs(requests))
 
     def _place(self, free: list[int], params: SamplingParams) -> tuple[int, SamplerChain]:
         """A free sequence and the chain that samples it: in the graph where it can run there
@@ -439,7 +429,9 @@ class BatchLoop:
             sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
             for (slot, i), token in zip(rows, sampled, strict=True):
                 if slot.request.params.logprobs is not None:
-                    slot.logprobs.append(self._logprob(i, token, slot.request.params.logprobs))
+                    alternatives = slot.request.params.logprobs
+                    logprob = token_logprob(self._ctx.ptr, i, token, alternatives, self._model)
+                    slot.logprobs.append(logprob)
                 self._on_token(slot, token, events)
 
     def _prefill_alone(self, prefilling: Sequence[_Slot], events: Events) -> None:
@@ -513,22 +505,6 @@ class BatchLoop:
         event = TokenText(text, slot.chunks, slot.request.tokens_out, logprobs)
         events.append((slot.request, event))
         slot.chunks += 1
-
-    def _logprob(self, row: int, token: int, alternatives: int) -> TokenLogprob:
-        """The token's log-probability under the model's own distribution at this row (a log
-        softmax over the logits), and the `alternatives` likeliest tokens with theirs."""
-        logits = np.ctypeslib.as_array(
-            llama.llama_get_logits_ith(self._ctx.ptr, row), shape=(self._model.n_vocab,)
-        )
-        peak = float(logits.max())
-        log_total = peak + float(np.log(np.exp(logits - peak).sum()))
-        top: tuple[tuple[bytes, float], ...] = ()
-        if alternatives:
-            best = np.argpartition(logits, -alternatives)[-alternatives:]
-            best = best[np.argsort(-logits[best])]
-            piece = self._model.piece
-            top = tuple((piece(int(t)), float(logits[t]) - log_total) for t in best)
-        return TokenLogprob(self._model.piece(token), float(logits[token]) - log_total, top)
 
     def _finish(
         self,

@@ -10,13 +10,17 @@ do. Batch loop thread only.
 from __future__ import annotations
 
 import ctypes
+import time
 
 import llama_cpp as llama
 import numpy as np
 
 from ..protocol.errors import ErrorKind, InferError
+from ..protocol.events import Finished
+from ..protocol.snapshots import TimingStats
 from .backend import CapturedLog
 from .native import Batch, LlamaModel, last_error
+from .types import GenerationRequest
 
 MAX_INPUT_TOKENS = 2048  # one input; all of it must fit one ubatch for pooling
 MAX_SEQUENCES = 16  # inputs per decode
@@ -76,6 +80,28 @@ class Embedder:
             norm = float(np.linalg.norm(raw))
             vectors.append((raw / norm if norm > 0 else raw).astype(float).tolist())
         return vectors
+
+    def embed_jobs(
+        self, requests: list[GenerationRequest]
+    ) -> list[tuple[GenerationRequest, Finished]]:
+        """Embedding jobs done in one decode: each ends with its vector and its timings (or
+        all with the error)."""
+        started = time.perf_counter()
+        try:
+            vectors = self.embed([list(r.prompt_tokens) for r in requests])
+        except InferError as error:
+            return [(r, Finished("error", TimingStats(tokens_in=len(r.prompt_tokens)), error))
+                    for r in requests]  # fmt: skip
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        done = []
+        for request, vector in zip(requests, vectors, strict=True):
+            wait_ms = (started - request.enqueued_at) * 1000
+            timings = TimingStats(
+                queue_wait_ms=wait_ms, prefill_ms=elapsed_ms, total_ms=wait_ms + elapsed_ms,
+                tokens_in=len(request.prompt_tokens),
+            )  # fmt: skip
+            done.append((request, Finished("stop", timings, embedding=tuple(vector))))
+        return done
 
     def free(self) -> None:
         if self.ptr:

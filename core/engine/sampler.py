@@ -27,12 +27,17 @@ import ctypes
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import llama_cpp as llama
 import numpy as np
 
 from ..protocol.common import SamplingParams
+from ..protocol.events import TokenLogprob
 from .grammar import schema_grammar
+
+if TYPE_CHECKING:  # native.py imports this module
+    from .native import LlamaModel
 
 RANDOM_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: llama.cpp draws a fresh seed (and on reset)
 NO_TOKEN = -1  # LLAMA_TOKEN_NULL
@@ -194,6 +199,24 @@ class SamplerChain:
         if self.grammar:
             llama.llama_sampler_free(self.grammar)
             self.grammar = None
+
+
+def token_logprob(
+    ctx: object, row: int, token: int, alternatives: int, model: LlamaModel
+) -> TokenLogprob:
+    """The token's log-probability under the model's own distribution at this row (a log
+    softmax over the logits, before sampling shapes it), and the `alternatives` likeliest
+    tokens with theirs."""
+    n_vocab, piece = model.n_vocab, model.piece
+    logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(ctx, row), shape=(n_vocab,))
+    peak = float(logits.max())
+    log_total = peak + float(np.log(np.exp(logits - peak).sum()))
+    top: tuple[tuple[bytes, float], ...] = ()
+    if alternatives:
+        best = np.argpartition(logits, -alternatives)[-alternatives:]
+        best = best[np.argsort(-logits[best])]
+        top = tuple((piece(int(t)), float(logits[t]) - log_total) for t in best)
+    return TokenLogprob(piece(token), float(logits[token]) - log_total, top)
 
 
 Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it)
