@@ -5,6 +5,7 @@ error, and none may stop it serving others."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 from collections.abc import Sequence
@@ -479,7 +480,9 @@ async def test_reloads_give_the_old_models_memory_back(host: Host) -> None:
     in glibc's arenas. Unloading now trims them (issue 12 §6)."""
     for _ in range(3):  # first-use buffers and the allocator's arenas settle
         await host.client.post(f"/v1/pools/{MODEL}/reload", json={})
+    gc.collect()  # what earlier tests in this process left behind is not the host's growth
     before = _anon_mb()
     for _ in range(6):
         assert (await host.client.post(f"/v1/pools/{MODEL}/reload", json={})).status_code == 200
+    gc.collect()
     assert _anon_mb() - before < 20
