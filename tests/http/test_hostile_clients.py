@@ -5,11 +5,9 @@ error, and none may stop it serving others."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 
 import httpx
 import pytest
@@ -466,23 +464,3 @@ async def test_retry_after_says_when_the_queue_really_frees(start_host: HostFact
     freed_s = asyncio.get_running_loop().time() - asked_at
     assert 0.5 * freed_s <= hint_s <= 2 * freed_s, (hint_s, freed_s)
     assert int(refused.headers["Retry-After"]) >= int(hint_s)
-
-
-def _anon_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-async def test_reloads_give_the_old_models_memory_back(host: Host) -> None:
-    """The fuzz run grew the host by 127 MB: every reload left the old model's freed heap
-    in glibc's arenas. Unloading now trims them (issue 12 §6)."""
-    for _ in range(3):  # first-use buffers and the allocator's arenas settle
-        await host.client.post(f"/v1/pools/{MODEL}/reload", json={})
-    gc.collect()  # what earlier tests in this process left behind is not the host's growth
-    before = _anon_mb()
-    for _ in range(6):
-        assert (await host.client.post(f"/v1/pools/{MODEL}/reload", json={})).status_code == 200
-    gc.collect()
-    assert _anon_mb() - before < 20
