@@ -7,6 +7,12 @@ chain is installed there, see graph_samplers.py, else on the host), and publish 
 events to the event loop in one call. A sequence that finishes or is cancelled frees its KV
 cells at once.
 
+A job whose prompt is the same as a running one's (the `n` choices of one request, or the
+same question asked twice at once) is not prefilled again: it takes a copy of that sequence's
+cells but the last prompt token, waiting for the prefill if it is under way, and decodes only
+that last token itself, so that each sequence gets a logits row of its own to sample (in the
+graph or on the host).
+
 In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
 boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a
 job's output what it gives alone, whatever runs beside it (at a cost in throughput and TTFT).
@@ -60,9 +66,9 @@ class _Slot:
     """One sequence in flight: its place in the KV cache, its sampler and its text state."""
 
     __slots__ = (
-        "admitted_at", "admitted_step", "chain", "chunks", "first_token_at", "index",
-        "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos", "request", "stops",
-        "utf8",
+        "admitted_at", "admitted_step", "cached", "chain", "chunks", "donor", "first_token_at",
+        "index", "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos", "request",
+        "stops", "utf8",
     )  # fmt: skip
 
     def __init__(
@@ -74,6 +80,8 @@ class _Slot:
         self.chain = chain
         self.prompt_pos = 0  # prompt tokens already decoded
         self.n_past = 0  # tokens in this sequence's KV cells
+        self.donor: _Slot | None = None  # prefilling the same prompt: wait, then copy its cells
+        self.cached = 0  # prompt tokens copied from the donor
         self.last_token = -1
         self.chunks = 0
         self.utf8 = Utf8Stream()
@@ -277,10 +285,49 @@ class BatchLoop:
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
         slot = _Slot(index, request, chain, self._steps)
+        slot.donor = self._donor_for(request)
         self._slots[index] = slot
+        if slot.donor is not None and not slot.donor.prefilling:
+            self._take_prompt(slot.donor, slot)  # copied now; else when its prefill is done
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
+
+    def _donor_for(self, request: GenerationRequest) -> _Slot | None:
+        """A running slot with the same prompt, whose cells this job can copy instead of
+        decoding the prompt. Not in deterministic mode: the last prompt token would be decoded
+        in another batch."""
+        prompt = request.prompt_tokens
+        if self._options.deterministic or len(prompt) < 2:
+            return None
+        for slot in self._slots:
+            if (
+                slot is not None
+                and slot.donor is None
+                and len(slot.request.prompt_tokens) == len(prompt)
+                and slot.request.prompt_tokens == prompt
+                and (slot.prefilling or self._prompt_intact(slot))
+            ):
+                return slot
+        return None
+
+    def _prompt_intact(self, slot: _Slot) -> bool:
+        """Whether a decoding slot's cells still hold all its prompt needs. Sliding-window
+        layers reuse the cells of positions that fell out of the window of the newest token,
+        and those the last prompt token attends to go once one token follows it."""
+        n_swa = self._model.n_swa
+        return not n_swa or slot.n_past <= n_swa or slot.n_past == len(slot.request.prompt_tokens)
+
+    def _take_prompt(self, donor: _Slot, slot: _Slot | None = None) -> None:
+        """Copy the donor's prompt, all but its last token, to the slots waiting for it (or to
+        the one given); the donor's prompt is in its cells."""
+        n = len(donor.request.prompt_tokens) - 1
+        for other in self._slots if slot is None else [slot]:
+            if other is None or other.donor is not donor:
+                continue
+            other.donor = None
+            if self._ctx.copy_prefix(donor.index, other.index, n):
+                other.prompt_pos = other.n_past = other.cached = n
 
     def _take_embeddings(self) -> list[GenerationRequest]:
         """Embedding jobs need no slot: this step takes, in queue order, as many as one decode
@@ -339,7 +386,9 @@ class BatchLoop:
         if not running:
             return
         decoding = [s for s in running if not s.prefilling]
-        prefilling = sorted((s for s in running if s.prefilling), key=lambda s: s.admitted_at)
+        prefilling = sorted(
+            (s for s in running if s.prefilling and s.donor is None), key=lambda s: s.admitted_at
+        )
         n_batch = self._options.n_batch
         if self._options.deterministic:
             if decoding:
@@ -416,6 +465,7 @@ class BatchLoop:
             slot.n_past += n
             if not slot.prefilling:
                 slot.prefill_done_at = now
+                self._take_prompt(slot)
         ranks = list(range(len(rows)))  # each row's place among the batch's outputs
         if self._pending:
             # A GPU is decoding this batch now: meanwhile, turn the last step's tokens into
@@ -520,6 +570,9 @@ class BatchLoop:
             if tail:
                 self._emit(slot, tail, events)
         self._ctx.free_sequence(slot.index)
+        for other in self._slots:
+            if other is not None and other.donor is slot:
+                other.donor = None  # it prefills its own prompt after all
         if self._graph is not None and self._graph.installed(slot.index) is slot.chain:
             self._graph.freed(slot.index, self._steps)  # its chain stays for the next job
         else:
@@ -535,6 +588,7 @@ class BatchLoop:
             enqueued=req.enqueued_at, end=now, first_token=first,
             tokens_in=len(req.prompt_tokens), tokens_out=req.tokens_out,
             admitted=slot.admitted_at, prefill_done=slot.prefill_done_at,
+            tokens_cached=slot.cached,
         )  # fmt: skip
 
     def _decode_failed(self, rc: int, slots: Sequence[_Slot], events: Events) -> None:

@@ -84,6 +84,7 @@ class LlamaModel:
         self.n_ctx_train = int(llama.llama_model_n_ctx_train(ptr))
         self.n_layer = int(llama.llama_model_n_layer(ptr))
         self.n_embd = int(llama.llama_model_n_embd(ptr))
+        self.n_swa = int(llama.llama_model_n_swa(ptr))  # sliding-window layers' window; 0: none
         self.add_bos = bool(llama.llama_vocab_get_add_bos(self.vocab))
         self.bos = int(llama.llama_vocab_bos(self.vocab))
         self.eos = int(llama.llama_vocab_eos(self.vocab))
@@ -236,6 +237,17 @@ class LlamaContext:
     def free_sequence(self, seq: int) -> None:
         """Drop every KV cell of the sequence (removing a whole sequence never fails)."""
         llama.llama_memory_seq_rm(self.memory, seq, -1, -1)
+
+    def copy_prefix(self, src: int, dst: int, n: int) -> bool:
+        """Give sequence `dst` the first `n` cells of `src`. Across KV streams llama.cpp copies
+        a whole stream (at the next decode), so the rest is dropped after. False, with `dst`
+        left empty, where the memory cannot drop a tail (recurrent models)."""
+        llama.llama_memory_seq_rm(self.memory, dst, -1, -1)
+        llama.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
+        if llama.llama_memory_seq_rm(self.memory, dst, n, -1):
+            return True
+        llama.llama_memory_seq_rm(self.memory, dst, -1, -1)
+        return False
 
     def sequence_length(self, seq: int) -> int:
         """Cells the sequence holds; 0 once it is free."""

@@ -255,10 +255,15 @@ class EmbeddingList(BaseModel):
     usage: EmbeddingUsage
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # copied from another sequence's KV cells, not decoded again
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = PromptTokensDetails()
 
 
 class FunctionCall(BaseModel):

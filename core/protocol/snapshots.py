@@ -87,6 +87,7 @@ class TimingStats(_Frozen):
     total_ms: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0  # of tokens_in, copied from another sequence's cells, not decoded
 
     @classmethod
     def measured(
@@ -99,6 +100,7 @@ class TimingStats(_Frozen):
         tokens_out: int,
         admitted: float | None = None,
         prefill_done: float | None = None,
+        tokens_cached: int = 0,
     ) -> TimingStats:
         """From the job's instants on one clock, in seconds: queued, given a slot, prompt
         decoded, first token, end. Where a job never got a slot, those parts are zero."""
@@ -110,6 +112,7 @@ class TimingStats(_Frozen):
             total_ms=(end - enqueued) * 1000,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
+            tokens_cached=tokens_cached,
         )
 
     @property

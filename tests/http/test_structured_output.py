@@ -156,6 +156,9 @@ async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     texts = [c.message.content for c in reply.choices]
     assert all(texts) and len(set(texts)) > 1, texts  # a seed each: the choices differ
     assert reply.usage is not None and reply.usage.completion_tokens == 18
+    # the prompt was read once: the other two choices copied its cells but the last token
+    details = reply.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens == 2 * (reply.usage.prompt_tokens // 3 - 1)
     stream = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=6, temperature=0, n=2, stream=True,
         stream_options={"include_usage": True},

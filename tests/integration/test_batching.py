@@ -1,6 +1,7 @@
 """Prefill batched with decode, on the real model (issue 10 §2): mixed prompts of 1 to 3,000
 tokens all complete, deterministic mode gives each job its solo text, prompts share a step
-fairly, and a cancel in the middle of a prefill frees the slot at once."""
+fairly, and a cancel in the middle of a prefill frees the slot at once. Jobs with the same
+prompt read it once (issue 14 §3, `n` > 1)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import Finished, TokenText
-from infertui.core.scheduler import Pool
+from infertui.core.scheduler import Job, Pool
 
 pytestmark = pytest.mark.model
 
@@ -113,3 +114,71 @@ async def test_a_cancel_in_the_middle_of_a_prefill_frees_the_slot(make_pool) -> 
     assert engine.sequence_length(0) == 0 and engine.busy_slots == 0
     text, end = await pool.submit(prompt="The sky is", params=SHORT).text()
     assert end.finish_reason in ("stop", "length") and text
+
+
+@pytest.mark.parametrize("backend", [False, True], ids=["host sampling", "graph sampling"])
+async def test_the_same_prompt_asked_three_times_at_once_is_read_once(make_pool, backend) -> None:
+    """The `n` choices of one request: the first job reads the prompt, the others copy its
+    cells but the last token, and each still gives the text it gives alone."""
+    pool = await make_pool(parallel=4, batch=64, backend_sampling=backend)
+    prompt = prompt_of(pool, 300, 5)
+    solo_text, solo_end = await pool.submit(prompt=prompt, params=SHORT).text()
+    other = prompt_of(pool, 200, 6)  # a different prompt beside them reads its own
+    results = await run_all(pool, [prompt, prompt, prompt, other])
+    n = solo_end.timings.tokens_in
+    assert sorted(end.timings.tokens_cached for _, end in results[:3]) == [0, n - 1, n - 1]
+    assert [text for text, _ in results[:3]] == [solo_text] * 3
+    assert results[3][1].timings.tokens_cached == 0 and results[3][0]
+    assert pool.engine is not None and pool.engine.busy_slots == 0
+
+
+async def test_when_the_job_reading_a_shared_prompt_is_cancelled_the_others_read_it(
+    make_pool,
+) -> None:
+    pool = await make_pool(parallel=3, ctx=2100, batch=64)
+    prompt = prompt_of(pool, 2000, 7)
+    jobs = [pool.submit(prompt=prompt, params=SHORT) for _ in range(3)]
+    engine = pool.engine
+    assert engine is not None
+
+    def reading() -> list[Job]:  # the job with some, not all, of the prompt in its cells
+        slots = [(job, job.request.slot) for job in jobs]
+        return [j for j, s in slots if s is not None and 0 < engine.sequence_length(s) < 2000]
+
+    for _ in range(500):  # until all three have a slot, and the prompt is half read
+        if reading() and all(job.request.slot is not None for job in jobs):
+            break
+        await asyncio.sleep(0.005)
+    (first,) = reading()  # one reads; the other two wait for it
+    assert first.cancel()
+    others = [job for job in jobs if job is not first]
+    results = await asyncio.gather(*(job.text() for job in others))
+    for text, end in results:  # each waited for the first, and then read the prompt itself
+        assert end.finish_reason in ("stop", "length") and text
+        assert end.timings.tokens_cached == 0
+    assert results[0][0] == results[1][0]
+
+
+@pytest.mark.parametrize(
+    ("length", "copied"),
+    [(300, True), (700, False)],
+    ids=["within the window", "beyond the window"],
+)
+async def test_a_prompt_already_running_is_copied_where_its_cells_are_intact(
+    make_pool, length: int, copied: bool
+) -> None:
+    """The same prompt asked again while its first job decodes: the cells are copied while
+    they hold all the last prompt token attends to. Gemma 3's sliding-window layers (512
+    tokens) reuse cells that fall out of the newest token's window, so beyond it the second
+    job reads the prompt itself; either way it gives its solo text."""
+    pool = await make_pool(parallel=2, batch=512)
+    prompt = prompt_of(pool, length, 8)
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    solo_text, _ = await pool.submit(prompt=prompt, params=params).text()
+    first = pool.submit(prompt=prompt, params=params)
+    while first.tokens_out < 3:  # decoding, a few tokens past its prompt
+        await asyncio.sleep(0.005)
+    text, end = await pool.submit(prompt=prompt, params=params).text()
+    assert end.timings.tokens_cached == (end.timings.tokens_in - 1 if copied else 0)
+    assert text == solo_text
+    assert (await first.text())[0] == solo_text
