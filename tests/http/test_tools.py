@@ -72,18 +72,24 @@ async def test_a_streamed_forced_call_arrives_as_deltas(sdk: openai.AsyncOpenAI)
     )  # fmt: skip
     names: dict[int, str] = {}
     arguments: dict[int, str] = {}
+    pieces = 0
     finish = None
     async for chunk in stream:
         for choice in chunk.choices:
             for delta in choice.delta.tool_calls or []:
                 if delta.function and delta.function.name:
+                    assert delta.id and delta.type == "function"
                     names[delta.index] = delta.function.name
-                arguments[delta.index] = arguments.get(delta.index, "") + (
-                    delta.function.arguments or "" if delta.function else ""
-                )
+                elif delta.function and delta.function.arguments:
+                    assert delta.index in names  # the name comes first
+                    arguments[delta.index] = (
+                        arguments.get(delta.index, "") + delta.function.arguments
+                    )
+                    pieces += 1
             finish = choice.finish_reason or finish
     assert finish == "tool_calls" and list(names) == [0]  # parallel_tool_calls false: one
     jsonschema.validate(json.loads(arguments[0]), SCHEMAS[names[0]])
+    assert pieces > 2  # the arguments streamed as the model wrote them
 
 
 async def test_a_tool_round_trip(sdk: openai.AsyncOpenAI) -> None:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from infertui.core.protocol.tool_stream import CallDelta, CallStream
 from infertui.core.protocol.tools import may_be_a_call, parse_calls, plain_turns
 
 NAMES = {"get_weather", "get_time"}
@@ -49,6 +50,47 @@ def test_calls_are_read_in_every_format(form: str) -> None:
 )
 def test_text_that_is_not_a_call_of_an_offered_tool_stays_text(text: str) -> None:
     assert parse_calls(text, NAMES) == []
+
+
+def streamed(text: str, piece: int = 3) -> list[CallDelta]:
+    """The deltas a stream sends for a reply that arrives `piece` characters at a time."""
+    stream = CallStream(NAMES)
+    return [d for end in range(piece, len(text) + piece, piece) for d in stream.feed(text[:end])]
+
+
+@pytest.mark.parametrize("form", sorted(RECORDED))
+def test_calls_stream_while_they_are_written_in_every_format(form: str) -> None:
+    """Issue 14 §2: the name as soon as it is whole, then the arguments as they grow; put
+    together they are the calls read from the whole reply."""
+    deltas = streamed(RECORDED[form])
+    heads = [d for d in deltas if d.name]
+    assert [d.name for d in heads] == [c.name for c in parse_calls(RECORDED[form], NAMES)]
+    assert all(d.id and d.id.startswith("call_") for d in heads)
+    for k, call in enumerate(parse_calls(RECORDED[form], NAMES)):
+        pieces = [d.arguments for d in deltas if d.index == k and not d.name]
+        assert len(pieces) > 3, pieces  # sent as written, not at the end
+        assert json.loads("".join(pieces)) == json.loads(call.arguments)
+        assert deltas.index(heads[k]) < deltas.index(
+            next(d for d in deltas if d.index == k and d.arguments)
+        )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The weather in Paris is mild.",
+        '{"tool_calls": [{"name": "launch_rockets", "arguments": {"when": "now"}}]}',
+        '{"city": "Paris", "nested": {"name": {"x": 1}}}',
+    ],
+)
+def test_nothing_streams_as_a_call_that_is_not_one_of_an_offered_tool(text: str) -> None:
+    assert streamed(text, 1) == []
+
+
+def test_arguments_given_as_a_json_string_come_whole() -> None:
+    text = '{"function": {"name": "get_time", "arguments": "{\\"zone\\": \\"CET\\"}"}}'
+    deltas = streamed(text, 1)
+    assert [(d.name, d.arguments) for d in deltas] == [("get_time", ""), (None, '{"zone": "CET"}')]
 
 
 def test_a_stream_holds_back_only_what_may_be_a_call() -> None:

@@ -34,12 +34,14 @@ from ...protocol.openai import (
     FunctionCall,
     ModelCard,
     ModelList,
+    PromptTokensDetails,
     TextCompletion,
     ToolCallOut,
     Usage,
     error_envelope,
     openai_finish,
 )
+from ...protocol.tool_stream import CallDelta, CallStream
 from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit_all
@@ -60,8 +62,12 @@ _SSE = {
 def usage_of(jobs: list[Job]) -> Usage:
     tokens_in = sum(job.tokens_in for job in jobs)
     tokens_out = sum(job.result.timings.tokens_out if job.result else 0 for job in jobs)
+    cached = sum(job.result.timings.tokens_cached if job.result else 0 for job in jobs)
     return Usage(
-        prompt_tokens=tokens_in, completion_tokens=tokens_out, total_tokens=tokens_in + tokens_out
+        prompt_tokens=tokens_in,
+        completion_tokens=tokens_out,
+        total_tokens=tokens_in + tokens_out,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
     )
 
 
@@ -152,32 +158,38 @@ async def chat_chunks(
 
     tokens = [Template(chunk(i, Delta(content=HOLE))) for i in range(len(jobs))]
     held: list[list[str] | None] = [[] if tools.names else None for _ in jobs]
+    calls = [CallStream(tools.names) for _ in jobs]
     for i in range(len(jobs)):
         yield json_line(chunk(i, Delta(role="assistant", content="")))
+
+    def call_chunk(index: int, delta: CallDelta) -> str:
+        function = FunctionCall(name=delta.name, arguments=delta.arguments)
+        out = ToolCallOut(
+            index=delta.index, id=delta.id, type=delta.id and "function", function=function
+        )
+        return json_line(chunk(index, Delta(tool_calls=[out])))
+
     async for index, event in merged(jobs):
         if isinstance(event, TokenText) and (kept := held[index]) is not None:
-            kept.append(event.text)  # a reply that may be a tool call waits to be read whole
-            if not tools.holds("".join(kept)):
+            kept.append(event.text)  # a reply that may be a tool call: sent as calls if it is
+            text = "".join(kept)
+            if calls[index].started or tools.holds(text):
+                for delta in calls[index].feed(text):
+                    yield call_chunk(index, delta)
+            else:
                 held[index] = None
-                yield tokens[index].render("".join(kept))
+                yield tokens[index].render(text)
         elif isinstance(event, Finished) and (kept := held[index]) is not None and not event.error:
             text = "".join(kept)
-            calls = tools.calls(text)
-            for k, call in enumerate(calls):  # the name first, then the arguments
-                head = call.model_copy(
-                    update={
-                        "index": k,
-                        "function": FunctionCall(name=call.function.name, arguments=""),
-                    }
-                )
-                yield json_line(chunk(index, Delta(tool_calls=[head])))
-                tail = ToolCallOut(
-                    index=k, type=None, function=FunctionCall(arguments=call.function.arguments)
-                )
-                yield json_line(chunk(index, Delta(tool_calls=[tail])))
-            if not calls and text:
-                yield tokens[index].render(text)
-            finish = "tool_calls" if calls else openai_finish(event.finish_reason)
+            whole = tools.calls(text)
+            if not calls[index].started:
+                if whole:  # read only at the end (arguments before the name, say)
+                    for k, call in enumerate(whole):
+                        yield call_chunk(index, CallDelta(k, id=call.id, name=call.function.name))
+                        yield call_chunk(index, CallDelta(k, arguments=call.function.arguments))
+                elif text:
+                    yield tokens[index].render(text)
+            finish = "tool_calls" if whole else openai_finish(event.finish_reason)
             yield json_line(chunk(index, Delta(content=""), finish))
         elif isinstance(event, TokenText):
             if event.logprobs:  # rare enough to build the whole chunk

@@ -1,0 +1,171 @@
+"""Tool calls read while the model writes them, so that a stream sends each call's name as
+soon as it is whole and its arguments as they grow (OpenAI's streamed `tool_calls` deltas).
+
+The reply so far is scanned as JSON: an object with a string "name" that is not inside another
+call's arguments is a call, and the raw text of its "arguments" (Llama 3.x: "parameters") value
+is what streams. The formats' markers are blanked out first, so one scanner reads every format
+tools.py knows: Hermes blocks, Mistral's list, Llama 3.x objects and the generic
+`{"tool_calls": [...]}`. Arguments given as a JSON string (OpenAI's own shape, echoed by some
+models) come whole, once the string is closed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .tools import ToolCall
+
+_MARKERS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
+_ARGUMENT_KEYS = ("arguments", "parameters")
+
+
+@dataclass(slots=True)
+class PartialCall:
+    """A call as far as it is written: its name once whole, its arguments' text so far."""
+
+    name: str | None = None
+    arguments: str = ""
+    whole: bool = False  # the arguments' value is closed
+
+
+@dataclass(slots=True)
+class _Frame:
+    """An open JSON container while scanning."""
+
+    is_object: bool
+    call: PartialCall | None = None  # an object not inside arguments: maybe a call
+    arguments_of: PartialCall | None = None  # this container is that call's arguments
+    start: int = 0
+    in_arguments: bool = False
+    key: str | None = None  # the key whose value comes next (objects)
+    expect_key: bool = True
+
+
+def partial_calls(text: str) -> list[PartialCall]:
+    """The calls in a reply so far, in order, named or not yet named."""
+    for marker in _MARKERS:  # same length, so every index still points into the reply
+        text = text.replace(marker, " " * len(marker))
+    calls: list[PartialCall] = []
+    stack: list[_Frame] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace() or (not stack and c not in "{["):
+            i += 1
+            continue
+        frame = stack[-1] if stack else None
+        if frame is not None and frame.is_object and frame.expect_key:
+            if c == '"':
+                end = _string_end(text, i)
+                if end is None:
+                    break
+                frame.key, frame.expect_key = json.loads(text[i : end + 1]), False
+                i = end + 1
+            elif c == "}":
+                _close(stack, text, i)
+                i += 1
+            else:
+                i += 1  # a comma between members
+            continue
+        if c in ":,":
+            i += 1
+            continue
+        if c in "}]":
+            _close(stack, text, i)
+            i += 1
+            continue
+        # a value: of `frame.key` in an object, an item in an array, or a top-level document
+        owner = frame.call if frame is not None and frame.is_object else None
+        is_arguments = owner is not None and frame is not None and frame.key in _ARGUMENT_KEYS
+        inside = frame is not None and (frame.in_arguments or frame.arguments_of is not None)
+        if c in "{[":
+            child = _Frame(is_object=c == "{", start=i, in_arguments=inside)
+            if is_arguments:
+                child.arguments_of = owner
+            elif child.is_object and not inside:
+                child.call = PartialCall()
+                calls.append(child.call)
+            stack.append(child)
+            i += 1
+        elif c == '"':
+            end = _string_end(text, i)
+            if end is None:
+                break
+            value = json.loads(text[i : end + 1])
+            if owner is not None and frame is not None and frame.key == "name":
+                owner.name = value if isinstance(value, str) else None
+            elif owner is not None and is_arguments and isinstance(value, str):
+                owner.arguments, owner.whole = value, True
+            i = end + 1
+        else:  # a number, true, false or null
+            while i < n and text[i] not in ",}] \t\r\n":
+                i += 1
+        if frame is not None and frame.is_object:
+            frame.key, frame.expect_key = None, True
+    for frame in stack:  # arguments still being written: what there is so far
+        if frame.arguments_of is not None and not frame.arguments_of.whole:
+            frame.arguments_of.arguments = text[frame.start :].rstrip()
+    return calls
+
+
+def _close(stack: list[_Frame], text: str, i: int) -> None:
+    frame = stack.pop()
+    if frame.arguments_of is not None:
+        frame.arguments_of.arguments = text[frame.start : i + 1]
+        frame.arguments_of.whole = True
+    if stack and stack[-1].is_object:
+        stack[-1].key, stack[-1].expect_key = None, True
+
+
+def _string_end(text: str, i: int) -> int | None:
+    """The index of the quote closing the string that opens at i; None if not written yet."""
+    j = i
+    while (j := text.find('"', j + 1)) >= 0:
+        k = j - 1
+        while text[k] == "\\":
+            k -= 1
+        if (j - 1 - k) % 2 == 0:  # an even run of backslashes escapes nothing
+            return j
+    return None
+
+
+@dataclass(slots=True)
+class CallDelta:
+    """One piece of a streamed call: its head (id and name) or more of its arguments."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass(slots=True)
+class CallStream:
+    """What of a reply's calls has been sent; `feed` gives what is new. Calls go out in order,
+    each once its name is whole and names an offered tool; a name that is not offered stops
+    the stream, and the reply is judged whole at its end."""
+
+    names: set[str]
+    sent: list[int] = field(default_factory=list)  # characters of arguments sent, per call
+    stopped: bool = False
+
+    @property
+    def started(self) -> bool:
+        return bool(self.sent)
+
+    def feed(self, text: str) -> list[CallDelta]:
+        out: list[CallDelta] = []
+        if self.stopped:
+            return out
+        for k, call in enumerate(c for c in partial_calls(text) if c.name is not None):
+            if k == len(self.sent):
+                if call.name not in self.names:
+                    self.stopped = True
+                    return out
+                out.append(CallDelta(k, id=ToolCall(call.name, "").with_id().id, name=call.name))
+                self.sent.append(0)
+            if len(call.arguments) > self.sent[k]:
+                out.append(CallDelta(k, arguments=call.arguments[self.sent[k] :]))
+                self.sent[k] = len(call.arguments)
+        return out
