@@ -172,3 +172,23 @@ async def test_a_template_that_renders_tools_decides_the_call_format(
         await client.close()
     (made,) = reply.choices[0].message.tool_calls or []
     jsonschema.validate(json.loads(made.function.arguments), SCHEMAS[made.function.name])
+
+
+async def test_a_reply_held_back_as_a_possible_call_keeps_its_logprobs(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    """With tools offered, a stream holds the first tokens back until it knows the reply is
+    not a call; their logprobs go out with them."""
+    kwargs = dict(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=8, temperature=0)
+    whole = await sdk.chat.completions.create(**kwargs, logprobs=True)  # type: ignore[call-overload]
+    stream = await sdk.chat.completions.create(**kwargs, logprobs=True, stream=True)  # type: ignore[call-overload]
+    text, tokens = "", []
+    async for chunk in stream:
+        for choice in chunk.choices:
+            assert not choice.delta.tool_calls  # the bundled model answers in words
+            text += choice.delta.content or ""
+            tokens += [
+                t.token for t in (choice.logprobs.content if choice.logprobs else None) or []
+            ]
+    assert text == whole.choices[0].message.content
+    assert tokens == [t.token for t in whole.choices[0].logprobs.content]  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
 from ...protocol.errors import ErrorKind, InferError
-from ...protocol.events import Finished, TokenText
+from ...protocol.events import Finished, TokenLogprob, TokenText
 from ...protocol.openai import (
     AssistantMessage,
     ChatChoice,
@@ -157,30 +157,40 @@ async def chat_chunks(
         )
 
     tokens = [Template(chunk(i, Delta(content=HOLE))) for i in range(len(jobs))]
-    held: list[list[str] | None] = [[] if tools.names else None for _ in jobs]
+    held: list[list[TokenText] | None] = [[] if tools.names else None for _ in jobs]
     calls = [CallStream(tools.names) for _ in jobs]
     for i in range(len(jobs)):
         yield json_line(chunk(i, Delta(role="assistant", content="")))
 
+    def text_chunk(index: int, text: str, logprobs: Sequence[TokenLogprob] = ()) -> str:
+        if not logprobs:
+            return tokens[index].render(text)
+        with_logprobs = chunk(index, Delta(content=text))  # rare enough to build it whole
+        with_logprobs.choices[0].logprobs = ChatLogprobs.of(logprobs)
+        return json_line(with_logprobs)
+
+    def held_text(index: int, pieces: list[TokenText]) -> str:
+        logprobs = [lp for piece in pieces for lp in piece.logprobs]
+        return text_chunk(index, "".join(piece.text for piece in pieces), logprobs)
+
     def call_chunk(index: int, delta: CallDelta) -> str:
         function = FunctionCall(name=delta.name, arguments=delta.arguments)
-        out = ToolCallOut(
-            index=delta.index, id=delta.id, type=delta.id and "function", function=function
-        )
+        kind = "function" if delta.id else None
+        out = ToolCallOut(index=delta.index, id=delta.id, type=kind, function=function)
         return json_line(chunk(index, Delta(tool_calls=[out])))
 
     async for index, event in merged(jobs):
         if isinstance(event, TokenText) and (kept := held[index]) is not None:
-            kept.append(event.text)  # a reply that may be a tool call: sent as calls if it is
-            text = "".join(kept)
+            kept.append(event)  # a reply that may be a tool call: sent as calls if it is
+            text = "".join(piece.text for piece in kept)
             if calls[index].started or tools.holds(text):
                 for delta in calls[index].feed(text):
                     yield call_chunk(index, delta)
             else:
                 held[index] = None
-                yield tokens[index].render(text)
+                yield held_text(index, kept)
         elif isinstance(event, Finished) and (kept := held[index]) is not None and not event.error:
-            text = "".join(kept)
+            text = "".join(piece.text for piece in kept)
             whole = tools.calls(text)
             if not calls[index].started:
                 if whole:  # read only at the end (arguments before the name, say)
@@ -188,16 +198,11 @@ async def chat_chunks(
                         yield call_chunk(index, CallDelta(k, id=call.id, name=call.function.name))
                         yield call_chunk(index, CallDelta(k, arguments=call.function.arguments))
                 elif text:
-                    yield tokens[index].render(text)
+                    yield held_text(index, kept)
             finish = "tool_calls" if whole else openai_finish(event.finish_reason)
             yield json_line(chunk(index, Delta(content=""), finish))
         elif isinstance(event, TokenText):
-            if event.logprobs:  # rare enough to build the whole chunk
-                with_logprobs = chunk(index, Delta(content=event.text))
-                with_logprobs.choices[0].logprobs = ChatLogprobs.of(event.logprobs)
-                yield json_line(with_logprobs)
-            else:
-                yield tokens[index].render(event.text)
+            yield text_chunk(index, event.text, event.logprobs)
         elif isinstance(event, Finished):
             if event.error is not None:
                 yield error_envelope(event.error).model_dump_json()
