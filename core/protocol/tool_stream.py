@@ -1,12 +1,12 @@
 """Tool calls read while the model writes them, so that a stream sends each call's name as
 soon as it is whole and its arguments as they grow (OpenAI's streamed `tool_calls` deltas).
 
-The reply so far is scanned as JSON: an object with a string "name" that is not inside another
-call's arguments is a call, and the raw text of its "arguments" (Llama 3.x: "parameters") value
-is what streams. The formats' markers are blanked out first, so one scanner reads every format
-tools.py knows: Hermes blocks, Mistral's list, Llama 3.x objects and the generic
-`{"tool_calls": [...]}`. Arguments given as a JSON string (OpenAI's own shape, echoed by some
-models) come whole, once the string is closed.
+The reply is scanned as JSON as it grows: an object with a string "name" that is not inside
+another call's arguments is a call, and the raw text of its "arguments" (Llama 3.x:
+"parameters") value is what streams. The formats' markers are skipped between calls, so one
+scanner reads every format tools.py knows: Hermes blocks, Mistral's list, Llama 3.x objects and
+the generic `{"tool_calls": [...]}`. Arguments given as a JSON string (OpenAI's own shape,
+echoed by some models) come whole, once the string is closed.
 """
 
 from __future__ import annotations
@@ -42,71 +42,92 @@ class _Frame:
     expect_key: bool = True
 
 
-def partial_calls(text: str) -> list[PartialCall]:
-    """The calls in a reply so far, in order, named or not yet named."""
-    for marker in _MARKERS:  # same length, so every index still points into the reply
-        text = text.replace(marker, " " * len(marker))
-    calls: list[PartialCall] = []
-    stack: list[_Frame] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c.isspace() or (not stack and c not in "{["):
-            i += 1
-            continue
-        frame = stack[-1] if stack else None
-        if frame is not None and frame.is_object and frame.expect_key:
-            if c == '"':
+class CallScanner:
+    """Reads a reply as it grows: each `scan` is given the whole reply so far (which only
+    grows) and goes on from where the last one stopped, so a long call is read once, not once
+    per token. It stops before a string or a marker that is not whole yet."""
+
+    def __init__(self) -> None:
+        self.calls: list[PartialCall] = []  # named or not yet named, in order
+        self._stack: list[_Frame] = []
+        self._i = 0
+
+    def scan(self, text: str) -> list[PartialCall]:
+        stack, calls = self._stack, self.calls
+        i, n = self._i, len(text)
+        while i < n:
+            c = text[i]
+            if not stack and c not in "{[":  # between calls: markers and whitespace
+                marker = next((m for m in _MARKERS if text.startswith(m[: n - i], i)), None)
+                if marker is None:
+                    i += 1
+                elif n - i < len(marker):
+                    break  # partly written: wait for the rest
+                else:
+                    i += len(marker)
+                continue
+            if c.isspace():
+                i += 1
+                continue
+            frame = stack[-1] if stack else None
+            if frame is not None and frame.is_object and frame.expect_key:
+                if c == '"':
+                    end = _string_end(text, i)
+                    if end is None:
+                        break
+                    frame.key, frame.expect_key = json.loads(text[i : end + 1]), False
+                    i = end + 1
+                elif c == "}":
+                    _close(stack, text, i)
+                    i += 1
+                else:
+                    i += 1  # a comma between members
+                continue
+            if c in ":,":
+                i += 1
+                continue
+            if c in "}]":
+                _close(stack, text, i)
+                i += 1
+                continue
+            # a value: of `frame.key` in an object, an item in an array, or a whole document
+            owner = frame.call if frame is not None and frame.is_object else None
+            is_arguments = owner is not None and frame is not None and frame.key in _ARGUMENT_KEYS
+            inside = frame is not None and (frame.in_arguments or frame.arguments_of is not None)
+            if c in "{[":
+                child = _Frame(is_object=c == "{", start=i, in_arguments=inside)
+                if is_arguments:
+                    child.arguments_of = owner
+                elif child.is_object and not inside:
+                    child.call = PartialCall()
+                    calls.append(child.call)
+                stack.append(child)
+                i += 1
+            elif c == '"':
                 end = _string_end(text, i)
                 if end is None:
                     break
-                frame.key, frame.expect_key = json.loads(text[i : end + 1]), False
+                value = json.loads(text[i : end + 1])
+                if owner is not None and frame is not None and frame.key == "name":
+                    owner.name = value if isinstance(value, str) else None
+                elif owner is not None and is_arguments and isinstance(value, str):
+                    owner.arguments, owner.whole = value, True
                 i = end + 1
-            elif c == "}":
-                _close(stack, text, i)
-                i += 1
-            else:
-                i += 1  # a comma between members
-            continue
-        if c in ":,":
-            i += 1
-            continue
-        if c in "}]":
-            _close(stack, text, i)
-            i += 1
-            continue
-        # a value: of `frame.key` in an object, an item in an array, or a top-level document
-        owner = frame.call if frame is not None and frame.is_object else None
-        is_arguments = owner is not None and frame is not None and frame.key in _ARGUMENT_KEYS
-        inside = frame is not None and (frame.in_arguments or frame.arguments_of is not None)
-        if c in "{[":
-            child = _Frame(is_object=c == "{", start=i, in_arguments=inside)
-            if is_arguments:
-                child.arguments_of = owner
-            elif child.is_object and not inside:
-                child.call = PartialCall()
-                calls.append(child.call)
-            stack.append(child)
-            i += 1
-        elif c == '"':
-            end = _string_end(text, i)
-            if end is None:
-                break
-            value = json.loads(text[i : end + 1])
-            if owner is not None and frame is not None and frame.key == "name":
-                owner.name = value if isinstance(value, str) else None
-            elif owner is not None and is_arguments and isinstance(value, str):
-                owner.arguments, owner.whole = value, True
-            i = end + 1
-        else:  # a number, true, false or null
-            while i < n and text[i] not in ",}] \t\r\n":
-                i += 1
-        if frame is not None and frame.is_object:
-            frame.key, frame.expect_key = None, True
-    for frame in stack:  # arguments still being written: what there is so far
-        if frame.arguments_of is not None and not frame.arguments_of.whole:
-            frame.arguments_of.arguments = text[frame.start :].rstrip()
-    return calls
+            else:  # a number, true, false or null
+                while i < n and text[i] not in ",}] \t\r\n":
+                    i += 1
+            if frame is not None and frame.is_object:
+                frame.key, frame.expect_key = None, True
+        self._i = i
+        for frame in stack:  # arguments still being written: what there is so far
+            if frame.arguments_of is not None and not frame.arguments_of.whole:
+                frame.arguments_of.arguments = text[frame.start :].rstrip()
+        return calls
+
+
+def partial_calls(text: str) -> list[PartialCall]:
+    """The calls in a whole reply, or in one so far."""
+    return CallScanner().scan(text)
 
 
 def _close(stack: list[_Frame], text: str, i: int) -> None:
@@ -149,6 +170,7 @@ class CallStream:
     names: set[str]
     sent: list[int] = field(default_factory=list)  # characters of arguments sent, per call
     stopped: bool = False
+    scanner: CallScanner = field(default_factory=CallScanner)
 
     @property
     def started(self) -> bool:
@@ -158,7 +180,7 @@ class CallStream:
         out: list[CallDelta] = []
         if self.stopped:
             return out
-        for k, call in enumerate(c for c in partial_calls(text) if c.name is not None):
+        for k, call in enumerate(c for c in self.scanner.scan(text) if c.name is not None):
             if k == len(self.sent):
                 if call.name not in self.names:
                     self.stopped = True

@@ -87,6 +87,12 @@ def test_nothing_streams_as_a_call_that_is_not_one_of_an_offered_tool(text: str)
     assert streamed(text, 1) == []
 
 
+def test_arguments_are_sent_as_written_even_when_they_quote_a_marker() -> None:
+    text = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "<tool_call> [TOOL_CALLS]"}}'
+    pieces = [d.arguments for d in streamed(text, 2) if not d.name]
+    assert "".join(pieces) == '{"zone": "<tool_call> [TOOL_CALLS]"}'
+
+
 def test_arguments_given_as_a_json_string_come_whole() -> None:
     text = '{"function": {"name": "get_time", "arguments": "{\\"zone\\": \\"CET\\"}"}}'
     deltas = streamed(text, 1)
