@@ -13,6 +13,11 @@ cells but the last prompt token, waiting for the prefill if it is under way, and
 that last token itself, so that each sequence gets a logits row of its own to sample (in the
 graph or on the host).
 
+A finished job's cells stay in its sequence until another job needs the sequence: a job whose
+prompt begins with those tokens (the next turn of a chat, which repeats the whole history)
+takes that sequence and decodes only the rest of its prompt, as llama-server's prompt cache
+does. Cancelled and failed jobs free their cells at once.
+
 In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
 boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a
 job's output what it gives alone, whatever runs beside it (at a cost in throughput and TTFT).
@@ -33,6 +38,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import llama_cpp as llama
+import numpy as np
 
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
@@ -49,6 +55,15 @@ from .types import EngineEvent, GenerationRequest, Publisher
 log = logging.getLogger(__name__)
 
 Events = list[tuple[GenerationRequest, EngineEvent]]
+MIN_REUSE = 16  # fewer kept tokens than this are not worth giving up a fresh sequence for
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A free sequence's cells, left by the job that finished there."""
+
+    tokens: np.ndarray  # the token of each cell, by position
+    reach: int  # the highest position ever placed in the sequence (sliding windows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +82,8 @@ class _Slot:
 
     __slots__ = (
         "admitted_at", "admitted_step", "cached", "chain", "chunks", "donor", "first_token_at",
-        "index", "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos", "request",
-        "stops", "utf8",
+        "generated", "index", "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos",
+        "request", "stops", "utf8",
     )  # fmt: skip
 
     def __init__(
@@ -81,7 +96,8 @@ class _Slot:
         self.prompt_pos = 0  # prompt tokens already decoded
         self.n_past = 0  # tokens in this sequence's KV cells
         self.donor: _Slot | None = None  # prefilling the same prompt: wait, then copy its cells
-        self.cached = 0  # prompt tokens copied from the donor
+        self.cached = 0  # prompt tokens whose cells came from elsewhere (a donor, kept cells)
+        self.generated: list[int] = []  # every token sampled, in order
         self.last_token = -1
         self.chunks = 0
         self.utf8 = Utf8Stream()
@@ -116,6 +132,7 @@ class BatchLoop:
         self._waiting: deque[GenerationRequest] = deque()
         self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
         self._embedder: Embedder | None = None  # made on the first embedding job
+        self._kept: dict[int, _Kept] = {}  # free sequences that still hold a finished job's cells
         self._steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -272,8 +289,11 @@ class BatchLoop:
             self._admit(free, admitted[k], events)
 
     def _admit(self, free: list[int], request: GenerationRequest, events: Events) -> None:
+        reuse = self._reusable(free, request.prompt_tokens)
+        # a sequence whose kept cells this prompt begins with; else one that keeps nothing
+        choices = [reuse[0]] if reuse else [i for i in free if i not in self._kept] or free
         try:
-            index, chain = self._place(free, request.params)
+            index, chain = self._place(choices, request.params)
         except ValueError as err:  # a schema whose grammar llama.cpp cannot build
             error = InferError(
                 ErrorKind.INVALID_PARAMS, f"response_format: {err}", param="response_format"
@@ -285,13 +305,47 @@ class BatchLoop:
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
         slot = _Slot(index, request, chain, self._steps)
-        slot.donor = self._donor_for(request)
+        if self._kept.pop(index, None) is not None:
+            keep = reuse[1] if reuse else 0
+            if self._ctx.trim_sequence(index, keep):
+                slot.prompt_pos = slot.n_past = slot.cached = keep
+        if not slot.cached:
+            slot.donor = self._donor_for(request)
         self._slots[index] = slot
         if slot.donor is not None and not slot.donor.prefilling:
             self._take_prompt(slot.donor, slot)  # copied now; else when its prefill is done
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
+
+    def _reusable(self, free: list[int], prompt: Sequence[int]) -> tuple[int, int] | None:
+        """The free sequence whose kept cells begin this prompt over the most tokens, and how
+        many of them the job keeps (all but the prompt's last token at most: it needs a logits
+        row). None if none keeps MIN_REUSE. Not in deterministic mode, where a job's cells must
+        be decoded as they would be alone."""
+        if self._options.deterministic or not self._kept or len(prompt) <= MIN_REUSE:
+            return None
+        wanted = np.asarray(prompt, dtype=np.int32)
+        best: tuple[int, int] | None = None
+        for seq in free:
+            kept = self._kept.get(seq)
+            if kept is None:
+                continue
+            n = min(len(kept.tokens), len(wanted) - 1)
+            differ = np.flatnonzero(kept.tokens[:n] != wanted[:n])
+            common = int(differ[0]) if len(differ) else n
+            usable = common >= MIN_REUSE and self._window_intact(kept, common)
+            if usable and (best is None or common > best[1]):
+                best = (seq, common)
+        return best
+
+    def _window_intact(self, kept: _Kept, common: int) -> bool:
+        """Whether the cells the token at position `common` attends to are all still there.
+        Sliding-window layers reuse the cells of positions that fell out of the window of the
+        newest token placed, so only a prompt that goes on from (near) the end of the kept
+        tokens finds them all."""
+        n_swa = self._model.n_swa
+        return not n_swa or kept.reach <= n_swa or kept.reach <= common
 
     def _donor_for(self, request: GenerationRequest) -> _Slot | None:
         """A running slot with the same prompt, whose cells this job can copy instead of
@@ -430,8 +484,9 @@ class BatchLoop:
         for seq in sorted([*slots, *fill]):
             slot = slots.get(seq)
             if slot is None:  # a filler: a throw-away token on a free sequence
+                kept = self._kept.get(seq)
                 tokens.append(self._filler_token)
-                positions.append(0)
+                positions.append(len(kept.tokens) if kept else 0)
                 seqs.append(seq)
                 logits.append(0)
             elif seq not in share:
@@ -453,7 +508,12 @@ class BatchLoop:
         self._batch.fill(tokens, positions, seqs, logits)
         rc = self._ctx.decode(self._batch)
         for seq in fill:
-            self._ctx.free_sequence(seq)
+            if (kept := self._kept.get(seq)) is None:
+                self._ctx.free_sequence(seq)
+            elif self._ctx.trim_sequence(seq, len(kept.tokens)):
+                kept.reach = max(kept.reach, len(kept.tokens))
+            else:
+                del self._kept[seq]
         if rc != 0:
             self._decode_failed(rc, list(slots.values()), events)
             return
@@ -506,6 +566,7 @@ class BatchLoop:
             return
         if slot.first_token_at is None:
             slot.first_token_at = time.perf_counter()
+        slot.generated.append(token)
         if token in request.stop_tokens or (
             self._model.is_end_of_generation(token) and not request.params.ignore_eos
         ):
@@ -569,7 +630,7 @@ class BatchLoop:
             tail = slot.stops.feed(slot.utf8.flush())[0] + slot.stops.flush()
             if tail:
                 self._emit(slot, tail, events)
-        self._ctx.free_sequence(slot.index)
+        self._keep_or_free(slot, reason)
         for other in self._slots:
             if other is not None and other.donor is slot:
                 other.donor = None  # it prefills its own prompt after all
@@ -579,6 +640,21 @@ class BatchLoop:
             slot.chain.free()
         self._slots[slot.index] = None
         events.append((slot.request, Finished(reason, self._timings(slot), error)))
+
+    def _keep_or_free(self, slot: _Slot, reason: FinishReason) -> None:
+        """A job that ended well leaves its cells for a prompt that goes on from them; one that
+        was cancelled or failed frees them."""
+        if reason not in ("stop", "length") or self._options.deterministic:
+            self._ctx.free_sequence(slot.index)
+            return
+        tokens = [*slot.request.prompt_tokens, *slot.generated][: slot.n_past]
+        if self._ctx.trim_sequence(slot.index, len(tokens)):  # a token still in flight, say
+            self._kept[slot.index] = _Kept(np.asarray(tokens, dtype=np.int32), slot.n_past)
+
+    def kept_cells(self, slot: int) -> int:
+        """Cells a free sequence keeps for a prompt that goes on from them (0 if none)."""
+        kept = self._kept.get(slot)
+        return len(kept.tokens) if kept is not None else 0
 
     def _timings(self, slot: _Slot) -> TimingStats:
         now = time.perf_counter()

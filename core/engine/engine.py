@@ -162,6 +162,9 @@ class Engine:
     def sequence_length(self, slot: int) -> int:
         return self._loop.sequence_length(slot)
 
+    def kept_cells(self, slot: int) -> int:
+        return self._loop.kept_cells(slot)
+
     @property
     def busy_slots(self) -> int:
         return self._loop.busy_slots

@@ -238,6 +238,14 @@ class LlamaContext:
         """Drop every KV cell of the sequence (removing a whole sequence never fails)."""
         llama.llama_memory_seq_rm(self.memory, seq, -1, -1)
 
+    def trim_sequence(self, seq: int, n: int) -> bool:
+        """Keep the first `n` cells of a sequence. False, with all of them gone, where the
+        memory cannot drop a tail (recurrent models)."""
+        if llama.llama_memory_seq_rm(self.memory, seq, n, -1):
+            return True
+        llama.llama_memory_seq_rm(self.memory, seq, -1, -1)
+        return False
+
     def copy_prefix(self, src: int, dst: int, n: int) -> bool:
         """Give sequence `dst` the first `n` cells of `src`. Across KV streams llama.cpp copies
         a whole stream (at the next decode), so the rest is dropped after. False, with `dst`

@@ -77,8 +77,9 @@ async def test_two_hundred_cancels_at_random_moments_never_leak_a_token(make_poo
     engine = pool.engine
     assert engine.busy_slots == 0
     assert engine.waiting() == []
-    for slot in range(engine.n_parallel):
-        assert engine.sequence_length(slot) == 0, f"slot {slot} still holds KV cells"
+    for slot in range(engine.n_parallel):  # only what a finished job left for a next turn
+        cells = engine.sequence_length(slot)
+        assert cells == engine.kept_cells(slot), f"slot {slot} still holds KV cells"
     snapshot = pool.metrics_snapshot()
     assert snapshot.cancelled == aborted
     assert snapshot.slots_busy == 0
