@@ -202,6 +202,7 @@ class CompletionRequest(_Sampling):
         description=f"one prompt, or up to {MAX_PROMPTS} (one choice each)"
     )
     max_tokens: int = Field(16, ge=1)
+    n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices per prompt, side by side")
     logprobs: int | None = Field(None, ge=0, le=5, description="alternatives per token")
 
     def alternatives(self) -> int | None:

@@ -172,6 +172,19 @@ async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
 
 
+async def test_completions_give_n_choices_for_each_prompt(sdk: openai.AsyncOpenAI) -> None:
+    """Choice i * n + j is choice j of prompt i, as OpenAI numbers them; greedy choices of
+    one prompt agree, and each prompt is read once."""
+    reply = await sdk.completions.create(
+        model=MODEL, prompt=["Once upon a time", "The sea is"], n=2, max_tokens=5, temperature=0
+    )
+    texts = [c.text for c in sorted(reply.choices, key=lambda c: c.index)]
+    assert len(texts) == 4 and texts[0] == texts[1] and texts[2] == texts[3]
+    assert texts[0] != texts[2]
+    details = reply.usage.prompt_tokens_details if reply.usage else None
+    assert details is not None and details.cached_tokens > 0
+
+
 async def test_chat_logprobs_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     """Issue 14 §3: each token's log-probability under the model, with the likeliest ones;
     greedy picks the likeliest, so it heads its own list."""

@@ -12,6 +12,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse
 
+from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenLogprob, TokenText
 from ...protocol.openai import (
@@ -59,6 +60,17 @@ _SSE = {
 }
 
 
+def n_choices(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """The sampling of `n` choices: each its own seed when one is set. Their prompt is read
+    once: the engine copies its KV cells to the others."""
+    return [params] + [
+        params.model_copy(
+            update={"seed": (params.seed + i) % (2**32 - 1) if params.seed is not None else None}
+        )
+        for i in range(1, n)
+    ]
+
+
 def usage_of(jobs: list[Job]) -> Usage:
     tokens_in = sum(job.tokens_in for job in jobs)
     tokens_out = sum(job.result.timings.tokens_out if job.result else 0 for job in jobs)
@@ -82,12 +94,7 @@ async def chat_completions(
 ) -> ChatCompletion | EventSourceResponse:
     tool_format = service_of(request).tool_format(body.model) if body.offered else GENERIC_FORMAT
     params = body.sampling(body.token_budget, tool_format)
-    variants = [params] + [  # n > 1: a choice each, each with its own seed when one is set
-        params.model_copy(
-            update={"seed": (params.seed + i) % (2**32 - 1) if params.seed is not None else None}
-        )
-        for i in range(1, body.n)
-    ]
+    variants = n_choices(params, body.n)
     turns = body.turns(tool_format)
     tools = (  # a template that renders tools gets them; else they are in the turns already
         [t.model_dump() for t in body.offered] if tool_format != GENERIC_FORMAT else None
@@ -224,9 +231,14 @@ async def chat_chunks(
 async def completions(
     body: CompletionRequest, request: Request
 ) -> TextCompletion | EventSourceResponse:
-    params = body.sampling(body.max_tokens)
-    jobs = await submit_all(
-        request, [dict(model=body.model, prompt=prompt, params=params) for prompt in body.prompts]
+    variants = n_choices(body.sampling(body.max_tokens), body.n)
+    jobs = await submit_all(  # choice i * n + j is choice j of prompt i, as OpenAI numbers them
+        request,
+        [
+            dict(model=body.model, prompt=prompt, params=p)
+            for prompt in body.prompts
+            for p in variants
+        ],
     )
     model, created = jobs[0].pool_id if jobs else body.model, int(time.time())
     cid = f"cmpl-{jobs[0].id}" if jobs else f"cmpl-{created}"
