@@ -1,5 +1,8 @@
-"""Issue 14's figures: what the grammar costs per token (JSON Schema against free text) and
-embeddings per second at batch 1 and 32. Prints figures.
+"""Issue 14's figures: what the grammar costs per token (JSON Schema against free text),
+embeddings per second at batch 1 and 32, `n` choices of one long prompt (read once, its KV
+cells copied) against as many requests with prompts of the same length, and the next turn of a
+long chat (its history's cells kept) against the same turn after another history. Prints
+figures.
 
     .venv/bin/python bench/bench_api.py [--threads 2] [--seconds 6]
 
@@ -17,7 +20,9 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
@@ -31,10 +36,10 @@ SCHEMA = {
 TOKENS = 64
 
 
-def start_host(threads: int) -> tuple[subprocess.Popen[str], str]:
+def start_host(threads: int, parallel: int = 1) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
-         "--http", "127.0.0.1:0", "--parallel", "1", "--threads", str(threads)],
+         "--http", "127.0.0.1:0", "--parallel", str(parallel), "--threads", str(threads)],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stderr is not None
@@ -44,6 +49,8 @@ def start_host(threads: int) -> tuple[subprocess.Popen[str], str]:
             url = match.group(1)
         if "ready" in line:
             break
+    # keep reading its log, or a full pipe stalls the host
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
     return proc, url
 
 
@@ -76,6 +83,46 @@ def embeddings_per_s(client: httpx.Client, url: str, batch: int, seconds: float)
     return done / (time.perf_counter() - start)
 
 
+def choices_s(client: httpx.Client, url: str, n: int, shared: bool, rounds: int) -> list[float]:
+    """Seconds for `n` 16-token replies to a ~1,000-token prompt: one request with `n`
+    choices (shared), or `n` requests at once whose prompts differ in their first word."""
+    tail = " The river runs past the old mill and on to the sea." * 80
+    out = []
+    for r in range(rounds):
+        body = {"model": "default", "max_tokens": 16, "ignore_eos": True, "temperature": 0}
+        start = time.perf_counter()
+        if shared:
+            reply = client.post(
+                f"{url}/v1/completions", json={**body, "prompt": f"{r}.{tail}", "n": n}
+            )
+            assert reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        else:
+            with ThreadPoolExecutor(n) as pool:
+                bodies = [{**body, "prompt": f"{r}-{i}.{tail}"} for i in range(n)]
+                list(pool.map(lambda b: client.post(f"{url}/v1/completions", json=b), bodies))
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def next_turn_s(client: httpx.Client, url: str, kept: bool, rounds: int) -> list[float]:
+    """Seconds to the end of a 16-token reply to the next turn of a ~1,000-token chat: right
+    after its previous turn (kept: that turn's cells serve), or after another chat's."""
+    history = " The river runs past the old mill and on to the sea." * 80
+    out = []
+    for r in range(rounds):
+        body = {"model": "default", "max_tokens": 16, "ignore_eos": True, "temperature": 0}
+        ask = [{"role": "user", "content": f"{r}.{history}"}]
+        before = ask if kept else [{"role": "user", "content": f"{r}-other.{history}"}]
+        reply = client.post(f"{url}/v1/chat/completions", json={**body, "messages": before})
+        answer = reply.json()["choices"][0]["message"]["content"]
+        turn = [*ask, {"role": "assistant", "content": answer},
+                {"role": "user", "content": "Go on."}]  # fmt: skip
+        start = time.perf_counter()
+        client.post(f"{url}/v1/chat/completions", json={**body, "messages": turn})
+        out.append(time.perf_counter() - start)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=2)
@@ -92,10 +139,33 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    proc, url = start_host(args.threads, parallel=4)
+    try:
+        with httpx.Client(timeout=120) as client:
+            choices_s(client, url, 4, True, 1)  # warm up
+            separate, shared, fresh, kept = [], [], [], []
+            for _ in range(3):  # alternated, so that drift weighs on both alike
+                separate += choices_s(client, url, 4, False, 2)
+                shared += choices_s(client, url, 4, True, 2)
+                fresh += next_turn_s(client, url, False, 2)
+                kept += next_turn_s(client, url, True, 2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
     print(f"bundled model, {args.threads} threads, one request at a time, medians:")
     print(f"  free text      {free:6.1f} ms per token (request time / tokens)")
     print(f"  JSON Schema    {shaped:6.1f} ms per token   ratio {shaped / free:.2f}")
     print(f"  embeddings     {one:6.1f} per s at batch 1, {many:.1f} per s at batch 32")
+    a, b = statistics.median(separate), statistics.median(shared)
+    print(
+        f"  4 x 16 tokens after a ~1,000-token prompt: 4 requests {a:.2f} s, n=4 {b:.2f} s"
+        f"   ratio {a / b:.2f}"
+    )
+    c, d = statistics.median(fresh), statistics.median(kept)
+    print(
+        f"  next turn of a ~1,000-token chat, 16 tokens: {c:.2f} s, its cells kept {d:.2f} s"
+        f"   ratio {c / d:.2f}"
+    )
 
 
 if __name__ == "__main__":
