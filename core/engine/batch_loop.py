@@ -4,8 +4,8 @@ Each step: retire cancelled jobs, admit waiting jobs into free slots, run one `l
 holding the next token of every running sequence and chunks of the prompts being prefilled
 (shared within `n_batch`, see step_plan.py), sample every sequence (in the graph when its
 chain is installed there, see graph_samplers.py, else on the host), and publish the step's
-events to the event loop in one call. A sequence that finishes or is cancelled frees its KV
-cells at once.
+events to the event loop in one call. A sequence that is cancelled or fails frees its KV
+cells at once; one that finishes keeps them for a prompt that goes on from them (below).
 
 A job whose prompt is the same as a running one's (the `n` choices of one request, or the
 same question asked twice at once) is not prefilled again: it takes a copy of that sequence's
@@ -63,7 +63,7 @@ class _Kept:
     """A free sequence's cells, left by the job that finished there."""
 
     tokens: np.ndarray  # the token of each cell, by position
-    reach: int  # the highest position ever placed in the sequence (sliding windows)
+    highest: int  # the highest position ever placed in the sequence (sliding windows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,25 +334,26 @@ class BatchLoop:
             n = min(len(kept.tokens), len(wanted) - 1)
             differ = np.flatnonzero(kept.tokens[:n] != wanted[:n])
             common = int(differ[0]) if len(differ) else n
-            usable = common >= MIN_REUSE and self._window_intact(kept, common)
+            usable = common >= MIN_REUSE and self._window_intact(kept.highest, common)
             if usable and (best is None or common > best[1]):
                 best = (seq, common)
         return best
 
-    def _window_intact(self, kept: _Kept, common: int) -> bool:
-        """Whether the cells the token at position `common` attends to are all still there.
-        Sliding-window layers reuse the cells of positions that fell out of the window of the
-        newest token placed, so only a prompt that goes on from (near) the end of the kept
-        tokens finds them all."""
+    def _window_intact(self, highest: int, position: int) -> bool:
+        """Whether a sequence whose highest position placed is `highest` still has every cell
+        a token at `position` attends to. Sliding-window layers reuse the cell of a position
+        once it falls out of the window of the newest token placed (`is_masked_swa` in
+        llama.cpp's `find_slot`): cells at or below `highest - n_swa` may be gone, and the
+        token needs those above `position - n_swa`."""
         n_swa = self._model.n_swa
-        return not n_swa or kept.reach <= n_swa or kept.reach <= common
+        return not n_swa or highest < n_swa or highest <= position
 
     def _donor_for(self, request: GenerationRequest) -> _Slot | None:
         """A running slot with the same prompt, whose cells this job can copy instead of
         decoding the prompt. Not in deterministic mode: the last prompt token would be decoded
         in another batch."""
         prompt = request.prompt_tokens
-        if self._options.deterministic or len(prompt) < 2:
+        if self._options.deterministic or len(prompt) < 2 or not self._model.can_trim:
             return None
         for slot in self._slots:
             if (
@@ -360,17 +361,10 @@ class BatchLoop:
                 and slot.donor is None
                 and len(slot.request.prompt_tokens) == len(prompt)
                 and slot.request.prompt_tokens == prompt
-                and (slot.prefilling or self._prompt_intact(slot))
+                and (slot.prefilling or self._window_intact(slot.n_past - 1, len(prompt) - 1))
             ):
                 return slot
         return None
-
-    def _prompt_intact(self, slot: _Slot) -> bool:
-        """Whether a decoding slot's cells still hold all its prompt needs. Sliding-window
-        layers reuse the cells of positions that fell out of the window of the newest token,
-        and those the last prompt token attends to go once one token follows it."""
-        n_swa = self._model.n_swa
-        return not n_swa or slot.n_past <= n_swa or slot.n_past == len(slot.request.prompt_tokens)
 
     def _take_prompt(self, donor: _Slot, slot: _Slot | None = None) -> None:
         """Copy the donor's prompt, all but its last token, to the slots waiting for it (or to
@@ -476,6 +470,11 @@ class BatchLoop:
             if use_fillers
             else []
         )
+        longest = max((s.n_past for s in slots.values()), default=0)
+        for seq in fill:  # attention spans the longest stream of a ubatch: keep fillers short
+            if (kept := self._kept.get(seq)) is not None and len(kept.tokens) > longest:
+                self._ctx.free_sequence(seq)
+                del self._kept[seq]
         tokens: list[int] = []
         positions: list[int] = []
         seqs: list[int] = []
@@ -511,7 +510,7 @@ class BatchLoop:
             if (kept := self._kept.get(seq)) is None:
                 self._ctx.free_sequence(seq)
             elif self._ctx.trim_sequence(seq, len(kept.tokens)):
-                kept.reach = max(kept.reach, len(kept.tokens))
+                kept.highest = max(kept.highest, len(kept.tokens))  # where the filler went
             else:
                 del self._kept[seq]
         if rc != 0:
@@ -644,11 +643,16 @@ class BatchLoop:
     def _keep_or_free(self, slot: _Slot, reason: FinishReason) -> None:
         """A job that ended well leaves its cells for a prompt that goes on from them; one that
         was cancelled or failed frees them."""
-        if reason not in ("stop", "length") or self._options.deterministic:
+        if (
+            reason not in ("stop", "length")
+            or self._options.deterministic
+            or not self._model.can_trim
+        ):
             self._ctx.free_sequence(slot.index)
             return
         tokens = [*slot.request.prompt_tokens, *slot.generated][: slot.n_past]
         if self._ctx.trim_sequence(slot.index, len(tokens)):  # a token still in flight, say
+            # n_past, not n_past - 1: a token may still be in flight (overlap mode)
             self._kept[slot.index] = _Kept(np.asarray(tokens, dtype=np.int32), slot.n_past)
 
     def kept_cells(self, slot: int) -> int:

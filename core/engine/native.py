@@ -85,6 +85,10 @@ class LlamaModel:
         self.n_layer = int(llama.llama_model_n_layer(ptr))
         self.n_embd = int(llama.llama_model_n_embd(ptr))
         self.n_swa = int(llama.llama_model_n_swa(ptr))  # sliding-window layers' window; 0: none
+        # whether a sequence's cells can be cut back to a prefix (not recurrent state)
+        self.can_trim = not (
+            llama.llama_model_is_recurrent(ptr) or llama.llama_model_is_hybrid(ptr)
+        )
         self.add_bos = bool(llama.llama_vocab_get_add_bos(self.vocab))
         self.bos = int(llama.llama_vocab_bos(self.vocab))
         self.eos = int(llama.llama_vocab_eos(self.vocab))

@@ -255,3 +255,26 @@ async def test_kept_cells_past_a_sliding_window_serve_only_a_prompt_that_goes_on
     assert engine is not None and engine.kept_cells(0) > 700
     text, end = await pool.submit(prompt=prompt[: len(prompt) // 2], params=TURN).text()
     assert end.timings.tokens_cached == 0 and text
+
+
+async def test_kept_cells_longer_than_the_running_streams_are_dropped_not_filled(
+    make_pool,
+) -> None:
+    """A filler on a long kept sequence would make every stream of the step attend over its
+    length (llama.cpp sizes a ubatch's attention by its longest stream): between two short
+    running streams, long kept cells are freed instead."""
+    pool = await make_pool(parallel=3)
+    long = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
+    first = pool.submit(prompt=prompt_of(pool, 20, 11), params=long)
+    while first.request.slot is None:
+        await asyncio.sleep(0.005)
+    brief = pool.submit(prompt=prompt_of(pool, 300, 12), params=SHORT)
+    while brief.request.slot is None:
+        await asyncio.sleep(0.005)
+    last = pool.submit(prompt=prompt_of(pool, 20, 13), params=long)
+    await brief.text()
+    engine = pool.engine
+    assert engine is not None and brief.request.slot == 1
+    await asyncio.gather(first.text(), last.text())
+    assert engine.kept_cells(1) == 0 and engine.sequence_length(1) == 0
+    assert engine.kept_cells(0) > 0 and engine.kept_cells(2) > 0  # they ended last: kept
