@@ -16,7 +16,7 @@ graph or on the host).
 A finished job's cells stay in its sequence until another job needs the sequence: a job whose
 prompt begins with those tokens (the next turn of a chat, which repeats the whole history)
 takes that sequence and decodes only the rest of its prompt, as llama-server's prompt cache
-does. Cancelled and failed jobs free their cells at once.
+does (kept_cells.py). Cancelled and failed jobs free their cells at once.
 
 In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
 boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a
@@ -38,7 +38,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import llama_cpp as llama
-import numpy as np
 
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
@@ -46,6 +45,7 @@ from ..protocol.events import Admitted, Finished, TokenLogprob, TokenText
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
+from .kept_cells import KeptCells, window_intact
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
 from .sampler import SamplerChain, StepSampler, token_logprob
 from .step_plan import admission_order, fillers, prompt_shares
@@ -55,15 +55,6 @@ from .types import EngineEvent, GenerationRequest, Publisher
 log = logging.getLogger(__name__)
 
 Events = list[tuple[GenerationRequest, EngineEvent]]
-MIN_REUSE = 16  # fewer kept tokens than this are not worth giving up a fresh sequence for
-
-
-@dataclass(slots=True)
-class _Kept:
-    """A free sequence's cells, left by the job that finished there."""
-
-    tokens: np.ndarray  # the token of each cell, by position
-    highest: int  # the highest position ever placed in the sequence (sliding windows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +123,6 @@ class BatchLoop:
         self._waiting: deque[GenerationRequest] = deque()
         self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
         self._embedder: Embedder | None = None  # made on the first embedding job
-        self._kept: dict[int, _Kept] = {}  # free sequences that still hold a finished job's cells
         self._steps = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -230,6 +220,7 @@ class BatchLoop:
         if self._options.backend_sampling:
             self._graph = GraphSamplers(self._ctx, self._model.n_vocab)
         self._batch = Batch(self._options.n_batch + n_seq)
+        self._kept = KeptCells(self._ctx, self._model.n_swa)
         self._sampler = StepSampler(self._model.n_vocab)
         self._filler_token = max(0, self._model.bos)
         self._opened.set_result((self._model, self._ctx))
@@ -289,8 +280,13 @@ class BatchLoop:
             self._admit(free, admitted[k], events)
 
     def _admit(self, free: list[int], request: GenerationRequest, events: Events) -> None:
-        reuse = self._reusable(free, request.prompt_tokens)
-        # a sequence whose kept cells this prompt begins with; else one that keeps nothing
+        # A sequence whose kept cells this prompt begins with, else one that keeps nothing. Not
+        # in deterministic mode, where a job's cells must be decoded as they would be alone.
+        reuse = (
+            None
+            if self._options.deterministic
+            else self._kept.best_for(free, request.prompt_tokens)
+        )
         choices = [reuse[0]] if reuse else [i for i in free if i not in self._kept] or free
         try:
             index, chain = self._place(choices, request.params)
@@ -305,10 +301,8 @@ class BatchLoop:
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
         slot = _Slot(index, request, chain, self._steps)
-        if self._kept.pop(index, None) is not None:
-            keep = reuse[1] if reuse else 0
-            if self._ctx.trim_sequence(index, keep):
-                slot.prompt_pos = slot.n_past = slot.cached = keep
+        keep = self._kept.take(index, reuse[1] if reuse else 0)
+        slot.prompt_pos = slot.n_past = slot.cached = keep
         if not slot.cached:
             slot.donor = self._donor_for(request)
         self._slots[index] = slot
@@ -318,41 +312,11 @@ class BatchLoop:
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
 
-    def _reusable(self, free: list[int], prompt: Sequence[int]) -> tuple[int, int] | None:
-        """The free sequence whose kept cells begin this prompt over the most tokens, and how
-        many of them the job keeps (all but the prompt's last token at most: it needs a logits
-        row). None if none keeps MIN_REUSE. Not in deterministic mode, where a job's cells must
-        be decoded as they would be alone."""
-        if self._options.deterministic or not self._kept or len(prompt) <= MIN_REUSE:
-            return None
-        wanted = np.asarray(prompt, dtype=np.int32)
-        best: tuple[int, int] | None = None
-        for seq in free:
-            kept = self._kept.get(seq)
-            if kept is None:
-                continue
-            n = min(len(kept.tokens), len(wanted) - 1)
-            differ = np.flatnonzero(kept.tokens[:n] != wanted[:n])
-            common = int(differ[0]) if len(differ) else n
-            usable = common >= MIN_REUSE and self._window_intact(kept.highest, common)
-            if usable and (best is None or common > best[1]):
-                best = (seq, common)
-        return best
-
-    def _window_intact(self, highest: int, position: int) -> bool:
-        """Whether a sequence whose highest position placed is `highest` still has every cell
-        a token at `position` attends to. Sliding-window layers reuse the cell of a position
-        once it falls out of the window of the newest token placed (`is_masked_swa` in
-        llama.cpp's `find_slot`): cells at or below `highest - n_swa` may be gone, and the
-        token needs those above `position - n_swa`."""
-        n_swa = self._model.n_swa
-        return not n_swa or highest < n_swa or highest <= position
-
     def _donor_for(self, request: GenerationRequest) -> _Slot | None:
         """A running slot with the same prompt, whose cells this job can copy instead of
         decoding the prompt. Not in deterministic mode: the last prompt token would be decoded
         in another batch."""
-        prompt = request.prompt_tokens
+        prompt, n_swa = request.prompt_tokens, self._model.n_swa
         if self._options.deterministic or len(prompt) < 2 or not self._model.can_trim:
             return None
         for slot in self._slots:
@@ -361,7 +325,7 @@ class BatchLoop:
                 and slot.donor is None
                 and len(slot.request.prompt_tokens) == len(prompt)
                 and slot.request.prompt_tokens == prompt
-                and (slot.prefilling or self._window_intact(slot.n_past - 1, len(prompt) - 1))
+                and (slot.prefilling or window_intact(n_swa, slot.n_past - 1, len(prompt) - 1))
             ):
                 return slot
         return None
@@ -470,11 +434,7 @@ class BatchLoop:
             if use_fillers
             else []
         )
-        longest = max((s.n_past for s in slots.values()), default=0)
-        for seq in fill:  # attention spans the longest stream of a ubatch: keep fillers short
-            if (kept := self._kept.get(seq)) is not None and len(kept.tokens) > longest:
-                self._ctx.free_sequence(seq)
-                del self._kept[seq]
+        self._kept.drop_longer(fill, max((s.n_past for s in slots.values()), default=0))
         tokens: list[int] = []
         positions: list[int] = []
         seqs: list[int] = []
@@ -483,9 +443,8 @@ class BatchLoop:
         for seq in sorted([*slots, *fill]):
             slot = slots.get(seq)
             if slot is None:  # a filler: a throw-away token on a free sequence
-                kept = self._kept.get(seq)
                 tokens.append(self._filler_token)
-                positions.append(len(kept.tokens) if kept else 0)
+                positions.append(self._kept.cells(seq))
                 seqs.append(seq)
                 logits.append(0)
             elif seq not in share:
@@ -507,12 +466,7 @@ class BatchLoop:
         self._batch.fill(tokens, positions, seqs, logits)
         rc = self._ctx.decode(self._batch)
         for seq in fill:
-            if (kept := self._kept.get(seq)) is None:
-                self._ctx.free_sequence(seq)
-            elif self._ctx.trim_sequence(seq, len(kept.tokens)):
-                kept.highest = max(kept.highest, len(kept.tokens))  # where the filler went
-            else:
-                del self._kept[seq]
+            self._kept.filled(seq)
         if rc != 0:
             self._decode_failed(rc, list(slots.values()), events)
             return
@@ -651,14 +605,12 @@ class BatchLoop:
             self._ctx.free_sequence(slot.index)
             return
         tokens = [*slot.request.prompt_tokens, *slot.generated][: slot.n_past]
-        if self._ctx.trim_sequence(slot.index, len(tokens)):  # a token still in flight, say
-            # n_past, not n_past - 1: a token may still be in flight (overlap mode)
-            self._kept[slot.index] = _Kept(np.asarray(tokens, dtype=np.int32), slot.n_past)
+        # highest n_past, not n_past - 1: a token may still be in flight (overlap mode)
+        self._kept.keep(slot.index, tokens, slot.n_past)
 
     def kept_cells(self, slot: int) -> int:
         """Cells a free sequence keeps for a prompt that goes on from them (0 if none)."""
-        kept = self._kept.get(slot)
-        return len(kept.tokens) if kept is not None else 0
+        return self._kept.cells(slot)
 
     def _timings(self, slot: _Slot) -> TimingStats:
         now = time.perf_counter()
