@@ -97,6 +97,23 @@ class P2PSettings(BaseModel):
     )
 
 
+class UpstreamSettings(BaseModel):
+    """Engines that are OpenAI-compatible servers elsewhere (vLLM, SGLang, llama-server)."""
+
+    urls: list[str] = Field(
+        default_factory=list,
+        description="[ID=]URL of each server's OpenAI API root, e.g. vllm=http://gpu1:8000/v1",
+    )
+    model: str | None = Field(None, description="the model to ask for; unset: the first listed")
+    api_key: SecretStr | None = Field(
+        None, description="sent as a Bearer token (or INFERTUI_HOST__UPSTREAM__API_KEY)"
+    )
+    concurrency: int = Field(
+        8, ge=1, description="jobs sent to each at once; more wait in infertui's queue"
+    )
+    health_interval_s: float = Field(2.0, gt=0, description="how often each is asked if it is up")
+
+
 class HostSettings(BaseModel):
     """`infertui host`."""
 
@@ -110,6 +127,7 @@ class HostSettings(BaseModel):
         "data dir's models/ and the folders of the models given at start",
     )
     engine: EngineDefaults = EngineDefaults()
+    upstream: UpstreamSettings = UpstreamSettings()
     queue: int = Field(64, ge=1, description="jobs that may wait per engine before QUEUE_FULL")
     host_name: str = Field(default_factory=socket.gethostname)
     peer_job_limit: int = Field(1, ge=1, description="concurrent jobs per P2P peer (MODEL_BUSY)")

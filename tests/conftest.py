@@ -117,17 +117,27 @@ async def start_served_host(
     hosts: list[ServedHost] = []
 
     async def start(
-        *, parallel: int = 2, queue: int = 8, seed: bytes | None = None, port: int = 0
+        *,
+        parallel: int = 2,
+        queue: int = 8,
+        seed: bytes | None = None,
+        port: int = 0,
+        upstream: dict[str, Any] | None = None,
+        topics: tuple[str, ...] = (),
+        host_name: str = "test-host",
     ) -> ServedHost:
         settings = HostSettings.model_validate(
-            {"queue": queue, "drain_on_stop_ms": 0, "host_name": "test-host",
+            {"queue": queue, "drain_on_stop_ms": 0, "host_name": host_name,
              "model_dirs": [str(tmp_path_factory.getbasetemp())],
-             "engine": {"ctx": 1024, "parallel": parallel, "threads": 2}}
+             "engine": {"ctx": 1024, "parallel": parallel, "threads": 2},
+             "upstream": upstream or {}}
         )  # fmt: skip
         service = HostService(settings)
         seed = seed or secrets.token_bytes(32)
         client_seed = CLIENT_SEED
-        p2p = P2PServer(service, seed=seed, bootstrap=testnet, admins=[public_key(client_seed)])
+        p2p = P2PServer(
+            service, seed=seed, bootstrap=testnet, admins=[public_key(client_seed)], topics=topics
+        )
         http = HttpServer(create_app(service), f"127.0.0.1:{port}")
         service.attach(p2p)
         service.attach(http)

@@ -29,6 +29,7 @@ from .base import InfertuiApp as BaseApp
 from .local import LocalClient
 from .screens.chat import ChatScreen
 from .screens.engines import EnginesScreen
+from .screens.hosts import HostsScreen
 from .screens.metrics import MetricsScreen
 from .screens.options import OptionsModal
 from .screens.queue import QueueScreen
@@ -40,9 +41,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def mode_keys(titles: dict[str, str]) -> list[BindingType]:
-    """F2, F3, … switch to an app's screens in order; ids `app.<mode>` for the keymap."""
+    """F2, F3, … switch to an app's screens in order; ids `app.<mode>` for the keymap. They
+    come before a focused widget's keys (the prompt's TextArea takes F6 and F7 otherwise)."""
     return [
-        Binding(f"f{key}", f"switch_mode('{mode}')", title, id=f"app.{mode}")
+        Binding(f"f{key}", f"switch_mode('{mode}')", title, id=f"app.{mode}", priority=True)
         for key, (mode, title) in enumerate(titles.items(), start=2)
     ]
 
@@ -117,8 +119,15 @@ class ClientApp(InfertuiApp):
         "queue": QueueScreen,
         "metrics": MetricsScreen,
         "engines": EnginesScreen,
+        "hosts": HostsScreen,
     }
-    MODE_TITLES = {"chat": "Chat", "queue": "Queue", "metrics": "Metrics", "engines": "Engines"}
+    MODE_TITLES = {
+        "chat": "Chat",
+        "queue": "Queue",
+        "metrics": "Metrics",
+        "engines": "Engines",
+        "hosts": "Hosts",
+    }
     BINDINGS = [
         *mode_keys(MODE_TITLES),
         Binding("ctrl+r", "retry", "Reconnect", show=False, id="app.retry"),

@@ -24,6 +24,7 @@ Serve and use a local LLM from a terminal.
   infertui host --http          also serve the HTTP API on 127.0.0.1:8080
   infertui id                   this machine's server ID (what clients connect to)
   infertui connect ID|URL       chat with a host (server ID over Hyperswarm, or http://…)
+  infertui connect topic:NAME   chat with the hosts on a topic (the least busy answers)
   infertui ask ID|URL "prompt"  one answer on stdout, for scripts (`-` reads stdin)
   infertui config path          where the settings file lives
 
@@ -68,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     connect = commands.add_parser(
         "connect",
         help="chat with a host: streamed replies, abort, queue/metrics dashboards, engines",
-        description="The chat app. TARGET is a server ID (Hyperswarm) or an http(s) URL.",
+        description="The chat app. TARGET is a server ID (Hyperswarm), an http(s) URL, or "
+        "topic:NAME for every host on that topic: each chat goes to the one with room, and "
+        "to the next when it is busy or leaves.",
     )
     add_client_flags(connect)
 
@@ -101,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="TARGET", help="a server ID, or http(s)://HOST:PORT")
+    parser.add_argument(
+        "target", metavar="TARGET", help="a server ID, http(s)://HOST:PORT, or topic:NAME"
+    )
     parser.add_argument(
         "--api-key",
         metavar="KEY",
@@ -151,6 +156,27 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         action="append",
         metavar="[ID=]PATH",
         help="a GGUF file to serve (repeatable); default: the bundled Gemma 3 270M",
+    )
+    host.add_argument(
+        "--upstream",
+        action="append",
+        metavar="[ID=]URL",
+        help="an OpenAI-compatible server to serve as an engine (repeatable), e.g. "
+        "vllm=http://gpu1:8000/v1; with only these, no model is loaded here",
+    )
+    host.add_argument(
+        "--upstream-model", metavar="NAME", help="the model to ask upstreams for (default: first)"
+    )
+    host.add_argument(
+        "--upstream-key",
+        metavar="KEY",
+        help="API key for the upstreams (or INFERTUI_HOST__UPSTREAM__API_KEY)",
+    )
+    host.add_argument(
+        "--upstream-concurrency",
+        type=int,
+        metavar="N",
+        help="jobs sent to each upstream at once; more wait in infertui's queue (default 8)",
     )
     host.add_argument("--ctx", type=int, metavar="N", help="context tokens per slot (default 4096)")
     host.add_argument(
@@ -277,6 +303,12 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 "admins": args.admin,
             },
             "models": args.model,
+            "upstream": {
+                "urls": args.upstream,
+                "model": args.upstream_model,
+                "api_key": args.upstream_key,
+                "concurrency": args.upstream_concurrency,
+            },
             "queue": args.queue,
             "http": {"listen": args.http, "cors_origins": args.cors_origin},
             "engine": {

@@ -1,8 +1,10 @@
-"""One client API over both transports: `await connect("<server-id>" | "http(s)://…")`."""
+"""One client API over both transports: `await connect("<server-id>" | "http(s)://…" |
+"topic:NAME")`."""
 
-from .base import ChatReply, ChatStats, Client, HostInfo
+from .base import ChatReply, ChatStats, Client, HostInfo, HostLoad
 from .connect import ConnectionState, Reconnector, connect, is_url
 from .errors import explain
+from .topic import TopicClient
 
 __all__ = [
     "ChatReply",
@@ -10,7 +12,9 @@ __all__ = [
     "Client",
     "ConnectionState",
     "HostInfo",
+    "HostLoad",
     "Reconnector",
+    "TopicClient",
     "connect",
     "explain",
     "is_url",

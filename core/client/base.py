@@ -3,7 +3,7 @@
 Client                      connected to one host (Hyperswarm or HTTP)
   .info -> HostInfo         who the host is and what it serves
   .chat(...) -> ChatReply   async iterator of text; .abort(); .stats when it ends
-  .engines() .queue() .metrics() .watch_metrics()
+  .engines() .queue() .metrics() .watch_metrics() .hosts()
   .update_info()            follow the host's engines as they change
   .add_engine() .remove_engine() .reload_engine() .drain_engine() .resume_engine()  (admin)
   .wait_closed()            returns when the connection is gone
@@ -55,6 +55,19 @@ class ChatStats:
     ttft_ms: float | None
     tokens_per_s: float
     model: str = ""  # the engine that answered, where the host says
+    host: str = ""  # the host that answered, where the client chose among several (a topic)
+
+
+@dataclass(frozen=True, slots=True)
+class HostLoad:
+    """A host this client reaches, and how busy it is."""
+
+    host_name: str
+    address: str
+    models: tuple[str, ...]
+    slots: int
+    free_slots: int
+    queue_depth: int
 
 
 class ChatReply(ABC):
@@ -97,6 +110,20 @@ class Client(ABC):
     def chat(
         self, messages: Sequence[ChatMessage], *, model: str | None = None, **params: Any
     ) -> ChatReply: ...
+
+    async def hosts(self) -> list[HostLoad]:
+        """The hosts this client reaches (one; a topic's client has several), with their load."""
+        pools = await self.metrics()
+        return [
+            HostLoad(
+                self.info.host_name,
+                self.info.address,
+                self.info.models,
+                sum(p.slots_total for p in pools),
+                sum(max(0, p.slots_total - p.slots_busy) for p in pools),
+                sum(p.queue_depth for p in pools),
+            )
+        ]
 
     @abstractmethod
     async def engines(self) -> list[EngineStatus]: ...

@@ -19,6 +19,7 @@ from .base import Client
 from .errors import explain
 from .http import HttpHostClient
 from .p2p import P2PHostClient
+from .topic import TOPIC_PREFIX, TopicClient
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ def as_target(text: str) -> str:
     http://HOST:PORT, and a URL without the OpenAI-style `/v1` (infertui's own paths sit
     beside it)."""
     text = text.strip()
+    if text.startswith(TOPIC_PREFIX):
+        return text
     if not is_url(text) and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}", text):
         text = f"http://{text}"
     if is_url(text):
@@ -52,9 +55,15 @@ async def connect(
     connect_timeout: float = 10.0,
     seed: bytes | None = None,
 ) -> Client:
-    """A connected Client. Raises InferError: INVALID_SERVER_ID before any network for a
+    """A connected Client: `topic:NAME` reaches every host on that topic (topic.py). Raises
+    InferError: INVALID_SERVER_ID before any network for a
     malformed ID; HOST_OFFLINE, CONNECT_FAILED or UNAUTHORIZED when the host is not there."""
     target = as_target(target)
+    if target.startswith(TOPIC_PREFIX):
+        return await TopicClient.connect(
+            target.removeprefix(TOPIC_PREFIX), bootstrap=bootstrap,
+            connect_timeout=connect_timeout, seed=seed,
+        )  # fmt: skip
     if is_url(target):
         return await HttpHostClient.connect(
             target, api_key=api_key, connect_timeout=connect_timeout

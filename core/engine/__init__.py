@@ -1,20 +1,37 @@
-"""The engine: the only code that imports llama_cpp. Loads GGUF models and batch-decodes them."""
+"""The engines: a GGUF model batch-decoded by llama.cpp (the only code that imports llama_cpp),
+or an OpenAI-compatible upstream server; both behind one interface (interface.py)."""
 
 from .backend import engine_version, supports_gpu_offload, system_info
 from .bundled import BUNDLED_MODEL_ID, bundled_model_path
-from .engine import Engine
-from .types import EngineEvent, EngineSpec, GenerationRequest, Publisher, default_threads
+from .interface import Engine, HealthHook, open_engine
+from .local import LlamaEngine
+from .types import (
+    AnySpec,
+    EngineEvent,
+    EngineSpec,
+    GenerationRequest,
+    Publisher,
+    UpstreamSpec,
+    default_threads,
+)
+from .upstream import UpstreamEngine
 
 __all__ = [
     "BUNDLED_MODEL_ID",
+    "AnySpec",
     "Engine",
     "EngineEvent",
     "EngineSpec",
     "GenerationRequest",
+    "HealthHook",
+    "LlamaEngine",
     "Publisher",
+    "UpstreamEngine",
+    "UpstreamSpec",
     "bundled_model_path",
     "default_threads",
     "engine_version",
+    "open_engine",
     "supports_gpu_offload",
     "system_info",
 ]

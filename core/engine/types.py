@@ -1,4 +1,5 @@
-"""What goes into the engine (EngineSpec, GenerationRequest) and what comes out (events).
+"""What goes into an engine (EngineSpec or UpstreamSpec, GenerationRequest) and what comes
+out (events).
 
 A GenerationRequest crosses threads: the event loop creates it and may set `cancelled`;
 the batch-loop thread reads it between steps. Events (protocol/events.py) are built on the
@@ -10,10 +11,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
-from ..protocol.common import SamplingParams
+from ..protocol.common import ChatMessage, SamplingParams
+from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import JobEvent
 
 
@@ -46,6 +49,54 @@ class EngineSpec:
         """The slots asked for; 0 for auto (the engine knows the number once loaded)."""
         return 0 if self.n_parallel == "auto" else self.n_parallel
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What a request's `model` may call this engine besides its id: the file's name."""
+        path = Path(self.model_path)
+        return path.name, path.stem
+
+    def with_model(self, model_path: str) -> EngineSpec:
+        """The same engine on another model file (a reload)."""
+        return replace(self, model_path=model_path)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    """An OpenAI-compatible server (vLLM, SGLang, llama-server, another infertui) served as
+    an engine: jobs go to it `concurrency` at a time and the rest wait in infertui's queue."""
+
+    url: str  # its OpenAI API root, e.g. http://10.0.0.5:8000/v1
+    engine_id: str
+    model: str | None = None  # the model to ask it for; None: the first it lists
+    api_key: str | None = None
+    concurrency: int = 8
+    n_ctx: int = 0  # tokens a job may use; 0: what the server says, else unbounded here
+    health_interval_s: float = 2.0  # how often its model list is read to tell it is up
+
+    @property
+    def model_path(self) -> str:
+        """Where it is, in the place where a local engine shows its file."""
+        return self.url
+
+    @property
+    def slots_requested(self) -> int:
+        return self.concurrency
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.model,) if self.model else ()
+
+    def with_model(self, model_path: str) -> UpstreamSpec:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS,
+            f"engine '{self.engine_id}' is an upstream server, with no model file; a reload "
+            "without model_path connects to it anew",
+            param="model_path",
+        )
+
+
+AnySpec = EngineSpec | UpstreamSpec
+
 
 @dataclass(slots=True)
 class GenerationRequest:
@@ -57,6 +108,10 @@ class GenerationRequest:
     max_tokens: int
     stop_tokens: frozenset[int] = frozenset()  # beyond end-of-generation (chat turn markers)
     embed: bool = False  # an embedding job: its vector, no tokens (no slot either)
+    # The prompt as given, for an engine that renders and tokenizes it itself (an upstream
+    # server); a local engine reads prompt_tokens only.
+    messages: Sequence[ChatMessage] | None = None
+    prompt_text: str | None = None
     enqueued_at: float = field(default_factory=time.perf_counter)
     # Set from the event loop; read by the batch loop between steps (a bool write is atomic).
     cancelled: bool = False

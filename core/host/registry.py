@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
-from ..engine import EngineSpec
+from ..engine import AnySpec
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineStatus, PoolState
 from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
@@ -23,7 +22,7 @@ class EngineRegistry:
         self._pools: dict[str, Pool] = {}
         self._lock = asyncio.Lock()
 
-    async def add(self, spec: EngineSpec, queue_capacity: int | None = None) -> Pool:
+    async def add(self, spec: AnySpec, queue_capacity: int | None = None) -> Pool:
         """Load an engine. It is listed as loading meanwhile; if loading fails it is removed
         and the typed error is raised."""
         if not spec.engine_id or "/" in spec.engine_id:
@@ -76,8 +75,7 @@ class EngineRegistry:
         if model in self._pools:
             return self._pools[model]
         for pool in self._pools.values():
-            path = Path(pool.spec.model_path)
-            if model in (path.name, path.stem):
+            if model in (pool.engine.model_names if pool.engine else pool.spec.names):
                 return pool
         raise InferError(
             ErrorKind.MODEL_NOT_FOUND,

@@ -14,12 +14,21 @@ import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, Unpack
+from urllib.parse import urlsplit
 
 from .. import paths
 from ..config import HostSettings
-from ..engine import BUNDLED_MODEL_ID, EngineSpec, bundled_model_path, engine_version
+from ..engine import (
+    BUNDLED_MODEL_ID,
+    AnySpec,
+    EngineSpec,
+    UpstreamSpec,
+    bundled_model_path,
+    engine_version,
+)
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.openai import AddEngineRequest
 from ..protocol.orchestrator import Capabilities, PoolHealth
@@ -48,6 +57,26 @@ def spec_from_entry(entry: str, settings: HostSettings) -> EngineSpec:
     if not sep:
         path, engine_id = entry, Path(entry).stem
     return engine_spec(engine_id, path, settings)
+
+
+def upstream_spec(entry: str, settings: HostSettings) -> UpstreamSpec:
+    """An UpstreamSpec from an `--upstream` value: URL, or ID=URL (the ID defaults to the
+    server's host and port)."""
+    engine_id, sep, url = entry.partition("=")
+    if not sep or "://" in engine_id:
+        url = entry
+        where = urlsplit(entry)  # its host and port name it (never a user:password@ in it)
+        engine_id = f"{where.hostname}-{where.port}" if where.port else where.hostname or ""
+        engine_id = engine_id or "upstream"
+    up = settings.upstream
+    return UpstreamSpec(
+        url=url,
+        engine_id=engine_id,
+        model=up.model,
+        api_key=up.api_key.get_secret_value() if up.api_key else None,
+        concurrency=up.concurrency,
+        health_interval_s=up.health_interval_s,
+    )
 
 
 def engine_spec(
@@ -122,21 +151,24 @@ class HostService:
         # the host at most one core, and short prompts (the default executor) never queue
         # behind it.
         self._long_prompts = ThreadPoolExecutor(1, thread_name_prefix="long-prompt")
+        self._stopped = False
 
     def attach(self, transport: Transport) -> None:
         """Serve through this transport too; it starts once the engines are loaded."""
         self.transports.append(transport)
 
     async def start(self) -> None:
-        """Load the configured models (the bundled one when none is given)."""
+        """Load the configured models and connect to the upstream servers (the bundled model
+        when neither is given)."""
         self.started_at = time.time()
-        entries = self.settings.models
-        if entries:
-            specs = [spec_from_entry(entry, self.settings) for entry in entries]
-        else:
+        entries, upstreams = self.settings.models, self.settings.upstream.urls
+        specs: list[AnySpec] = [spec_from_entry(entry, self.settings) for entry in entries]
+        if not entries and not upstreams:
             path = await asyncio.to_thread(bundled_model_path)
             specs = [engine_spec(BUNDLED_MODEL_ID, str(path), self.settings)]
-        self._model_roots = model_roots(self.settings, [spec.model_path for spec in specs])
+        files = [spec.model_path for spec in specs]
+        specs += [upstream_spec(entry, self.settings) for entry in upstreams]
+        self._model_roots = model_roots(self.settings, files)
         for spec in specs:
             await self._registry.add(spec)
         for transport in self.transports:
@@ -145,7 +177,11 @@ class HostService:
     async def stop(self) -> None:
         """Give running jobs a short grace (new ones are refused meanwhile) and cancel the rest,
         then stop the transports and free the engines. The transports stay up through the
-        grace, so that every face, Hyperswarm included, delivers the replies that finish."""
+        grace, so that every face, Hyperswarm included, delivers the replies that finish.
+        A second call does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         grace = self.settings.drain_on_stop_ms
         await asyncio.gather(*(pool.drain(grace) for pool in self._registry.pools()))
         for transport in reversed(self.transports):
@@ -235,6 +271,15 @@ class HostService:
     def metrics(self) -> list[MetricsSnapshot]:
         return [pool.metrics_snapshot() for pool in self._registry.pools()]
 
+    def load(self) -> dict[str, int]:
+        """Slots, free slots and queued jobs over every engine."""
+        pools = self.metrics()
+        return {
+            "slots": sum(p.slots_total for p in pools),
+            "free_slots": sum(max(0, p.slots_total - p.slots_busy) for p in pools),
+            "queue_depth": sum(p.queue_depth for p in pools),
+        }
+
     def addresses(self) -> dict[str, str]:
         """Where each transport serves: {"http": "http://…", "p2p": "<server ID>"}."""
         return {t.name: t.describe() for t in self.transports}
@@ -244,8 +289,10 @@ class HostService:
         return {t.name: t.status() for t in self.transports}
 
     def server_info(self, capabilities: dict[str, Any], server_id: str | None = None) -> ServerInfo:
-        """Who this host is, the same on every face; each adds its own capabilities."""
+        """Who this host is, the same on every face; each adds its own capabilities. Its load
+        goes with it, so that a client of a topic's hosts picks the one with room."""
         engines = self.engine_ids()
+        capabilities = {**capabilities, "load": self.load()}
         return ServerInfo(
             host_name=self.settings.host_name or socket.gethostname(),
             model=engines[0] if engines else "",
@@ -258,7 +305,16 @@ class HostService:
     # ---- engine operations (every face calls these) -------------------------------------------
 
     async def add_engine(self, request: AddEngineRequest) -> EngineStatus:
-        """Load a GGUF as a new engine."""
+        """Load a GGUF as a new engine, or connect to an upstream server as one."""
+        if request.is_upstream:
+            up = upstream_spec(f"{request.engine_id}={request.model_path}", self.settings)
+            up = replace(
+                up,
+                model=request.upstream_model or up.model,
+                api_key=request.api_key or up.api_key,
+                concurrency=request.concurrency or up.concurrency,
+            )
+            return views.engine_status(await self._registry.add(up))
         spec = engine_spec(
             request.engine_id, self._confined(request.model_path), self.settings,
             n_ctx=request.n_ctx,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..engine import AnySpec, UpstreamSpec
 from ..engine.chat_format import ChatFormat
 from ..protocol.orchestrator import PoolCapabilities, PoolHealth
 from ..protocol.snapshots import (
@@ -26,6 +27,7 @@ _ENGINE_STATE = {
     PoolState.FAILED: EngineState.FAILED,
 }
 ENGINE_NAME = "llama.cpp"
+UPSTREAM_NAME = "openai-upstream"
 
 
 def engine_status(pool: Pool) -> EngineStatus:
@@ -36,15 +38,7 @@ def engine_status(pool: Pool) -> EngineStatus:
         engine_id=pool.id,
         status=_ENGINE_STATE[pool.state],
         model_path=spec.model_path,
-        parameters=engine.parameters
-        if engine
-        else EngineParameters(
-            n_ctx=spec.n_ctx,
-            n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
-            main_gpu_id=spec.main_gpu_id,
-            n_threads=spec.n_threads,
-            n_parallel=spec.slots_requested,
-        ),
+        parameters=engine.parameters if engine else _planned(spec),
         memory_usage=engine.memory if engine else None,
         performance=Performance(
             last_inference_tps=round(pool.metrics.last_job_tps, 2),
@@ -52,7 +46,7 @@ def engine_status(pool: Pool) -> EngineStatus:
         ),
         pool_state=pool.state,
         chat_format=_with_tools(engine.chat_format) if engine else None,
-        model_description=engine.model.description if engine else None,
+        model_description=engine.description if engine else None,
         gpu_offload=pool.gpu_offload,
         error=pool.error,
     )
@@ -66,8 +60,8 @@ def pool_health(pool: Pool) -> PoolHealth:
         ready=pool.state is PoolState.READY,
         draining=pool.state is PoolState.DRAINING,
         state=pool.state,
-        engine=pool.engine.version if pool.engine else ENGINE_NAME,
-        model_path=Path(pool.spec.model_path).name,  # open without a key: never where it lives
+        engine=pool.engine.version if pool.engine else _engine_name(pool.spec),
+        model_path=_model_name(pool),  # open without a key: never where it lives
         metrics=pool.metrics_snapshot(),
         last_error=pool.error,
     )
@@ -77,7 +71,7 @@ def pool_capabilities(pool: Pool, version: str) -> PoolCapabilities:
     """Spec 002's capabilities of one pool; `version` is the engine library's."""
     return PoolCapabilities(
         pool_id=pool.id,
-        engine=ENGINE_NAME,
+        engine=_engine_name(pool.spec),
         engine_version=pool.engine.version if pool.engine else version,
         model=pool.spec.model_path,
         ctx_max=pool.n_ctx,
@@ -112,6 +106,31 @@ def live_jobs(pool: Pool) -> list[LiveJob]:
         )
         for job in pool.jobs()
     ]
+
+
+def _planned(spec: AnySpec) -> EngineParameters:
+    """What the spec asks for, before the engine has loaded."""
+    if isinstance(spec, UpstreamSpec):
+        return EngineParameters(n_ctx=spec.n_ctx, n_gpu_layers=0, n_parallel=spec.concurrency)
+    return EngineParameters(
+        n_ctx=spec.n_ctx,
+        n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
+        main_gpu_id=spec.main_gpu_id,
+        n_threads=spec.n_threads,
+        n_parallel=spec.slots_requested,
+    )
+
+
+def _engine_name(spec: AnySpec) -> str:
+    return UPSTREAM_NAME if isinstance(spec, UpstreamSpec) else ENGINE_NAME
+
+
+def _model_name(pool: Pool) -> str:
+    """The model's name, never where it lives: a file name, or an upstream's model id."""
+    if isinstance(pool.spec, UpstreamSpec):
+        names = pool.engine.model_names if pool.engine else pool.spec.names
+        return names[0] if names else ""
+    return Path(pool.spec.model_path).name
 
 
 def _with_tools(fmt: ChatFormat) -> str:

@@ -441,10 +441,23 @@ class AddEngineRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     engine_id: str = Field(min_length=1, max_length=128, pattern=r"^[^/\s]+$")
-    model_path: str = Field(min_length=1, max_length=MAX_PATH)
+    model_path: str = Field(
+        min_length=1,
+        max_length=MAX_PATH,
+        description="a GGUF file, or the http(s) URL of an OpenAI-compatible server's API root "
+        "(e.g. http://gpu1:8000/v1), served as an upstream engine",
+    )
     n_ctx: int = Field(4096, ge=128)
     n_gpu_layers: int = Field(100, ge=0, description="more layers than the model has: all")
     main_gpu_id: int = Field(0, ge=0)
+    # an upstream's own settings; the host's [host.upstream] defaults where unset
+    upstream_model: str | None = Field(None, max_length=256, description="the model to ask for")
+    api_key: str | None = Field(None, max_length=4096, description="sent as a Bearer token")
+    concurrency: int | None = Field(None, ge=1, le=4096, description="its jobs at once")
+
+    @property
+    def is_upstream(self) -> bool:
+        return self.model_path.startswith(("http://", "https://"))
 
 
 class EngineSummary(BaseModel):

@@ -123,7 +123,10 @@ class Job:
 
     @property
     def tokens_in(self) -> int:
-        return len(self.request.prompt_tokens)
+        """Prompt tokens: counted here, or, for an engine that tokenizes remotely (an
+        upstream server), as it reported them at the end."""
+        counted = len(self.request.prompt_tokens)
+        return counted or (self.result.timings.tokens_in if self.result else 0)
 
     @property
     def tokens_out(self) -> int:

@@ -1,7 +1,9 @@
 """Pool: one engine and its jobs, with admission, a bounded queue, drain and reload.
 
-The waiting jobs themselves sit in the engine's batch loop, which admits them to slots in
-arrival order; the pool bounds how many may wait and predicts when each will start.
+The engine is a local llama.cpp model or an upstream server (engine/interface.py); the pool
+does not tell them apart. The waiting jobs themselves sit in the engine, which admits them to
+slots in arrival order; the pool bounds how many may wait and predicts when each will start.
+An upstream that stops answering makes the pool FAILED (unready) until it answers again.
 
 Admission happens before a job is queued (OC-CTRL-2010): the pool must be ready, the client
 under its concurrent-job limit, prompt plus max_tokens within the context, and the queue not
@@ -17,10 +19,9 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Unpack
 
-from ..engine import Engine, EngineEvent, EngineSpec, GenerationRequest
+from ..engine import AnySpec, Engine, EngineEvent, GenerationRequest, open_engine
 from ..engine.embedder import MAX_INPUT_TOKENS
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.errors import ErrorKind, InferError
@@ -44,7 +45,7 @@ DEFAULT_QUEUE_CAPACITY = 64
 class Pool:
     """Serves jobs on one engine. Create with `await Pool.start(spec)`."""
 
-    def __init__(self, spec: EngineSpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> None:
+    def __init__(self, spec: AnySpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> None:
         self.id = spec.engine_id
         self.spec = spec
         self.queue_capacity = queue_capacity
@@ -56,6 +57,8 @@ class Pool:
         self._jobs: dict[str, Job] = {}
         self._per_client: Counter[str] = Counter()
         self._retiring: set[Engine] = set()
+        self._closing: set[asyncio.Task[None]] = set()  # retired engines shutting down
+        self._unreachable = False  # FAILED because its upstream stopped answering
         self._idle = asyncio.Event()  # set while no job is queued or running
         self._idle.set()
         self._loop = asyncio.get_running_loop()
@@ -74,20 +77,52 @@ class Pool:
         return bool(self.engine and self.engine.n_gpu_layers != 0)
 
     @classmethod
-    async def start(cls, spec: EngineSpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> Pool:
+    async def start(cls, spec: AnySpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> Pool:
         pool = cls(spec, queue_capacity)
         await pool.load()
         return pool
 
     async def load(self) -> None:
-        """Load the engine (in a worker thread). On failure the pool is FAILED and raises."""
+        """Load the model (in a worker thread) or connect to the upstream. On failure the pool
+        is FAILED and raises; an upstream that does not answer yet leaves it unready instead."""
         self.state = PoolState.LOADING
         try:
-            self.engine = await asyncio.to_thread(Engine.load, self.spec, self._publish)
+            self.engine = await self._open(self.spec)
         except InferError as exc:
             self.state, self.error = PoolState.FAILED, exc.message
             raise
         self.state, self.error = PoolState.READY, None
+        if self.engine.problem is not None:  # an upstream that is not up yet
+            self._on_health(self.engine.problem)
+
+    async def _open(self, spec: AnySpec) -> Engine:
+        """Start an engine whose reachability reports count while it is the pool's own (a
+        reloaded-away one may still report until it shuts down)."""
+        opened: list[Engine] = []
+
+        def on_health(problem: str | None) -> None:
+            if opened and opened[0] is self.engine:
+                self._on_health(problem)
+
+        engine = await open_engine(spec, self._publish, on_health)
+        opened.append(engine)
+        return engine
+
+    def _on_health(self, problem: str | None) -> None:
+        """The engine's upstream stopped answering (why), or answers again (None). Only a
+        pool that admits work turns unready and back: a drained one stays drained, and
+        resumes as what its upstream is then."""
+        was, self._unreachable = self._unreachable, problem is not None
+        if problem is not None:
+            self.error = problem
+            if self.state is PoolState.READY:
+                self.state = PoolState.FAILED
+                log.warning("pool %s unready: %s", self.id, problem)
+        elif was:
+            self.error = None
+            if self.state is PoolState.FAILED:
+                self.state = PoolState.READY
+                log.info("pool %s ready again", self.id)
 
     # ---- admission ---------------------------------------------------------------------------
 
@@ -135,9 +170,12 @@ class Pool:
         if self.state is not PoolState.READY or engine is None:
             raise InferError(
                 ErrorKind.POOL_UNREADY,
-                f"engine '{self.id}' is {self.state.value}, not ready",
+                f"engine '{self.id}' is {self.state.value}, not ready"
+                + (f": {self.error}" if self._unreachable else ""),
                 engine_id=self.id,
-                retry_after_ms=1000 if self.state is PoolState.LOADING else None,
+                retry_after_ms=1000
+                if self.state is PoolState.LOADING or self._unreachable
+                else None,
             )
         return engine
 
@@ -173,6 +211,13 @@ class Pool:
             tokens = self.prompt_tokens(messages, prompt)
         n_ctx = engine.n_ctx
         max_tokens = params.max_tokens if params.max_tokens is not None else n_ctx - len(tokens)
+        if embed and not engine.embeds:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"engine '{self.id}' is an upstream server; ask it for embeddings directly",
+                param="model",
+                engine_id=self.id,
+            )
         if embed:
             max_tokens = 0
             if not tokens or len(tokens) > MAX_INPUT_TOKENS:
@@ -203,8 +248,9 @@ class Pool:
             )
         stops = engine.chat_stop_tokens if messages is not None else frozenset()
         request = GenerationRequest(
-            job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed
-        )
+            job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed,
+            messages=messages, prompt_text=prompt,
+        )  # fmt: skip
         position = depth
         job = Job(
             request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(behind)
@@ -315,7 +361,7 @@ class Pool:
 
     async def drain(self, deadline_ms: int) -> dict[str, int]:
         """Stop admitting; let jobs finish until the deadline; cancel the rest (OC-CTRL-2002)."""
-        if self.state is PoolState.READY:
+        if self.state is PoolState.READY or self._unreachable:
             self.state = PoolState.DRAINING
         log.info(
             "pool %s draining (deadline %d ms, %d jobs)", self.id, deadline_ms, len(self._jobs)
@@ -341,24 +387,26 @@ class Pool:
                 ErrorKind.POOL_UNREADY,
                 f"engine {self.id} is {self.state.value}; it can resume once drained",
             )
-        self.state = PoolState.READY
+        self.state = PoolState.FAILED if self._unreachable else PoolState.READY
         log.info("pool %s resumed", self.id)
 
     async def reload(self, model_path: str | None = None) -> None:
         """Load the new model beside the old, then switch atomically (OC-CTRL-2003). If the new
         one fails to load, the old one keeps serving and the error is raised."""
-        spec = replace(self.spec, model_path=model_path or self.spec.model_path)
+        spec = self.spec if model_path is None else self.spec.with_model(model_path)
         log.info("pool %s reloading %s", self.id, spec.model_path)
         try:
-            new = await asyncio.to_thread(Engine.load, spec, self._publish)
+            new = await self._open(spec)
         except InferError as exc:
             self.error = f"reload failed, kept the previous model: {exc.message}"
             log.warning("pool %s: %s", self.id, self.error)
             raise
         old, self.engine, self.spec = self.engine, new, spec
-        self.error = None
+        self.error, self._unreachable = None, False
         if self.state in (PoolState.DRAINED, PoolState.FAILED):
             self.state = PoolState.READY
+        if new.problem is not None:
+            self._on_health(new.problem)
         if old is not None:
             self._retiring.add(old)  # its running and queued jobs finish on it
             self._retire_idle_engines()
@@ -367,7 +415,9 @@ class Pool:
         for engine in list(self._retiring):
             if not any(job.engine is engine for job in self._jobs.values()):
                 self._retiring.discard(engine)
-                self._loop.run_in_executor(None, engine.close)
+                task = self._loop.create_task(engine.shutdown())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         """Cancel everything and free the engine(s)."""
@@ -377,7 +427,8 @@ class Pool:
         engines = [e for e in (self.engine, *self._retiring) if e is not None]
         self.engine, self._retiring = None, set()
         for engine in engines:
-            await asyncio.to_thread(engine.close)
+            await engine.shutdown()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     # ---- snapshots ---------------------------------------------------------------------------
 

@@ -106,3 +106,8 @@ def test_host_streams(snap_compare: Snap) -> None:
 
 def test_host_qr(snap_compare: Snap) -> None:
     assert snap_compare(ScriptedHostApp(Settings()), terminal_size=SIZE, run_before=go("g"))
+
+
+def test_hosts(snap_compare: Snap) -> None:
+    """F6: the hosts this client reaches (one here; every host of a topic there)."""
+    assert snap_compare(ScriptedClientApp(Settings()), terminal_size=SIZE, run_before=go("f6"))

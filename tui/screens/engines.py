@@ -67,7 +67,7 @@ class EnginesScreen(DashboardScreen):
                 e.engine_id, status, p.n_ctx, p.n_parallel, _gpu(p.n_gpu_layers, m), memory,
                 f"{perf.last_inference_tps:.1f}", perf.total_requests, key=e.engine_id,
             )  # fmt: skip
-        self.files = {e.engine_id: e.model_path.rsplit("/", 1)[-1] for e in engines}
+        self.files = {e.engine_id: _source(e.model_path) for e in engines}
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
         self.show_detail()
@@ -169,6 +169,11 @@ class EnginesScreen(DashboardScreen):
         await self._tick()
 
 
+def _source(model_path: str) -> str:
+    """Where an engine's model is, short: a file's name, or an upstream server's URL."""
+    return model_path if "://" in model_path else model_path.rsplit("/", 1)[-1]
+
+
 def _gpu(layers: int, m: MemoryUsage | None) -> str:
     """Layers offloaded, and how full the card is (by everyone): "all 21/80 GB"."""
     if layers == 0:
@@ -199,8 +204,12 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
             with Grid(id="form"):
                 yield Label("engine id")
                 yield Input(placeholder="e.g. qwen-7b", id="engine_id", compact=True)
-                yield Label("GGUF path (on the host)")
-                yield Input(placeholder="/models/model.gguf", id="model_path", compact=True)
+                yield Label("GGUF path or server URL")
+                yield Input(
+                    placeholder="/models/m.gguf or http://gpu1:8000/v1",
+                    id="model_path",
+                    compact=True,
+                )
                 yield Label("context tokens")
                 yield Input(placeholder="default 4096", id="n_ctx", type="integer", compact=True)
                 yield Label("GPU layers")
@@ -209,6 +218,12 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
                 )
                 yield Label("main GPU")
                 yield Input(placeholder="0", id="main_gpu_id", type="integer", compact=True)
+                yield Label("server's model")
+                yield Input(
+                    placeholder="URL only; default: first", id="upstream_model", compact=True
+                )
+                yield Label("server's API key")
+                yield Input(placeholder="URL only", id="api_key", password=True, compact=True)
             yield from self.footer("Load", "load")
 
     @on(Button.Pressed, "#load")

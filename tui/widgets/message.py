@@ -105,6 +105,8 @@ class AssistantMessage(Vertical):
             return
         self.model = stats.model or self.model  # the engine that answered, where known
         figures = f"{self.model} · {stats.tokens_out} tokens"
+        if stats.host:
+            figures = f"{stats.host} · {figures}"
         if stats.tokens_per_s > 0:
             figures += f" · {stats.tokens_per_s:.1f} tok/s"
         if stats.ttft_ms is not None:

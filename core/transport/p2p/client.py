@@ -89,8 +89,9 @@ class ChatStream:
 class P2PClient:
     """A connection to one host. Create with `await P2PClient.connect(server_id)`."""
 
-    def __init__(self, bridge: Bridge, conn: PeerConnection) -> None:
+    def __init__(self, bridge: Bridge, conn: PeerConnection, *, owns_bridge: bool = True) -> None:
         self._bridge = bridge
+        self._owns_bridge = owns_bridge  # False: the bridge is shared (a topic's hosts)
         self._conn = conn
         self._ids = itertools.count(1)
         self._streams: dict[str, ChatStream] = {}
@@ -146,6 +147,12 @@ class P2PClient:
     def server_id(self) -> str:
         return self._conn.remote_id
 
+    async def wait_info(self) -> p2p.ServerInfo:
+        """The host's server_info, once it has come (raises if the host went away first)."""
+        info = await asyncio.shield(self._info)
+        self.server_info = info
+        return info
+
     @property
     def own_id(self) -> str:
         """This client's key as a server ID (what the host's queue snapshots name it by)."""
@@ -169,6 +176,9 @@ class P2PClient:
         request_id = f"r{next(self._ids)}"
         stream = ChatStream(self, request_id, chunk_timeout)
         self._streams[request_id] = stream
+        if self._reader.done():  # the host has gone: say so now, not after chunk_timeout
+            stream._queue.put_nowait(_GONE)
+            return stream
         payload: dict[str, Any] = {"prompt": prompt, "model": model, **params}
         if messages is not None:
             payload["messages"] = [m.model_dump() for m in messages]
@@ -277,4 +287,5 @@ class P2PClient:
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
-        await self._bridge.close()
+        if self._owns_bridge:
+            await self._bridge.close()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ...protocol import p2p
 from .bridge import Bridge, PeerConnection
-from .host import topic_key
+from .ids import topic_key
 
 
 async def find_hosts(

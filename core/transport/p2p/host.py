@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections import Counter
@@ -33,7 +32,7 @@ from ...protocol.snapshots import SnapshotKind
 from ...scheduler import Job
 from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin
 from .bridge import Bridge, PeerConnection
-from .ids import server_id
+from .ids import server_id, topic_key
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +44,6 @@ DROP_GRACE_S = 2.0  # a dropped peer's connection is destroyed after this
 # wakes four processes (host bridge, UDX, client bridge, client), and on a box whose cores run
 # llama.cpp those wake-ups cost decode speed. Ten updates a second still reads as smooth.
 CHUNK_FLUSH_S = 0.1
-
-
-def topic_key(name: str) -> bytes:
-    """The 32-byte DHT topic for a human topic name."""
-    return hashlib.sha256(f"infertui/topic/{name}".encode()).digest()
 
 
 class P2PServer:

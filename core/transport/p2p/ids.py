@@ -7,6 +7,7 @@ hyperdht's `DHT.keyPair(seed)`, so `infertui id` needs no Node.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -114,3 +115,8 @@ def load_seed(*, reset: bool = False, role: Role = "host") -> bytes:
         handle.write(seed.hex() + "\n")
     os.replace(tmp, path)
     return seed
+
+
+def topic_key(name: str) -> bytes:
+    """The 32-byte DHT topic for a human topic name."""
+    return hashlib.sha256(f"infertui/topic/{name}".encode()).digest()

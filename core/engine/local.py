@@ -1,12 +1,13 @@
-"""Engine: one loaded GGUF model with its context and batch loop, behind a small API.
+"""LlamaEngine: one loaded GGUF model with its context and batch loop (interface.py's Engine).
 
-`Engine.load` blocks (run it in a worker thread); everything else is cheap and safe to call
+`LlamaEngine.load` blocks (run it in a worker thread); everything else is cheap and safe to call
 from the event loop. Prompt preparation (chat format, tokenization) happens here so the
 scheduler can check admission before a job is queued.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,8 +27,8 @@ from .types import EngineSpec, GenerationRequest, Publisher, default_threads
 log = logging.getLogger(__name__)
 
 
-class Engine:
-    """A running model. Create with `Engine.load`; end with `close`."""
+class LlamaEngine:
+    """A running model. Create with `LlamaEngine.load`; end with `close`."""
 
     def __init__(
         self,
@@ -49,9 +50,10 @@ class Engine:
         self.version = engine_version()
         self.options = options
         self.device_bytes = device_bytes  # GPU memory the model and its context took to load
+        self.problem: str | None = None  # a loaded model can always serve
 
     @classmethod
-    def load(cls, spec: EngineSpec, publish: Publisher) -> Engine:
+    def load(cls, spec: EngineSpec, publish: Publisher) -> LlamaEngine:
         """Load weights, allocate the context and start the batch loop. Blocking."""
         bad_parallel = isinstance(spec.n_parallel, int) and spec.n_parallel < 1
         if bad_parallel or spec.n_ctx < 16 or spec.n_batch < 1:
@@ -135,6 +137,18 @@ class Engine:
         add_bos = self.model.add_bos and not text.startswith(bos_text)
         return self.model.tokenize(text, add_bos=add_bos, parse_special=True)
 
+    @property
+    def description(self) -> str:
+        return self.model.description
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return self.spec.names
+
+    @property
+    def embeds(self) -> bool:
+        return True
+
     def text_prompt(self, prompt: str) -> list[int]:
         """A plain completion prompt: no template, and control tokens are not parsed."""
         return self.model.tokenize(prompt, add_bos=self.model.add_bos, parse_special=False)
@@ -204,3 +218,6 @@ class Engine:
         """Stop the loop (its jobs end as aborted); its thread frees llama.cpp's memory."""
         self._loop.stop()
         log.info("engine %s closed", self.spec.engine_id)
+
+    async def shutdown(self) -> None:
+        await asyncio.to_thread(self.close)

@@ -1,0 +1,88 @@
+"""Issue 15's overhead of the upstream hop: tokens/s and TTFT through an infertui host that
+serves an upstream server (`--upstream`), against the same streams sent to that server
+directly, at 1 and 32 streams. Prints figures.
+
+    .venv/bin/python bench/bench_upstream.py [--streams 1,32] [--reps 3] [--threads 2]
+        [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
+
+Both servers stay up side by side; each repetition measures direct, then through infertui,
+back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
+streams: `/v1/completions`, `ignore_eos`, counted from the server's usage). On one machine the
+front host's own work shares the cores with the upstream's decode, which a real set-up (the
+upstream on its own GPU box) does not: the ratio here is a floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_gpu import CACHE, server
+from loadgen import Load, measure
+
+from infertui.core.engine import bundled_model_path
+
+
+def upstream_cmd(args: argparse.Namespace, slots: int) -> list[str]:
+    model = str(bundled_model_path())
+    if args.llama_server:
+        return [
+            args.llama_server, "-m", model, "-np", str(slots), "-c", str(slots * 512),
+            "--host", "127.0.0.1", "--port", "{port}", "-t", str(args.threads), "--no-webui",
+            "--no-repack", "-a", "gemma",
+        ]  # fmt: skip
+    return [
+        sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        "--http", "127.0.0.1:{port}", "--model", f"gemma={model}", "--parallel", str(slots),
+        "--ctx", "512", "--threads", str(args.threads), "--queue", "1024",
+    ]  # fmt: skip
+
+
+def front_cmd(upstream: str, slots: int) -> list[str]:
+    return [
+        sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        "--http", "127.0.0.1:{port}", "--upstream", f"up={upstream}/v1",
+        "--upstream-concurrency", str(slots), "--queue", "1024",
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="1,32")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--llama-server", metavar="PATH")
+    args = parser.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+    slots = max(streams)
+    logs = CACHE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        direct = stack.enter_context(server(upstream_cmd(args, slots), logs / "upstream.log"))
+        front = stack.enter_context(server(front_cmd(direct, slots), logs / "front.log"))
+        kind = "llama-server" if args.llama_server else "infertui"
+        print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}")
+        for n in streams:
+            runs: dict[str, list[dict[str, float]]] = {"direct": [], "via": []}
+            for _ in range(args.reps):
+                for name, url, model in (("direct", direct, "gemma"), ("via", front, "up")):
+                    load = Load(url, model, args.tokens, 0.0, 0, {})
+                    runs[name].append(measure(load, n, 1, args.processes))
+            d, v = ({k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
+                    for name in ("direct", "via"))  # fmt: skip
+            print(
+                f"{n:>3} streams: direct {d['tps']:7.1f} t/s, TTFT p50 {d['ttft_p50'] * 1000:6.1f} "
+                f"ms | via infertui {v['tps']:7.1f} t/s ({v['tps'] / d['tps']:.3f}), TTFT p50 "
+                f"{v['ttft_p50'] * 1000:6.1f} ms ({(v['ttft_p50'] - d['ttft_p50']) * 1000:+.1f})"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""What an OpenAI-compatible server takes and sends, for the upstream engine: a job as a
+streamed request body, the SSE stream's objects and logprobs back, and its refusals as the
+errors infertui gives for the same conditions. Servers differ in details (llama-server, vLLM,
+llama-cpp-python, infertui): each reader accepts every shape met among them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from ..protocol.common import SamplingParams
+from ..protocol.errors import ErrorKind, InferError
+from ..protocol.events import TokenLogprob
+from .types import GenerationRequest
+
+_DEFAULTS = SamplingParams()
+# llama.cpp's and vLLM's sampling extensions, sent only where a job sets them: a strictly
+# OpenAI server may refuse fields it does not know. vLLM names the repeat penalty its own way.
+_EXTENSIONS = {"top_k": ("top_k",), "min_p": ("min_p",), "ignore_eos": ("ignore_eos",),
+               "repeat_penalty": ("repeat_penalty", "repetition_penalty")}  # fmt: skip
+
+
+def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str, Any]]:
+    """(path under the API root, JSON body) of a job as one streamed request."""
+    p = request.params
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+    }
+    chat = request.messages is not None
+    if request.messages is not None:
+        body["messages"] = [message.model_dump() for message in request.messages]
+    else:
+        body["prompt"] = request.prompt_text or ""
+    optional = {
+        "max_tokens": p.max_tokens,
+        "seed": p.seed,
+        "stop": list(p.stop) or None,
+        "presence_penalty": p.presence_penalty or None,
+        "frequency_penalty": p.frequency_penalty or None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    for field, names in _EXTENSIONS.items():
+        if getattr(p, field) != getattr(_DEFAULTS, field):
+            body.update(dict.fromkeys(names, getattr(p, field)))
+    if p.logprobs is not None:
+        if chat:
+            body.update(logprobs=True, top_logprobs=p.logprobs)
+        else:
+            body["logprobs"] = p.logprobs
+    if p.json_schema is not None:
+        schema = json.loads(p.json_schema)
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema, "strict": True},
+        }
+    return ("chat/completions" if chat else "completions"), body
+
+
+async def sse_objects(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of an SSE stream, up to `[DONE]`. An `error` event comes as an
+    object with an `error` key (llama-server sends its errors so)."""
+    event = ""
+    async for line in response.aiter_lines():
+        if not line:
+            event = ""
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith(("data:", "error:")):
+            data = line.split(":", 1)[1].strip()
+            if data == "[DONE]":
+                return
+            if data:
+                document = json.loads(data)
+                if not isinstance(document, dict):
+                    raise ValueError(f"an SSE event that is not an object: {data[:80]}")
+                if line.startswith("error:") or event == "error":
+                    document = {"error": document.get("error", document)}
+                yield document
+
+
+def chunk_logprobs(raw: Any) -> tuple[TokenLogprob, ...]:
+    """A chunk's logprobs in either OpenAI shape, told apart by its keys: chat's `content`
+    list, or completions' parallel `tokens` / `token_logprobs` / `top_logprobs` lists."""
+    if not isinstance(raw, dict):
+        return ()
+    if "content" in raw:
+        return tuple(
+            TokenLogprob(
+                _bytes(item),
+                float(item["logprob"]),
+                tuple(
+                    (_bytes(top), float(top["logprob"])) for top in item.get("top_logprobs") or ()
+                ),
+            )
+            for item in raw.get("content") or ()
+        )
+    tokens, values = raw.get("tokens") or [], raw.get("token_logprobs") or []
+    tops = raw.get("top_logprobs") or [None] * len(tokens)
+    return tuple(
+        TokenLogprob(
+            str(token).encode(),
+            float(value or 0.0),
+            tuple((str(t).encode(), float(v)) for t, v in (top or {}).items()),
+        )
+        for token, value, top in zip(tokens, values, tops, strict=False)
+    )
+
+
+def refusal(response: httpx.Response, engine_id: str) -> InferError:
+    """A server's refusal of a job, as the error infertui gives for the same condition."""
+    status = response.status_code
+    try:
+        message = error_message(response.json())
+    except ValueError:
+        message = response.text[:300]
+    retry = retry_after_ms(response.headers.get("retry-after"))
+    if status == 429:
+        return InferError(
+            ErrorKind.QUEUE_FULL, f"the upstream is full: {message}",
+            retry_after_ms=retry or 1000, engine_id=engine_id,
+        )  # fmt: skip
+    if status == 503:
+        return InferError(
+            ErrorKind.POOL_UNREADY, f"the upstream is not ready: {message}",
+            retry_after_ms=retry or 1000, engine_id=engine_id,
+        )  # fmt: skip
+    if status in (400, 413, 422):
+        context = "context" in message.lower()
+        kind = ErrorKind.CONTEXT_OVERFLOW if context else ErrorKind.INVALID_PARAMS
+        return InferError(kind, f"the upstream refused the job: {message}", engine_id=engine_id)
+    if status in (401, 403):
+        message = f"the upstream refused infertui's API key ({status}): {message}"
+    else:
+        message = f"the upstream answered {status}: {message}"
+    return InferError(ErrorKind.GENERATION_FAILED, message, engine_id=engine_id)
+
+
+def error_message(document: Any) -> str:
+    """The sentence in an OpenAI-style error body (or Ollama's, or FastAPI's)."""
+    if isinstance(document, dict):
+        error = document.get("error", document.get("detail", document))
+        if isinstance(error, dict):
+            return str(error.get("message") or error)[:300]
+        return str(error)[:300]
+    return str(document)[:300]
+
+
+def retry_after_ms(value: str | None) -> int | None:
+    """A Retry-After header's seconds, in milliseconds (None: absent or a date)."""
+    with contextlib.suppress(TypeError, ValueError):
+        return max(0, int(float(value) * 1000))  # type: ignore[arg-type]
+    return None
+
+
+def _bytes(item: dict[str, Any]) -> bytes:
+    raw = item.get("bytes")
+    return bytes(raw) if raw else str(item.get("token", "")).encode()

@@ -1,0 +1,402 @@
+"""UpstreamEngine: an OpenAI-compatible server (vLLM, SGLang, llama-server, another infertui)
+as an engine, so that infertui's queue, cancel, dashboards and Hyperswarm reach stand in front
+of an engine it does not run.
+
+At most `concurrency` jobs are sent at once, each as one streamed request (chat or text
+completion); the rest wait here in arrival order, where the pool bounds them and forecasts
+their start as it does for slots. A cancel cancels the job's task, which closes its stream:
+the server sees the disconnect. The server's model list is read every few seconds; when it
+cannot be read twice running, every job in flight ends with POOL_UNREADY and the pool is told,
+and when it can be read again the pool serves again. Timings are measured here, on the stream
+as it arrives; token counts come from the server's usage where it sends one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..protocol.common import ChatMessage
+from ..protocol.errors import ErrorKind, InferError
+from ..protocol.events import Admitted, Finished, TokenText
+from ..protocol.snapshots import (
+    EngineParameters,
+    FinishReason,
+    MemoryUsage,
+    SlotSnapshot,
+    TimingStats,
+)
+from ..protocol.tools import GENERIC_FORMAT
+from .chat_format import ChatFormat
+from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_objects
+from .types import GenerationRequest, Publisher, UpstreamSpec
+
+log = logging.getLogger(__name__)
+
+CONNECT_S = 5.0
+SILENT_S = 300.0  # a stream that sends nothing for this long is given up
+PROBES_TO_UNREADY = 2  # failed reads of the model list in a row before the pool is unready
+UNKNOWN_CTX = 32768  # the server checks the real bound; this one only caps max_tokens here
+_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop"}
+
+
+@dataclass(slots=True)
+class _Running:
+    request: GenerationRequest
+    task: asyncio.Task[None]
+    admitted_at: float
+    first_token_at: float | None = None
+    ended_by: InferError | None = None  # why infertui cut it short, where it did
+    # A task cancelled before its first step never runs a line (not even a `finally`), so
+    # one is only cancelled once started; before that, it looks at its flags when it starts.
+    started: bool = False
+
+    def stop(self) -> None:
+        if self.started:
+            self.task.cancel()
+
+
+class UpstreamEngine:
+    """Jobs sent to one OpenAI-compatible server. Create with `await UpstreamEngine.open`."""
+
+    n_gpu_layers = 0  # whatever the server offloads is its own business
+    chat_stop_tokens: frozenset[int] = frozenset()
+    embeds = False
+    chat_format = ChatFormat(
+        "upstream", use_jinja=False, description="the upstream server's own template",
+        tools=GENERIC_FORMAT,  # offered tools travel inside the messages, as JSON
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        spec: UpstreamSpec,
+        publish: Publisher,
+        on_health: Callable[[str | None], None],
+        client: httpx.AsyncClient,
+    ) -> None:
+        self.spec = spec
+        self.model: str | None = spec.model
+        self.version = "OpenAI-compatible upstream"
+        self._publish = publish
+        self._on_health = on_health
+        self._client = client
+        self._n_ctx = spec.n_ctx
+        self._waiting: deque[GenerationRequest] = deque()
+        self._slots: list[_Running | None] = [None] * spec.concurrency
+        self._failed_probes = 0
+        self._closing = False
+        self.problem: str | None = None  # why the server is taken to be down; None: up
+        self._watch: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls, spec: UpstreamSpec, publish: Publisher, on_health: Callable[[str | None], None]
+    ) -> UpstreamEngine:
+        """Connect, and learn the server's model. A server that is not up yet (vLLM takes
+        minutes to load) is no error: the pool starts unready and serves once it answers."""
+        if spec.concurrency < 1:
+            raise InferError(ErrorKind.INVALID_PARAMS, "an upstream's concurrency must be >= 1")
+        if not spec.url.startswith(("http://", "https://")):
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"an upstream URL starts with http:// or https://, not {spec.url!r}",
+            )
+        headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+        client = httpx.AsyncClient(
+            base_url=spec.url.rstrip("/") + "/",
+            headers=headers,
+            timeout=httpx.Timeout(CONNECT_S, read=SILENT_S),
+            limits=httpx.Limits(max_connections=spec.concurrency + 2),
+        )
+        engine = cls(spec, publish, on_health, client)
+        try:
+            await engine._probe()
+        except InferError as exc:
+            engine.problem = exc.message
+            log.warning("engine %s: %s; serving once it answers", spec.engine_id, exc.message)
+        except BaseException:
+            await client.aclose()
+            raise
+        engine._watch = asyncio.create_task(engine._watch_health())
+        log.info("engine %s: %s", spec.engine_id, engine.placement())
+        return engine
+
+    # ---- what the pool reads -----------------------------------------------------------------
+
+    @property
+    def description(self) -> str:
+        return f"{self.model or '(model not known yet)'} at {self.spec.url}"
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return (self.model,) if self.model else ()
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx or UNKNOWN_CTX
+
+    @property
+    def n_parallel(self) -> int:
+        return len(self._slots)
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for slot in self._slots if slot is not None)
+
+    @property
+    def parameters(self) -> EngineParameters:
+        return EngineParameters(n_ctx=self.n_ctx, n_gpu_layers=0, n_parallel=self.n_parallel)
+
+    @property
+    def memory(self) -> MemoryUsage | None:
+        return None
+
+    def placement(self) -> str:
+        state = f"unreachable ({self.problem})" if self.problem else "reachable"
+        return (
+            f"upstream {self.spec.url}, model {self.model or 'not known yet'}, "
+            f"{self.n_parallel} jobs at a time, {state}"
+        )
+
+    def chat_prompt(
+        self, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
+        return []  # the server renders and tokenizes; the request carries the messages
+
+    def text_prompt(self, prompt: str) -> list[int]:
+        return []
+
+    # ---- jobs --------------------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> None:
+        self._waiting.append(request)
+        self._start_waiting()
+
+    def withdraw(self, request: GenerationRequest) -> bool:
+        try:
+            self._waiting.remove(request)
+        except ValueError:
+            return False
+        return True
+
+    def wake(self) -> None:
+        """A cancel flag was set: close the streams of the cancelled jobs."""
+        for running in self._slots:
+            if running is not None and running.request.cancelled:
+                running.stop()
+
+    def waiting(self) -> list[GenerationRequest]:
+        return list(self._waiting)
+
+    def occupancy(self) -> tuple[int, int]:
+        return len(self._waiting), self.busy_slots
+
+    def slots(self) -> list[SlotSnapshot]:
+        now = time.perf_counter()
+        out = []
+        for i, running in enumerate(self._slots):
+            if running is None:
+                out.append(SlotSnapshot(slot=i))
+                continue
+            request, first = running.request, running.first_token_at
+            elapsed = now - first if first else 0.0
+            out.append(
+                SlotSnapshot(
+                    slot=i,
+                    job_id=request.job_id,
+                    phase="decode" if first else "prefill",
+                    tokens_out=request.tokens_out,
+                    tps=round(request.tokens_out / elapsed, 1) if elapsed > 0 else 0.0,
+                )
+            )
+        return out
+
+    async def shutdown(self) -> None:
+        """End every job (as aborted) and close the connections."""
+        self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+        while self._waiting:
+            request = self._waiting.popleft()
+            self._publish([(request, Finished("abort", TimingStats()))])
+        running = [slot for slot in self._slots if slot is not None]
+        for slot in running:
+            slot.stop()
+        tasks = [slot.task for slot in running]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._client.aclose()
+        log.info("engine %s closed", self.spec.engine_id)
+
+    def _start_waiting(self) -> None:
+        for i, running in enumerate(self._slots):
+            if not self._waiting:
+                return
+            if running is None:
+                request = self._waiting.popleft()
+                task = asyncio.create_task(self._run(i, request), name=f"upstream {request.job_id}")
+                self._slots[i] = _Running(request, task, time.perf_counter())
+
+    async def _run(self, slot: int, request: GenerationRequest) -> None:
+        running = self._slots[slot]
+        assert running is not None
+        running.started = True
+        request.slot = slot
+        wait_ms = (running.admitted_at - request.enqueued_at) * 1000
+        self._publish([(request, Admitted(slot, wait_ms))])
+        reason: FinishReason = "stop"
+        error: InferError | None = None
+        usage: dict[str, Any] = {}
+        try:
+            if request.cancelled or running.ended_by or self._closing:
+                raise asyncio.CancelledError  # stopped before it started
+            reason, usage = await self._stream(request, running)
+        except asyncio.CancelledError:
+            reason, error = ("error", running.ended_by) if running.ended_by else ("abort", None)
+        except InferError as exc:
+            reason, error = "error", exc
+        except httpx.HTTPError as exc:
+            reason, error = "error", self._lost(exc)
+        except Exception as exc:  # whatever a server sends, the job ends and its slot frees
+            log.warning("engine %s: %s failed: %r", self.spec.engine_id, request.job_id, exc)
+            reason = "error"
+            error = InferError(
+                ErrorKind.GENERATION_FAILED, f"the upstream sent a reply infertui cannot read: "
+                f"{exc}", engine_id=self.spec.engine_id,
+            )  # fmt: skip
+        finally:
+            self._slots[slot] = None
+            timings = TimingStats.measured(
+                enqueued=request.enqueued_at, admitted=running.admitted_at,
+                prefill_done=running.first_token_at, first_token=running.first_token_at,
+                end=time.perf_counter(),
+                tokens_in=_count(usage, "prompt_tokens", 0),
+                tokens_out=_count(usage, "completion_tokens", request.tokens_out),
+            )  # fmt: skip
+            self._publish([(request, Finished(reason, timings, error))])
+            self._start_waiting()
+
+    async def _stream(
+        self, request: GenerationRequest, running: _Running
+    ) -> tuple[FinishReason, dict[str, Any]]:
+        """Send the job and publish its text as it comes; (how it ended, the server's usage)."""
+        chat = request.messages is not None
+        path, body = request_body(request, self.model or "")
+        wrap = request.params.json_wrap
+        reason: FinishReason | None = None
+        usage: dict[str, Any] = {}
+        index = 0
+        async with self._client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                raise refusal(response, self.spec.engine_id)
+            async for chunk in sse_objects(response):
+                if "error" in chunk:
+                    raise InferError(
+                        ErrorKind.GENERATION_FAILED,
+                        f"the upstream failed: {error_message(chunk)}",
+                        engine_id=self.spec.engine_id,
+                    )
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    text = (delta.get("content") if chat else choice.get("text")) or ""
+                    logprobs = chunk_logprobs(choice.get("logprobs"))
+                    if text or logprobs:
+                        if running.first_token_at is None:
+                            running.first_token_at = time.perf_counter()
+                            text = (wrap[0] if wrap else "") + text
+                        request.tokens_out += max(1, len(logprobs))
+                        event = TokenText(text, index, request.tokens_out, logprobs)
+                        self._publish([(request, event)])
+                        index += 1
+                    if choice.get("finish_reason"):
+                        reason = _FINISH.get(choice["finish_reason"], "stop")
+        if reason is None:  # no finish_reason: the stream broke off, whatever its status
+            raise InferError(
+                ErrorKind.GENERATION_FAILED,
+                "the upstream's stream ended before the reply did",
+                engine_id=self.spec.engine_id,
+            )
+        if wrap and running.first_token_at is not None:
+            self._publish([(request, TokenText(wrap[1], index, request.tokens_out))])
+        return reason, usage
+
+    def _lost(self, exc: httpx.HTTPError) -> InferError:
+        return InferError(
+            ErrorKind.POOL_UNREADY,
+            f"the upstream {self.spec.url} does not answer: {type(exc).__name__} {exc}".rstrip(),
+            retry_after_ms=int(self.spec.health_interval_s * 1000),
+            engine_id=self.spec.engine_id,
+        )
+
+    # ---- health ------------------------------------------------------------------------------
+
+    async def _probe(self) -> None:
+        """Read the server's model list; learn the model (and its context) where not given."""
+        try:
+            # a server that hangs (stopped, swapping) is noticed within a few intervals
+            wait = min(CONNECT_S, max(1.0, 3 * self.spec.health_interval_s))
+            response = await self._client.get("models", timeout=wait)
+        except httpx.HTTPError as exc:
+            raise self._lost(exc) from None
+        if response.status_code != 200:
+            raise refusal(response, self.spec.engine_id)
+        try:  # a list that makes no sense still says the server is up
+            data = response.json().get("data") or ()
+            listed = [e for e in data if isinstance(e, dict) and isinstance(e.get("id"), str)]
+        except (ValueError, AttributeError, TypeError):
+            listed = []
+        if self.model is None and listed:
+            self.model = listed[0]["id"]
+            log.info("engine %s: the upstream serves %s", self.spec.engine_id, self.model)
+        for entry in listed:
+            n_ctx = entry.get("max_model_len")  # vLLM says it
+            if entry["id"] == self.model and not self.spec.n_ctx and isinstance(n_ctx, int):
+                self._n_ctx = n_ctx
+
+    async def _watch_health(self) -> None:
+        while True:
+            await asyncio.sleep(self.spec.health_interval_s)
+            try:
+                await self._probe()
+            except Exception as exc:  # whatever the failure, the watch goes on
+                if not isinstance(exc, InferError):
+                    log.warning("engine %s: probe failed: %r", self.spec.engine_id, exc)
+                    exc = InferError(ErrorKind.POOL_UNREADY, f"the upstream's model list: {exc}")
+                self._failed_probes += 1
+                if self._failed_probes >= PROBES_TO_UNREADY and self.problem is None:
+                    self._went_away(exc)
+                continue
+            self._failed_probes = 0
+            if self.problem is not None:
+                self.problem = None
+                log.info("engine %s: the upstream answers again", self.spec.engine_id)
+                self._on_health(None)
+
+    def _went_away(self, exc: InferError) -> None:
+        """The server stopped answering: end every job in flight, so that no client waits on
+        a stream that will never finish, and have the pool refuse new ones until it is back."""
+        self.problem = exc.message
+        log.warning("engine %s: %s", self.spec.engine_id, exc.message)
+        self._on_health(exc.message)
+        while self._waiting:
+            request = self._waiting.popleft()
+            self._publish([(request, Finished("error", TimingStats(), exc))])
+        for running in self._slots:
+            if running is not None:
+                running.ended_by = exc
+                running.stop()
+
+
+def _count(usage: dict[str, Any], key: str, default: int) -> int:
+    """A token count from a server's usage, where it gave a sane one."""
+    value = usage.get(key)
+    return value if isinstance(value, int) and value >= 0 else default
