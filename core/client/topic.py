@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 TOPIC_PREFIX = "topic:"
 METRICS_INTERVAL_MS = 1000
+LOOKUP_FIRST_S = 1.0  # the topic is looked up again after this, doubling up to LOOKUP_EVERY_S,
+LOOKUP_EVERY_S = 30.0  # so that hosts that announce after the client joined are met
 # Refusals another host may not give: tried on the next one before they are reported.
 ELSEWHERE = frozenset(
     {
@@ -168,6 +170,7 @@ class TopicClient(Client):
             await asyncio.wait_for(
                 bridge.join(topic_key(topic), server=False, client=True), connect_timeout
             )
+            client._spawn(client._look_again(), "topic lookups")
             await asyncio.wait_for(client._some.wait(), connect_timeout)
         except TimeoutError:
             await client.close()
@@ -216,9 +219,23 @@ class TopicClient(Client):
         return any(server_id not in tried for server_id in self._hosts)
 
     def _on_connection(self, conn: PeerConnection) -> None:
-        task = asyncio.create_task(self._keep(conn), name=f"topic host {conn.remote_id[:12]}")
+        self._spawn(self._keep(conn), f"topic host {conn.remote_id[:12]}")
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _look_again(self) -> None:
+        """Hosts that announce later (a restart, a new box) are met within LOOKUP_EVERY_S."""
+        wait = LOOKUP_FIRST_S
+        while True:
+            await asyncio.sleep(wait)
+            wait = min(LOOKUP_EVERY_S, wait * 2)
+            try:
+                await self._bridge.refresh(topic_key(self.topic))
+            except InferError as err:
+                log.info("topic %s: lookup failed: %s", self.topic, err.message)
 
     async def _keep(self, conn: PeerConnection) -> None:
         """One host: greet it, follow its load, and drop it when it leaves."""

@@ -64,26 +64,38 @@ def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str,
     return ("chat/completions" if chat else "completions"), body
 
 
-async def sse_objects(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of an SSE stream, up to `[DONE]`. An `error` event comes as an
-    object with an `error` key (llama-server sends its errors so)."""
-    event = ""
-    async for line in response.aiter_lines():
-        if not line:
-            event = ""
-        elif line.startswith("event:"):
-            event = line[6:].strip()
-        elif line.startswith(("data:", "error:")):
-            data = line.split(":", 1)[1].strip()
-            if data == "[DONE]":
-                return
-            if data:
-                document = json.loads(data)
-                if not isinstance(document, dict):
-                    raise ValueError(f"an SSE event that is not an object: {data[:80]}")
-                if line.startswith("error:") or event == "error":
-                    document = {"error": document.get("error", document)}
-                yield document
+async def sse_batches(response: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
+    """The JSON objects of an SSE stream up to `[DONE]`, in batches: those that came in one
+    read from the network, so that a reader behind by a few events handles them at once. An
+    `error` event comes as an object with an `error` key (llama-server sends its errors so)."""
+    event, pending = "", ""
+    async for text in response.aiter_text():
+        lines = (pending + text).split("\n")
+        pending = lines.pop()  # the last line may not be whole yet
+        batch: list[dict[str, Any]] = []
+        for raw in lines:
+            line = raw.rstrip("\r")
+            if not line:
+                event = ""
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith(("data:", "error:")):
+                data = line.split(":", 1)[1].strip()
+                if data == "[DONE]":
+                    if batch:
+                        yield batch
+                    return
+                if data:
+                    batch.append(_event_object(data, line.startswith("error:") or event == "error"))
+        if batch:
+            yield batch
+
+
+def _event_object(data: str, error: bool) -> dict[str, Any]:
+    document = json.loads(data)
+    if not isinstance(document, dict):
+        raise ValueError(f"an SSE event that is not an object: {data[:80]}")
+    return {"error": document.get("error", document)} if error else document
 
 
 def chunk_logprobs(raw: Any) -> tuple[TokenLogprob, ...]:

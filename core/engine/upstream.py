@@ -35,8 +35,8 @@ from ..protocol.snapshots import (
 )
 from ..protocol.tools import GENERIC_FORMAT
 from .chat_format import ChatFormat
-from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_objects
-from .types import GenerationRequest, Publisher, UpstreamSpec
+from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_batches
+from .types import EngineEvent, GenerationRequest, Publisher, UpstreamSpec
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,11 @@ class UpstreamEngine:
             base_url=spec.url.rstrip("/") + "/",
             headers=headers,
             timeout=httpx.Timeout(CONNECT_S, read=SILENT_S),
-            limits=httpx.Limits(max_connections=spec.concurrency + 2),
+            # every running job keeps its connection between jobs: a new one costs a few ms
+            limits=httpx.Limits(
+                max_connections=spec.concurrency + 2,
+                max_keepalive_connections=spec.concurrency + 2,
+            ),
         )
         engine = cls(spec, publish, on_health, client)
         try:
@@ -297,28 +301,32 @@ class UpstreamEngine:
             if response.status_code != 200:
                 await response.aread()
                 raise refusal(response, self.spec.engine_id)
-            async for chunk in sse_objects(response):
-                if "error" in chunk:
-                    raise InferError(
-                        ErrorKind.GENERATION_FAILED,
-                        f"the upstream failed: {error_message(chunk)}",
-                        engine_id=self.spec.engine_id,
-                    )
-                usage = chunk.get("usage") or usage
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    text = (delta.get("content") if chat else choice.get("text")) or ""
-                    logprobs = chunk_logprobs(choice.get("logprobs"))
-                    if text or logprobs:
-                        if running.first_token_at is None:
-                            running.first_token_at = time.perf_counter()
-                            text = (wrap[0] if wrap else "") + text
-                        request.tokens_out += max(1, len(logprobs))
-                        event = TokenText(text, index, request.tokens_out, logprobs)
-                        self._publish([(request, event)])
-                        index += 1
-                    if choice.get("finish_reason"):
-                        reason = _FINISH.get(choice["finish_reason"], "stop")
+            async for chunks in sse_batches(response):
+                events: list[tuple[GenerationRequest, EngineEvent]] = []
+                for chunk in chunks:
+                    if "error" in chunk:
+                        raise InferError(
+                            ErrorKind.GENERATION_FAILED,
+                            f"the upstream failed: {error_message(chunk)}",
+                            engine_id=self.spec.engine_id,
+                        )
+                    usage = chunk.get("usage") or usage
+                    for choice in chunk.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        text = (delta.get("content") if chat else choice.get("text")) or ""
+                        logprobs = chunk_logprobs(choice.get("logprobs"))
+                        if text or logprobs:
+                            if running.first_token_at is None:
+                                running.first_token_at = time.perf_counter()
+                                text = (wrap[0] if wrap else "") + text
+                            request.tokens_out += max(1, len(logprobs))
+                            event = TokenText(text, index, request.tokens_out, logprobs)
+                            events.append((request, event))
+                            index += 1
+                        if choice.get("finish_reason"):
+                            reason = _FINISH.get(choice["finish_reason"], "stop")
+                if events:
+                    self._publish(events)
         if reason is None:  # no finish_reason: the stream broke off, whatever its status
             raise InferError(
                 ErrorKind.GENERATION_FAILED,

@@ -157,3 +157,18 @@ async def test_the_chat_app_on_a_topic_names_the_host_that_answered_and_lists_th
         table = app.screen.query_one("#hosts", DataTable)
         await until(lambda: table.row_count == 2)
         assert {str(table.get_row_at(i)[0]) for i in range(2)} == {"box0", "box1"}
+
+
+async def test_a_host_that_announces_later_joins_the_choice(
+    start_served_host: ServedHostFactory, testnet: list[str]
+) -> None:
+    """Hyperswarm looks a topic up again only every 10 minutes; the client asks sooner."""
+    await start_served_host(topics=(TOPIC,), host_name="early")
+    client = await topic_client(testnet)
+    try:
+        assert [h.info.host_name for h in client.connected()] == ["early"]
+        await start_served_host(topics=(TOPIC,), host_name="late")
+        await wait_until(lambda: len(client.connected()) == 2, seconds=20)
+        assert "late" in client.info.host_name
+    finally:
+        await client.close()

@@ -4,6 +4,8 @@ errors (issue 15 §1). The engine against real servers is in tests/integration/t
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 
@@ -12,7 +14,7 @@ from infertui.core.engine.openai_wire import (
     refusal,
     request_body,
     retry_after_ms,
-    sse_objects,
+    sse_batches,
 )
 from infertui.core.engine.types import GenerationRequest
 from infertui.core.protocol.common import ChatMessage, SamplingParams
@@ -20,7 +22,8 @@ from infertui.core.protocol.errors import ErrorKind
 
 
 async def objects(raw: str) -> list[dict[str, object]]:
-    return [o async for o in sse_objects(httpx.Response(200, content=raw.encode()))]
+    response = httpx.Response(200, content=raw.encode())
+    return [o async for batch in sse_batches(response) for o in batch]
 
 
 async def test_sse_objects_stop_at_done_and_keep_error_events_as_errors() -> None:
@@ -102,3 +105,19 @@ def test_a_job_as_a_request_sends_only_what_it_sets() -> None:
     text = GenerationRequest("j", [], SamplingParams(logprobs=2), 9, prompt_text="Once")
     path, body = request_body(text, "m")
     assert path == "completions" and body["prompt"] == "Once" and body["logprobs"] == 2
+
+
+async def test_sse_batches_follow_network_reads_and_join_lines_split_between_them() -> None:
+    reads = [
+        b'data: {"n": 1}\n\ndata: {"n"',
+        b': 2}\r\n\r\ndata: {"n": 3}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+
+    async def network() -> AsyncIterator[bytes]:
+        for read in reads:
+            yield read
+
+    response = httpx.Response(200, content=network())
+    batches = [batch async for batch in sse_batches(response)]
+    assert batches == [[{"n": 1}], [{"n": 2}, {"n": 3}]]

@@ -195,6 +195,10 @@ class Bridge:
     async def join(self, topic: bytes, *, server: bool, client: bool) -> None:
         await self.command("join", topic=topic.hex(), server=server, client=client)
 
+    async def refresh(self, topic: bytes) -> None:
+        """Look a joined topic up again now (Hyperswarm does so only every 10 minutes)."""
+        await self.command("refresh", topic=topic.hex())
+
     async def leave(self, topic: bytes) -> None:
         await self.command("leave", topic=topic.hex())
 

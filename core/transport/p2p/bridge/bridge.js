@@ -2,7 +2,7 @@
 // Hyperswarm for infertui: NDJSON commands on stdin, NDJSON events on stdout.
 //
 // Commands: init {bootstrap, seed, host, firewalled} · listen · join/leave {topic, server,
-// client} · connect {key} · end {conn} · destroy {conn} · shutdown
+// client} · refresh {topic} · connect {key} · end {conn} · destroy {conn} · shutdown
 // Events:   ready {publicKey, ...network} · network {online, degraded, nodes}
 //           · listening · joined {topic} · open {conn, remoteKey, initiator}
 //           · end {conn} · close {conn} · pressure {conn, paused}
@@ -18,6 +18,7 @@ const b4a = require('b4a')
 
 let swarm = null
 let nextConn = 1
+const joined = new Map() // topic (hex) -> its discovery session, for refresh
 const conns = new Map() // conn id -> socket
 let stdoutFull = false
 const CHUNK = 64 * 1024 // bytes per data event and per socket write
@@ -115,10 +116,18 @@ const commands = {
   },
   async join({ topic, server, client }) {
     const discovery = swarm.join(b4a.from(topic, 'hex'), { server: !!server, client: !!client })
+    joined.set(topic, discovery)
     await discovery.flushed()
     emit({ event: 'joined', topic })
   },
+  async refresh({ topic }) {
+    // Hyperswarm looks a topic up again only every 10 minutes: a client that wants the hosts
+    // that came after it asks sooner.
+    const discovery = joined.get(topic)
+    if (discovery) await discovery.refresh()
+  },
   async leave({ topic }) {
+    joined.delete(topic)
     await swarm.leave(b4a.from(topic, 'hex'))
   },
   async connect({ id, key }) {
