@@ -58,6 +58,15 @@ async def wait_until(condition: Callable[[], bool], seconds: float = 20.0) -> No
         await asyncio.sleep(0.05)
 
 
+async def answers(front: ServedHost, model: str = "up") -> None:
+    """A short job on the pool ends as a reply."""
+    job = await front.service.submit(
+        model=model, prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3)
+    )
+    text, done = await job.text()
+    assert done.finish_reason in ("stop", "length") and text
+
+
 async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
     upstream: ServedHost, start_served_host: ServedHostFactory
 ) -> None:
@@ -256,11 +265,7 @@ async def test_a_killed_upstream_ends_its_jobs_and_is_served_again_after_a_resta
 
     killable.append(await asyncio.to_thread(infertui_host, port))  # the same address again
     await wait_until(lambda: front.service.pool_health("up").ready, seconds=10)
-    job = await front.service.submit(
-        model="up", prompt="Hi", params=SamplingParams(temperature=0, max_tokens=4)
-    )
-    text, done = await job.text()
-    assert done.finish_reason in ("stop", "length") and text
+    await answers(front)
 
 
 async def test_llama_cpp_python_server_as_an_upstream(
@@ -336,10 +341,7 @@ async def test_reloading_an_upstream_reconnects_and_refuses_a_model_file(
     with pytest.raises(InferError) as refused:
         await front.service.reload_engine("up", str(tmp_path / "other.gguf"))
     assert refused.value.kind is ErrorKind.INVALID_PARAMS and refused.value.param == "model_path"
-    job = await front.service.submit(
-        model="up", prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3)
-    )
-    assert (await job.text())[1].finish_reason in ("stop", "length")
+    await answers(front)
 
 
 async def test_a_host_started_before_its_upstream_serves_once_the_upstream_is_up(
@@ -358,10 +360,7 @@ async def test_a_host_started_before_its_upstream_serves_once_the_upstream_is_up
         front.service.engines()[0].model_description
         == f"gemma-3-270m at http://127.0.0.1:{port}/v1"
     )
-    job = await front.service.submit(
-        model="gemma-3-270m", prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3)
-    )
-    assert (await job.text())[1].finish_reason in ("stop", "length")
+    await answers(front, model="gemma-3-270m")  # the upstream's own name for its model
 
 
 async def test_an_upstream_that_hangs_ends_its_jobs_and_serves_again_when_it_wakes(
@@ -388,10 +387,7 @@ async def test_an_upstream_that_hangs_ends_its_jobs_and_serves_again_when_it_wak
     finally:
         killable[0].send_signal(signal.SIGCONT)
     await wait_until(lambda: front.service.pool_health("up").ready, seconds=10)
-    job = await front.service.submit(
-        model="up", prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3)
-    )
-    assert (await job.text())[1].finish_reason in ("stop", "length")
+    await answers(front)
 
 
 async def test_an_unreachable_upstream_drains_and_resumes_unready() -> None:
