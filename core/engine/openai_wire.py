@@ -5,6 +5,7 @@ llama-cpp-python, infertui): each reader accepts every shape met among them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import TokenLogprob
 from .types import GenerationRequest
 
+DRAIN_S = 1.0  # how long the end of a stream past [DONE] is waited for
 _DEFAULTS = SamplingParams()
 # llama.cpp's and vLLM's sampling extensions, sent only where a job sets them: a strictly
 # OpenAI server may refuse fields it does not know. vLLM names the repeat penalty its own way.
@@ -67,9 +69,12 @@ def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str,
 async def sse_batches(response: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
     """The JSON objects of an SSE stream up to `[DONE]`, in batches: those that came in one
     read from the network, so that a reader behind by a few events handles them at once. An
-    `error` event comes as an object with an `error` key (llama-server sends its errors so)."""
+    `error` event comes as an object with an `error` key (llama-server sends its errors so).
+    The stream is read to its end, past `[DONE]`: a connection left half-read is closed, and
+    the next job would pay for a new one."""
     event, pending = "", ""
-    async for text in response.aiter_text():
+    reads = response.aiter_text()
+    async for text in reads:
         lines = (pending + text).split("\n")
         pending = lines.pop()  # the last line may not be whole yet
         batch: list[dict[str, Any]] = []
@@ -84,11 +89,18 @@ async def sse_batches(response: httpx.Response) -> AsyncIterator[list[dict[str, 
                 if data == "[DONE]":
                     if batch:
                         yield batch
+                    with contextlib.suppress(TimeoutError):  # a server that keeps it open
+                        await asyncio.wait_for(_read_out(reads), DRAIN_S)
                     return
                 if data:
                     batch.append(_event_object(data, line.startswith("error:") or event == "error"))
         if batch:
             yield batch
+
+
+async def _read_out(reads: AsyncIterator[str]) -> None:
+    async for _ in reads:
+        pass
 
 
 def _event_object(data: str, error: bool) -> dict[str, Any]:
