@@ -149,6 +149,10 @@ class LlamaEngine:
     def embeds(self) -> bool:
         return True
 
+    @property
+    def tokenizes(self) -> bool:
+        return True
+
     def text_prompt(self, prompt: str) -> list[int]:
         """A plain completion prompt: no template, and control tokens are not parsed."""
         return self.model.tokenize(prompt, add_bos=self.model.add_bos, parse_special=False)

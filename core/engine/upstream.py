@@ -69,6 +69,7 @@ class UpstreamEngine:
     n_gpu_layers = 0  # whatever the server offloads is its own business
     chat_stop_tokens: frozenset[int] = frozenset()
     embeds = False
+    tokenizes = False  # the server renders and tokenizes; jobs carry their messages or text
     chat_format = ChatFormat(
         "upstream", use_jinja=False, description="the upstream server's own template",
         tools=GENERIC_FORMAT,  # offered tools travel inside the messages, as JSON

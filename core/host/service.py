@@ -201,6 +201,8 @@ class HostService:
         that serves the others (a 4 MB prompt takes seconds)."""
         pool = self._pool_for(model, pool_id)
         engine = pool.engine
+        if engine is not None and not engine.tokenizes:  # an upstream: nothing to wait for
+            return pool.submit(**job)
         messages, prompt = job.get("messages"), job.get("prompt")
         size = len(prompt or "") + sum(len(message.content) for message in messages or ())
         executor = self._long_prompts if size > LONG_PROMPT_CHARS else None
