@@ -26,6 +26,7 @@ from ..protocol.snapshots import (
     MetricsSnapshot,
     PoolState,
     QueueSnapshot,
+    load_of,
 )
 
 Transport = Literal["p2p", "http", "local"]  # local: the host's own dashboard
@@ -113,17 +114,8 @@ class Client(ABC):
 
     async def hosts(self) -> list[HostLoad]:
         """The hosts this client reaches (one; a topic's client has several), with their load."""
-        pools = await self.metrics()
-        return [
-            HostLoad(
-                self.info.host_name,
-                self.info.address,
-                self.info.models,
-                sum(p.slots_total for p in pools),
-                sum(max(0, p.slots_total - p.slots_busy) for p in pools),
-                sum(p.queue_depth for p in pools),
-            )
-        ]
+        load = load_of(await self.metrics())
+        return [HostLoad(self.info.host_name, self.info.address, self.info.models, **load)]
 
     @abstractmethod
     async def engines(self) -> list[EngineStatus]: ...

@@ -24,11 +24,11 @@ from ..protocol import p2p
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.openai import AddEngineRequest
-from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot, load_of
 from ..transport.p2p.bridge import Bridge, PeerConnection
 from ..transport.p2p.client import P2PClient
 from ..transport.p2p.ids import topic_key
-from .base import ChatReply, Client, HostInfo, HostLoad
+from .base import ChatReply, ChatStats, Client, HostInfo, HostLoad
 from .p2p import P2PReply
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,11 @@ class TopicHost:
     def room(self) -> int:
         return self.free_slots - self.queue_depth - self.sent
 
-    def report(self, pools: Sequence[MetricsSnapshot]) -> None:
-        self.slots = sum(p.slots_total for p in pools)
-        self.free_slots = sum(max(0, p.slots_total - p.slots_busy) for p in pools)
-        self.queue_depth = sum(p.queue_depth for p in pools)
+    def report(self, load: dict[str, Any]) -> None:
+        """Its load as `load_of` gives it (in server_info, or from its pools' metrics)."""
+        self.slots = int(load.get("slots", 0))
+        self.free_slots = int(load.get("free_slots", 0))
+        self.queue_depth = int(load.get("queue_depth", 0))
         self.sent = 0
 
 
@@ -108,31 +109,33 @@ class TopicReply(ChatReply):
             self._current, self.host, self.request_id = reply, host.info.host_name, reply.request_id
             if self._aborted:
                 reply.abort()
-            started = False
+            started, error = False, None
             try:
                 async for text in reply:
                     started = True
                     yield text
             except InferError as err:
-                retry = not started and not self._aborted and err.kind in ELSEWHERE
-                if not retry or not self._client.other_than(tried):
-                    raise
-                reply.abort()  # a request that timed out may still be queued there
-                log.info("%s refused a chat (%s); trying another host", self.host, err.kind.value)
+                error = err
+            why = None if started or self._aborted else _not_taken(error, reply.stats)
+            if why and self._client.other_than(tried):  # another host will do
+                if error is not None:
+                    reply.abort()  # a request that timed out may still be queued there
+                log.info("%s refused a chat (%s); trying another host", self.host, why)
                 continue
+            if error is not None:
+                raise error
             stats = reply.stats
-            stopped_there = stats is not None and stats.finish_reason == "abort"
-            if (
-                stopped_there
-                and not started
-                and not self._aborted
-                and (self._client.other_than(tried))
-            ):  # the host stopped it before it began (it is shutting down): another one will do
-                log.info("%s stopped a chat before its first text; trying another", self.host)
-                continue
             if stats is not None:
                 self.stats = dataclasses.replace(stats, host=self.host)
             return
+
+
+def _not_taken(error: InferError | None, stats: ChatStats | None) -> str | None:
+    """Why a host did not take a chat that no text came from, where another host may: a
+    refusal for load, a host gone, or one that stopped it as it shut down."""
+    if error is not None:
+        return error.kind.value if error.kind in ELSEWHERE else None
+    return "stopped" if stats is not None and stats.finish_reason == "abort" else None
 
 
 class TopicClient(Client):
@@ -251,9 +254,7 @@ class TopicClient(Client):
         # A second connection to a host (it restarted, or both sides dialled) takes the
         # host's place; the first serves what it has running until it closes.
         host = TopicHost(peer, info)
-        load = info.capabilities.get("load") or {}
-        host.slots, host.free_slots = int(load.get("slots", 0)), int(load.get("free_slots", 0))
-        host.queue_depth = int(load.get("queue_depth", 0))
+        host.report(info.capabilities.get("load") or {})
         self._hosts[peer.server_id] = host
         self._changed()
         log.info("topic %s: %s joined (%s)", self.topic, info.host_name, peer.server_id[:12])
@@ -276,7 +277,7 @@ class TopicClient(Client):
             async for reply in host.peer.metrics(METRICS_INTERVAL_MS):
                 pools = reply.get("pools")
                 if isinstance(pools, list):
-                    host.report([MetricsSnapshot.model_validate(m) for m in pools])
+                    host.report(load_of([MetricsSnapshot.model_validate(m) for m in pools]))
         except (InferError, ValueError) as err:
             log.info("topic %s: no load from %s: %s", self.topic, host.info.host_name, err)
 

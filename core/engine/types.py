@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import JobEvent
+from ..protocol.snapshots import EngineParameters
 
 
 def default_threads() -> int:
@@ -28,6 +29,8 @@ def default_threads() -> int:
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
     """Everything needed to load one GGUF model as an engine."""
+
+    kind: ClassVar[str] = "llama.cpp"  # what serves it, as spec 002's capabilities name it
 
     model_path: str
     engine_id: str
@@ -55,6 +58,17 @@ class EngineSpec:
         path = Path(self.model_path)
         return path.name, path.stem
 
+    @property
+    def planned(self) -> EngineParameters:
+        """The parameters asked for, shown until the engine has loaded."""
+        return EngineParameters(
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers if self.n_gpu_layers is not None else -1,
+            main_gpu_id=self.main_gpu_id,
+            n_threads=self.n_threads,
+            n_parallel=self.slots_requested,
+        )
+
     def with_model(self, model_path: str) -> EngineSpec:
         """The same engine on another model file (a reload)."""
         return replace(self, model_path=model_path)
@@ -64,6 +78,8 @@ class EngineSpec:
 class UpstreamSpec:
     """An OpenAI-compatible server (vLLM, SGLang, llama-server, another infertui) served as
     an engine: jobs go to it `concurrency` at a time and the rest wait in infertui's queue."""
+
+    kind: ClassVar[str] = "openai-upstream"
 
     url: str  # its OpenAI API root, e.g. http://10.0.0.5:8000/v1
     engine_id: str
@@ -85,6 +101,10 @@ class UpstreamSpec:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.model,) if self.model else ()
+
+    @property
+    def planned(self) -> EngineParameters:
+        return EngineParameters(n_ctx=self.n_ctx, n_gpu_layers=0, n_parallel=self.concurrency)
 
     def with_model(self, model_path: str) -> UpstreamSpec:
         raise InferError(

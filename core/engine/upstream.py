@@ -229,13 +229,7 @@ class UpstreamEngine:
         if self._watch is not None:
             self._watch.cancel()
             await asyncio.gather(self._watch, return_exceptions=True)
-        while self._waiting:
-            request = self._waiting.popleft()
-            self._publish([(request, Finished("abort", TimingStats()))])
-        running = [slot for slot in self._slots if slot is not None]
-        for slot in running:
-            slot.stop()
-        tasks = [slot.task for slot in running]
+        tasks = self._end_all(None)
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._client.aclose()
         log.info("engine %s closed", self.spec.engine_id)
@@ -396,13 +390,19 @@ class UpstreamEngine:
         self.problem = exc.message
         log.warning("engine %s: %s", self.spec.engine_id, exc.message)
         self._on_health(exc.message)
+        self._end_all(exc)
+
+    def _end_all(self, error: InferError | None) -> list[asyncio.Task[None]]:
+        """End every job, waiting or running: aborted (None), or with this error. The
+        running ones' tasks, which publish their own ends, are returned to be awaited."""
+        final = Finished("error" if error else "abort", TimingStats(), error)
         while self._waiting:
-            request = self._waiting.popleft()
-            self._publish([(request, Finished("error", TimingStats(), exc))])
-        for running in self._slots:
-            if running is not None:
-                running.ended_by = exc
-                running.stop()
+            self._publish([(self._waiting.popleft(), final)])
+        running = [slot for slot in self._slots if slot is not None]
+        for slot in running:
+            slot.ended_by = error
+            slot.stop()
+        return [slot.task for slot in running]
 
 
 def _count(usage: dict[str, Any], key: str, default: int) -> int:

@@ -75,7 +75,7 @@ class EngineRegistry:
         if model in self._pools:
             return self._pools[model]
         for pool in self._pools.values():
-            if model in (pool.engine.model_names if pool.engine else pool.spec.names):
+            if model in pool.model_names:
                 return pool
         raise InferError(
             ErrorKind.MODEL_NOT_FOUND,

@@ -39,6 +39,7 @@ from ..protocol.snapshots import (
     MetricsSnapshot,
     QueueSnapshot,
     SnapshotKind,
+    load_of,
 )
 from ..protocol.tools import GENERIC_FORMAT
 from ..scheduler import Job, JobArgs, Pool
@@ -273,15 +274,6 @@ class HostService:
     def metrics(self) -> list[MetricsSnapshot]:
         return [pool.metrics_snapshot() for pool in self._registry.pools()]
 
-    def load(self) -> dict[str, int]:
-        """Slots, free slots and queued jobs over every engine."""
-        pools = self.metrics()
-        return {
-            "slots": sum(p.slots_total for p in pools),
-            "free_slots": sum(max(0, p.slots_total - p.slots_busy) for p in pools),
-            "queue_depth": sum(p.queue_depth for p in pools),
-        }
-
     def addresses(self) -> dict[str, str]:
         """Where each transport serves: {"http": "http://…", "p2p": "<server ID>"}."""
         return {t.name: t.describe() for t in self.transports}
@@ -294,7 +286,7 @@ class HostService:
         """Who this host is, the same on every face; each adds its own capabilities. Its load
         goes with it, so that a client of a topic's hosts picks the one with room."""
         engines = self.engine_ids()
-        capabilities = {**capabilities, "load": self.load()}
+        capabilities = {**capabilities, "load": load_of(self.metrics())}
         return ServerInfo(
             host_name=self.settings.host_name or socket.gethostname(),
             model=engines[0] if engines else "",

@@ -4,13 +4,9 @@ health and capabilities, and the host dashboard's live jobs. Before an engine ha
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..engine import AnySpec, UpstreamSpec
 from ..engine.chat_format import ChatFormat
 from ..protocol.orchestrator import PoolCapabilities, PoolHealth
 from ..protocol.snapshots import (
-    EngineParameters,
     EngineState,
     EngineStatus,
     LiveJob,
@@ -26,8 +22,6 @@ _ENGINE_STATE = {
     PoolState.DRAINED: EngineState.LOADED,
     PoolState.FAILED: EngineState.FAILED,
 }
-ENGINE_NAME = "llama.cpp"
-UPSTREAM_NAME = "openai-upstream"
 
 
 def engine_status(pool: Pool) -> EngineStatus:
@@ -38,7 +32,7 @@ def engine_status(pool: Pool) -> EngineStatus:
         engine_id=pool.id,
         status=_ENGINE_STATE[pool.state],
         model_path=spec.model_path,
-        parameters=engine.parameters if engine else _planned(spec),
+        parameters=engine.parameters if engine else spec.planned,
         memory_usage=engine.memory if engine else None,
         performance=Performance(
             last_inference_tps=round(pool.metrics.last_job_tps, 2),
@@ -60,8 +54,8 @@ def pool_health(pool: Pool) -> PoolHealth:
         ready=pool.state is PoolState.READY,
         draining=pool.state is PoolState.DRAINING,
         state=pool.state,
-        engine=pool.engine.version if pool.engine else _engine_name(pool.spec),
-        model_path=_model_name(pool),  # open without a key: never where it lives
+        engine=pool.engine.version if pool.engine else pool.spec.kind,
+        model_path=(pool.model_names or ("",))[0],  # open without a key: never where it lives
         metrics=pool.metrics_snapshot(),
         last_error=pool.error,
     )
@@ -71,7 +65,7 @@ def pool_capabilities(pool: Pool, version: str) -> PoolCapabilities:
     """Spec 002's capabilities of one pool; `version` is the engine library's."""
     return PoolCapabilities(
         pool_id=pool.id,
-        engine=_engine_name(pool.spec),
+        engine=pool.spec.kind,
         engine_version=pool.engine.version if pool.engine else version,
         model=pool.spec.model_path,
         ctx_max=pool.n_ctx,
@@ -106,31 +100,6 @@ def live_jobs(pool: Pool) -> list[LiveJob]:
         )
         for job in pool.jobs()
     ]
-
-
-def _planned(spec: AnySpec) -> EngineParameters:
-    """What the spec asks for, before the engine has loaded."""
-    if isinstance(spec, UpstreamSpec):
-        return EngineParameters(n_ctx=spec.n_ctx, n_gpu_layers=0, n_parallel=spec.concurrency)
-    return EngineParameters(
-        n_ctx=spec.n_ctx,
-        n_gpu_layers=spec.n_gpu_layers if spec.n_gpu_layers is not None else -1,
-        main_gpu_id=spec.main_gpu_id,
-        n_threads=spec.n_threads,
-        n_parallel=spec.slots_requested,
-    )
-
-
-def _engine_name(spec: AnySpec) -> str:
-    return UPSTREAM_NAME if isinstance(spec, UpstreamSpec) else ENGINE_NAME
-
-
-def _model_name(pool: Pool) -> str:
-    """The model's name, never where it lives: a file name, or an upstream's model id."""
-    if isinstance(pool.spec, UpstreamSpec):
-        names = pool.engine.model_names if pool.engine else pool.spec.names
-        return names[0] if names else ""
-    return Path(pool.spec.model_path).name
 
 
 def _with_tools(fmt: ChatFormat) -> str:

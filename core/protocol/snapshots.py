@@ -5,6 +5,7 @@ Nobody reaches into the scheduler or the registry; they read these.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Literal
 
@@ -166,6 +167,16 @@ class Percentiles(_Frozen):
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+
+
+def load_of(pools: Sequence[MetricsSnapshot]) -> dict[str, int]:
+    """A host's load over its pools, as its server_info advertises it: slots, free slots and
+    queued jobs."""
+    return {
+        "slots": sum(p.slots_total for p in pools),
+        "free_slots": sum(max(0, p.slots_total - p.slots_busy) for p in pools),
+        "queue_depth": sum(p.queue_depth for p in pools),
+    }
 
 
 class MetricsSnapshot(_Frozen):

@@ -75,6 +75,12 @@ class Pool:
         return self.engine.n_parallel if self.engine else self.spec.slots_requested
 
     @property
+    def model_names(self) -> tuple[str, ...]:
+        """What a request's `model` may call this pool besides its id (its file's name, or
+        its upstream's model), the first one its name."""
+        return self.engine.model_names if self.engine else self.spec.names
+
+    @property
     def gpu_offload(self) -> bool:
         return bool(self.engine and self.engine.n_gpu_layers != 0)
 
