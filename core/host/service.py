@@ -50,6 +50,9 @@ from .registry import EngineRegistry
 log = logging.getLogger(__name__)
 
 LONG_PROMPT_CHARS = 64 * 1024  # tokenizing this much text takes ~50 ms on one core
+# Up to this much is tokenized on the event loop (under a millisecond): a thread hop costs more
+# than that, and in a burst it held every job back until all the requests had been read.
+SHORT_PROMPT_CHARS = 1024
 
 
 def spec_from_entry(entry: str, settings: HostSettings) -> EngineSpec:
@@ -197,18 +200,21 @@ class HostService:
         self, *, model: str | None = None, pool_id: str | None = None, **job: Unpack[JobArgs]
     ) -> Job:
         """Queue a job on the engine `model` names (or the default one), or, with `pool_id`,
-        on that pool and no other: a pin never falls back (spec 002). The prompt is tokenized
-        on a worker thread, so that one client's long prompt never holds up the event loop
-        that serves the others (a 4 MB prompt takes seconds)."""
+        on that pool and no other: a pin never falls back (spec 002). A prompt beyond
+        SHORT_PROMPT_CHARS is tokenized on a worker thread, so that one client's long prompt
+        never holds up the event loop that serves the others (a 4 MB prompt takes seconds)."""
         pool = self._pool_for(model, pool_id)
         engine = pool.engine
         if engine is not None and not engine.tokenizes:  # an upstream: nothing to wait for
             return pool.submit(**job)
         messages, prompt = job.get("messages"), job.get("prompt")
         size = len(prompt or "") + sum(len(message.content) for message in messages or ())
+        tools = job.get("tools")
+        if size <= SHORT_PROMPT_CHARS and not tools:
+            job["prompt_tokens"] = pool.prompt_tokens(messages, prompt, tools)
+            return pool.submit(**job)
         executor = self._long_prompts if size > LONG_PROMPT_CHARS else None
         loop = asyncio.get_running_loop()
-        tools = job.get("tools")
         tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt, tools)
         if pool.engine is not engine:  # reloaded meanwhile: the new model tokenizes anew
             tokens = await loop.run_in_executor(
