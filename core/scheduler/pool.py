@@ -260,9 +260,9 @@ class Pool:
             messages=messages, prompt_text=prompt,
         )  # fmt: skip
         position = depth
-        job = Job(
-            request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(behind)
-        )
+        # A job that a free slot awaits starts at the next step: no forecast to walk.
+        eta = 0 if behind < engine.n_parallel - busy else self._eta_ms(behind)
+        job = Job(request, engine, self.id, client_id, self._on_job_closed, position, eta)
         self._jobs[job.id] = job
         self._idle.clear()
         if client_id is not None:

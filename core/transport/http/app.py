@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,15 @@ on a loopback bind only.
 """
 
 
+# FastAPI from 0.165 asks OpenTelemetry's global providers on every request whether to trace
+# it (~4% of a request's CPU). infertui reports through its own metrics; off where it exists.
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def create_app(
     service: HostService,
     *,
@@ -54,6 +64,7 @@ def create_app(
         description=DESCRIPTION,
         docs_url="/docs",
         redoc_url=None,
+        **_NO_TELEMETRY,
     )
     access = access or Access()
     app.state.service = service
