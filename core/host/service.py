@@ -255,6 +255,16 @@ class HostService:
     def engine_status(self, engine_id: str) -> EngineStatus:
         return self._registry.status(engine_id)
 
+    def models(self) -> list[tuple[str, str]]:
+        """What a request's `model` may name, as (id, served by): every engine's id, and an
+        upstream server's own model ids, served by the engine in front of them."""
+        ids = self._registry.ids()
+        out = [(engine_id, "infertui") for engine_id in ids]
+        for pool in self._registry.pools():
+            if pool.spec.kind == UpstreamSpec.kind:
+                out += [(name, pool.id) for name in pool.model_names if name not in ids]
+        return out
+
     def pool_health(self, pool_id: str) -> PoolHealth:
         return views.pool_health(self._registry.get(pool_id))
 

@@ -126,8 +126,13 @@ async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
     finally:
         await client.close()
 
-    # the upstream's model is also a name for the pool
+    # the upstream's model is also a name for the pool, listed under its own id
     assert (await via.chat.completions.create(model="gemma-3-270m", messages=ASK, **GREEDY)).choices
+    listed = {card.id: card.owned_by async for card in via.models.list()}
+    assert listed == {"up": "infertui", "gemma-3-270m": "up"}
+    assert (await via.models.retrieve("gemma-3-270m")).owned_by == "up"
+    with pytest.raises(openai.NotFoundError):
+        await via.models.retrieve("no-such-model")
     await direct.close()
     await via.close()
 
@@ -285,6 +290,7 @@ async def test_llama_cpp_python_server_as_an_upstream(
     front = await front_for(start_served_host, f"http://127.0.0.1:{port}/v1", concurrency=1)
     assert front.service.engines()[0].model_description.startswith("gemma-direct at ")
     via = openai.AsyncOpenAI(base_url=f"{front.url}/v1", api_key="-")
+    assert [card.id async for card in via.models.list()] == ["up", "gemma-direct"]
     whole = await via.chat.completions.create(model="up", messages=ASK, **GREEDY)
     assert whole.choices[0].message.content
     assert whole.usage and whole.usage.completion_tokens == 12  # it streams no usage: counted

@@ -331,11 +331,15 @@ def _encoded(vector: list[float], encoding: str) -> list[float] | str:
 async def models(request: Request) -> ModelList:
     service = service_of(request)
     created = int(service.started_at)
-    return ModelList(data=[ModelCard(id=s.engine_id, created=created) for s in service.engines()])
+    return ModelList(
+        data=[ModelCard(id=i, created=created, owned_by=by) for i, by in service.models()]
+    )
 
 
 @router.get("/v1/models/{model_id}", response_model=ModelCard, responses={404: _ERRORS[404]})
 async def model(model_id: str, request: Request) -> ModelCard:
     service = service_of(request)
-    status = service.engine_status(model_id)
-    return ModelCard(id=status.engine_id, created=int(service.started_at))
+    served_by = dict(service.models())
+    if model_id not in served_by:
+        raise InferError(ErrorKind.MODEL_NOT_FOUND, f"no model named '{model_id}'", param="model")
+    return ModelCard(id=model_id, created=int(service.started_at), owned_by=served_by[model_id])
