@@ -8,10 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import Any
-
-import httpx
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
 
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
@@ -66,7 +64,20 @@ def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str,
     return ("chat/completions" if chat else "completions"), body
 
 
-async def sse_batches(response: httpx.Response) -> AsyncIterator[list[dict[str, Any]]]:
+class Reply(Protocol):
+    """What is read of a server's reply: httpx's, or the hop client's (hop.py)."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def text(self) -> str: ...
+    def json(self) -> Any: ...
+    def aiter_text(self) -> AsyncIterator[str]: ...
+
+
+async def sse_batches(response: Reply) -> AsyncIterator[list[dict[str, Any]]]:
     """The JSON objects of an SSE stream up to `[DONE]`, in batches: those that came in one
     read from the network, so that a reader behind by a few events handles them at once. An
     `error` event comes as an object with an `error` key (llama-server sends its errors so).
@@ -138,7 +149,7 @@ def chunk_logprobs(raw: Any) -> tuple[TokenLogprob, ...]:
     )
 
 
-def refusal(response: httpx.Response, engine_id: str) -> InferError:
+def refusal(response: Reply, engine_id: str) -> InferError:
     """A server's refusal of a job, as the error infertui gives for the same condition."""
     status = response.status_code
     try:

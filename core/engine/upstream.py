@@ -35,6 +35,7 @@ from ..protocol.snapshots import (
 )
 from ..protocol.tools import GENERIC_FORMAT
 from .chat_format import ChatFormat
+from .hop import HopClient, HopError
 from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_batches
 from .types import EngineEvent, GenerationRequest, Publisher, UpstreamSpec
 
@@ -81,13 +82,15 @@ class UpstreamEngine:
         publish: Publisher,
         on_health: Callable[[str | None], None],
         client: httpx.AsyncClient,
+        hop: HopClient,
     ) -> None:
         self.spec = spec
         self.model: str | None = spec.model
         self.version = "OpenAI-compatible upstream"
         self._publish = publish
         self._on_health = on_health
-        self._client = client
+        self._client = client  # for the model list
+        self._hop = hop  # for the jobs
         self._n_ctx = spec.n_ctx
         self._waiting: deque[GenerationRequest] = deque()
         self._slots: list[_Running | None] = [None] * spec.concurrency
@@ -110,17 +113,13 @@ class UpstreamEngine:
                 f"an upstream URL starts with http:// or https://, not {spec.url!r}",
             )
         headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
-        client = httpx.AsyncClient(
-            base_url=spec.url.rstrip("/") + "/",
-            headers=headers,
-            timeout=httpx.Timeout(CONNECT_S, read=SILENT_S),
-            # every running job keeps its connection between jobs: a new one costs a few ms
-            limits=httpx.Limits(
-                max_connections=spec.concurrency + 2,
-                max_keepalive_connections=spec.concurrency + 2,
-            ),
+        base = spec.url.rstrip("/") + "/"
+        client = httpx.AsyncClient(base_url=base, headers=headers, timeout=CONNECT_S)
+        # every running job keeps its connection between jobs: a new one costs a few ms
+        hop = HopClient(
+            base, headers, connect_s=CONNECT_S, silent_s=SILENT_S, keep=spec.concurrency
         )
-        engine = cls(spec, publish, on_health, client)
+        engine = cls(spec, publish, on_health, client, hop)
         try:
             await engine._probe()
         except InferError as exc:
@@ -128,6 +127,7 @@ class UpstreamEngine:
             log.warning("engine %s: %s; serving once it answers", spec.engine_id, exc.message)
         except BaseException:
             await client.aclose()
+            await hop.aclose()
             raise
         engine._watch = asyncio.create_task(engine._watch_health())
         log.info("engine %s: %s", spec.engine_id, engine.placement())
@@ -232,6 +232,7 @@ class UpstreamEngine:
         tasks = self._end_all(None)
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._client.aclose()
+        await self._hop.aclose()
         log.info("engine %s closed", self.spec.engine_id)
 
     def _start_waiting(self) -> None:
@@ -261,7 +262,7 @@ class UpstreamEngine:
             reason, error = ("error", running.ended_by) if running.ended_by else ("abort", None)
         except InferError as exc:
             reason, error = "error", exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, HopError) as exc:
             reason, error = "error", self._lost(exc)
         except Exception as exc:  # whatever a server sends, the job ends and its slot frees
             log.warning("engine %s: %s failed: %r", self.spec.engine_id, request.job_id, exc)
@@ -292,7 +293,7 @@ class UpstreamEngine:
         reason: FinishReason | None = None
         usage: dict[str, Any] = {}
         index = 0
-        async with self._client.stream("POST", path, json=body) as response:
+        async with self._hop.stream(path, body) as response:
             if response.status_code != 200:
                 await response.aread()
                 raise refusal(response, self.spec.engine_id)
@@ -332,7 +333,7 @@ class UpstreamEngine:
             self._publish([(request, TokenText(wrap[1], index, request.tokens_out))])
         return reason, usage
 
-    def _lost(self, exc: httpx.HTTPError) -> InferError:
+    def _lost(self, exc: httpx.HTTPError | HopError) -> InferError:
         return InferError(
             ErrorKind.POOL_UNREADY,
             f"the upstream {self.spec.url} does not answer: {type(exc).__name__} {exc}".rstrip(),

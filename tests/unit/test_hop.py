@@ -1,0 +1,173 @@
+"""The upstream hop's HTTP/1.1 client against small servers on 127.0.0.1 that answer in the
+ways real ones do: chunked SSE cut at any byte, a Content-Length body, an idle connection
+closed by the server, a reply broken off, a server that goes silent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from infertui.core.engine.hop import HopClient, HopError
+from infertui.core.engine.openai_wire import sse_batches
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+SSE = b'data: {"n": 1}\n\ndata: {"n": 2}\n\ndata: [DONE]\n\n'
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    lines = head.split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:]) if k}
+    body = await reader.readexactly(int(headers.get("content-length", 0)))
+    return lines[0], headers, body
+
+
+def chunked(payload: bytes, size: int) -> bytes:
+    parts = [payload[i : i + size] for i in range(0, len(payload), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+async def serve(handler: Handler) -> tuple[asyncio.Server, str]:
+    async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(closing, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1/"
+
+
+def client(url: str, silent_s: float = 5.0) -> HopClient:
+    return HopClient(url, {"Authorization": "Bearer k"}, connect_s=2, silent_s=silent_s, keep=4)
+
+
+async def objects(hop: HopClient) -> list[dict[str, int]]:
+    async with hop.stream("completions", {"prompt": "hi"}) as response:
+        assert response.status_code == 200
+        return [o async for batch in sse_batches(response) for o in batch]
+
+
+async def test_chunked_sse_cut_at_every_byte_reads_whole_and_reuses_the_connection() -> None:
+    connections: list[int] = []
+    seen: list[tuple[str, dict[str, str], bytes]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while not reader.at_eof():
+            try:
+                seen.append(await read_request(reader))
+            except asyncio.IncompleteReadError:
+                break
+            reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(SSE, 7)
+            for i in range(len(reply)):  # one byte per write: every boundary is met
+                writer.write(reply[i : i + 1])
+                await writer.drain()
+        writer.close()
+
+    server, url = await serve(handler)
+    hop = client(url)
+    try:
+        assert await objects(hop) == [{"n": 1}, {"n": 2}]
+        assert await objects(hop) == [{"n": 1}, {"n": 2}]
+        assert len(connections) == 1, "the second job went on the first job's connection"
+        line, headers, body = seen[0]
+        assert line == "POST /v1/completions HTTP/1.1"
+        assert headers["authorization"] == "Bearer k" and json.loads(body) == {"prompt": "hi"}
+    finally:
+        await hop.aclose()
+        server.close()
+
+
+async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error() -> None:
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        body = b'{"error": {"message": "busy"}}'
+        writer.write(b"HTTP/1.1 429 Too Many\r\nRetry-After: 2\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))  # fmt: skip
+        await writer.drain()
+        writer.close()  # keep-alive ends here, as a server's idle timeout would end it
+
+    server, url = await serve(handler)
+    hop = client(url)
+    try:
+        for _ in range(3):
+            async with hop.stream("completions", {}) as response:
+                await response.aread()
+                assert response.status_code == 429 and response.headers["retry-after"] == "2"
+                assert response.json()["error"]["message"] == "busy"
+            await asyncio.sleep(0.05)
+        assert connections == 3
+    finally:
+        await hop.aclose()
+        server.close()
+
+
+async def test_a_reply_broken_off_or_a_silent_server_is_a_hop_error() -> None:
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata:")
+        await writer.drain()
+        writer.close()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await reader.read(1)  # until the client gives up
+
+    for handler, message in ((broken, "mid-reply"), (silent, "sent nothing")):
+        server, url = await serve(handler)
+        hop = client(url, silent_s=0.3)
+        try:
+            with pytest.raises(HopError, match=message):
+                await objects(hop)
+        finally:
+            await hop.aclose()
+            server.close()
+
+
+async def test_nothing_listening_is_a_hop_error() -> None:
+    server, url = await serve(lambda r, w: asyncio.sleep(0))
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(HopError, match="cannot connect"):
+        await objects(client(url))
+
+
+async def test_a_cancelled_stream_closes_its_connection() -> None:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(chunked(b'data: {"n": 1}\n\n', 64)[:-5])  # no last chunk: it goes on
+        await writer.drain()
+        if not await reader.read(1):  # the client went away
+            closed.set()
+
+    server, url = await serve(handler)
+    hop = client(url)
+
+    async def read_forever() -> AsyncIterator[None]:
+        async with hop.stream("completions", {}) as response:
+            async for _ in response.aiter_text():
+                yield None
+
+    async def job() -> None:
+        async for _ in read_forever():
+            pass
+
+    task = asyncio.create_task(job())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.wait_for(closed.wait(), 5)
+    await hop.aclose()
+    server.close()
