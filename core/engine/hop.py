@@ -16,11 +16,15 @@ import codecs
 import contextlib
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 READ_SIZE = 1 << 16
+# A connection idle longer than this is not used again: a NAT or a load balancer may have
+# forgotten it without a word, and a request sent on it would vanish (httpx's rule too).
+IDLE_S = 5.0
 
 
 class HopError(Exception):
@@ -41,9 +45,15 @@ class HopResponse:
     """A reply whose body is read as it arrives (`aiter_text`) or whole (`aread`)."""
 
     def __init__(
-        self, status: int, headers: dict[str, str], connection: _Connection, silent_s: float
+        self,
+        status: int,
+        headers: dict[str, str],
+        connection: _Connection,
+        silent_s: float,
+        http11: bool = True,
     ) -> None:
         self.status_code = status
+        self.http11 = http11  # an HTTP/1.0 server closes after each reply
         self.headers = headers  # names in lower case
         self.complete = False  # the body was read to its end: the connection can serve again
         self.content = b""
@@ -52,7 +62,11 @@ class HopResponse:
 
     @property
     def reusable(self) -> bool:
-        return self.complete and self.headers.get("connection", "").lower() != "close"
+        return (
+            self.complete
+            and self.http11
+            and "close" not in self.headers.get("connection", "").lower()
+        )
 
     @property
     def text(self) -> str:
@@ -95,18 +109,23 @@ class HopResponse:
         """The chunked body's data: each network read yields the chunks it completed."""
         buffer = b""
         while True:
-            parts = []
-            while (eol := buffer.find(b"\r\n")) >= 0:
-                size = int(buffer[:eol].split(b";")[0], 16)
+            parts, at = [], 0
+            while (eol := buffer.find(b"\r\n", at)) >= 0:
+                size = _chunk_size(buffer[at:eol])
                 if size == 0:  # the last chunk, then trailers (if any) and an empty line
-                    if buffer[eol + 2 : eol + 4] == b"\r\n" or buffer.find(b"\r\n\r\n", eol) >= 0:
+                    if buffer.find(b"\r\n", eol + 2) == eol + 2 or (
+                        buffer.find(b"\r\n\r\n", eol) >= 0
+                    ):
                         self.complete = True
                     break
                 end = eol + 2 + size
                 if len(buffer) < end + 2:
                     break
+                if buffer[end : end + 2] != b"\r\n":
+                    raise HopError("a malformed chunk in the reply")
                 parts.append(buffer[eol + 2 : end])
-                buffer = buffer[end + 2 :]
+                at = end + 2
+            buffer = buffer[at:]
             if parts:
                 yield b"".join(parts)
             if self.complete:
@@ -148,7 +167,8 @@ class HopClient:
         extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
         self._head = f"Host: {authority}\r\nAccept: text/event-stream\r\n{extra}"
         self._connect_s, self._silent_s, self._keep = connect_s, silent_s, keep
-        self._idle: list[_Connection] = []
+        self._tls_context = ssl.create_default_context() if self._tls else None
+        self._idle: list[tuple[float, _Connection]] = []  # (when it fell idle, connection)
         self._closed = False
 
     @contextlib.asynccontextmanager
@@ -166,22 +186,26 @@ class HopClient:
         finally:
             connection = response._connection
             if response.reusable and not self._closed and len(self._idle) < self._keep:
-                self._idle.append(connection)
+                self._idle.append((time.monotonic(), connection))
             else:
                 connection.close()
 
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
-        for connection in idle:
+        for _, connection in idle:
             connection.close()
 
     async def _exchange(self, request: bytes) -> HopResponse:
         """Send on an idle connection, else a new one. One the server closed while idle fails
-        before any reply: the request goes again, once, on a new connection."""
+        before any reply byte: the request goes again, on the next one or a new one."""
         while self._idle:
-            connection = self._idle.pop()
-            if connection.reader.at_eof() or connection.writer.is_closing():
+            idle_since, connection = self._idle.pop()
+            if (
+                time.monotonic() - idle_since > IDLE_S
+                or connection.reader.at_eof()
+                or connection.writer.is_closing()
+            ):
                 connection.close()
                 continue
             try:
@@ -194,11 +218,10 @@ class HopClient:
             raise HopError("the server closed the connection without a reply") from None
 
     async def _connect(self) -> _Connection:
-        context = ssl.create_default_context() if self._tls else None
         try:
             async with asyncio.timeout(self._connect_s):
                 reader, writer = await asyncio.open_connection(
-                    self._host, self._port, ssl=context, limit=READ_SIZE
+                    self._host, self._port, ssl=self._tls_context, limit=READ_SIZE
                 )
         except TimeoutError:
             raise HopError(f"no connection within {self._connect_s:.0f} s") from None
@@ -224,6 +247,9 @@ class HopClient:
             if isinstance(exc, ConnectionResetError | BrokenPipeError):
                 raise _Stale from None
             raise HopError(f"the connection broke: {exc}") from None
+        except BaseException:  # cancelled while the server prepares its reply: it must see
+            connection.close()  # the disconnect, and the socket must not outlive the job
+            raise
         lines = head.decode("latin-1").split("\r\n")
         try:
             status = int(lines[0].split(" ", 2)[1])
@@ -235,7 +261,15 @@ class HopClient:
             name, _, value = line.partition(":")
             if name:
                 headers[name.strip().lower()] = value.strip()
-        return HopResponse(status, headers, connection, self._silent_s)
+        http11 = lines[0].startswith("HTTP/1.1")
+        return HopResponse(status, headers, connection, self._silent_s, http11)
+
+
+def _chunk_size(line: bytes) -> int:
+    digits = line.split(b";")[0].strip()
+    if not digits or not all(c in b"0123456789abcdefABCDEF" for c in digits):
+        raise HopError(f"a malformed chunk size in the reply: {line[:20]!r}")
+    return int(digits, 16)
 
 
 class _Stale(Exception):

@@ -171,3 +171,41 @@ async def test_a_cancelled_stream_closes_its_connection() -> None:
     await asyncio.wait_for(closed.wait(), 5)
     await hop.aclose()
     server.close()
+
+
+async def test_a_job_cancelled_before_the_reply_begins_closes_its_connection() -> None:
+    """A server that answers only once its prompt is read (or a proxy in front of one): the
+    cancel comes while the client waits for the status line, and the server must see it."""
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        if not await reader.read(1):
+            closed.set()
+
+    server, url = await serve(handler)
+    hop = client(url)
+    task = asyncio.create_task(objects(hop))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await asyncio.wait_for(closed.wait(), 5)
+    await hop.aclose()
+    server.close()
+
+
+async def test_a_malformed_chunk_is_a_hop_error_not_a_hang() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-6\r\nabcdef\r\n")
+        await writer.drain()
+        await reader.read(1)
+
+    server, url = await serve(handler)
+    hop = client(url)
+    try:
+        with pytest.raises(HopError, match="malformed chunk"):
+            await asyncio.wait_for(objects(hop), 5)
+    finally:
+        await hop.aclose()
+        server.close()
