@@ -17,10 +17,11 @@ import json
 import multiprocessing
 import statistics
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+
+from infertui.core.engine.hop import HopClient
+from infertui.core.engine.openai_wire import sse_batches
 
 TOPICS = [
     "The history of the Roman empire", "A recipe for bread starts with",
@@ -56,89 +57,48 @@ def body(load: Load, i: int, nonce: int) -> dict[str, Any]:
     return request
 
 
-class Stream:
-    """One streaming request over a connection opened beforehand, spoken in plain HTTP/1.1.
-
-    httpx costs ~1.5 ms of CPU per request on a 2-core box: 32 requests from one process left
-    over ~100 ms, a trickle that measured the client. Here a request is one prebuilt write and
-    the stream is read with asyncio's own buffers, so a round's requests leave together.
-    """
-
-    def __init__(self, load: Load) -> None:
-        url = urlsplit(load.url)
-        self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
-        self.path = url.path.rstrip("/") + "/v1/completions"
-        self.load = load
-
-    async def open(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-
-    async def run(self, i: int, nonce: int) -> tuple[float, int, float]:
-        """(seconds to first text, completion tokens, end as a wall-clock time)."""
-        payload = json.dumps(body(self.load, i, nonce)).encode()
-        head = (
-            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-            "Accept: text/event-stream\r\n\r\n"
-        )
-        start = time.perf_counter()
-        self.writer.write(head.encode() + payload)
-        first: float | None = None
-        chunks = 0
-        usage: int | None = None
-        async for line in self._lines():
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            chunk = json.loads(data)
-            if chunk.get("usage"):
-                usage = chunk["usage"].get("completion_tokens")
-            choices = chunk.get("choices") or []
-            if choices and choices[0].get("text"):
-                first = first or time.perf_counter()
-                chunks += 1
-        end = time.perf_counter()
-        self.writer.close()
-        return (first or end) - start, usage if usage is not None else chunks, time.time()
-
-    async def _lines(self) -> AsyncIterator[bytes]:
-        """The body's lines: chunked transfer decoded, or read to the end of the connection."""
-        status = await self.reader.readline()
-        if b" 200 " not in status:
-            raise RuntimeError(f"{self.load.url}: {status.decode(errors='replace').strip()}")
-        chunked = False
-        while (header := await self.reader.readline()) not in (b"\r\n", b""):
-            name, _, value = header.partition(b":")
-            if name.strip().lower() == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        if not chunked:
-            while line := await self.reader.readline():
-                yield line
-            return
-        pending = b""
-        while size := int((await self.reader.readline()).split(b";")[0], 16):
-            pending += await self.reader.readexactly(size)
-            await self.reader.readexactly(2)
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                yield line
-        if pending:
-            yield pending
+async def one(hop: HopClient, load: Load, i: int, nonce: int) -> tuple[float, int, float]:
+    """(seconds to first text, completion tokens, end as a wall-clock time)."""
+    start = time.perf_counter()
+    first: float | None = None
+    chunks = 0
+    usage: int | None = None
+    async with hop.stream("completions", body(load, i, nonce)) as reply:
+        if reply.status_code != 200:
+            await reply.aread()
+            raise RuntimeError(f"{load.url}: {reply.status_code} {reply.text[:200]}")
+        async for batch in sse_batches(reply):
+            for chunk in batch:
+                if "error" in chunk:
+                    raise RuntimeError(f"{load.url}: {chunk['error']}")
+                if chunk.get("usage"):
+                    usage = chunk["usage"].get("completion_tokens")
+                choices = chunk.get("choices") or []
+                if choices and choices[0].get("text"):
+                    first = first or time.perf_counter()
+                    chunks += 1
+    end = time.perf_counter()
+    return (first or end) - start, usage if usage is not None else chunks, time.time()
 
 
 def worker(args: tuple[Load, list[int], float]) -> list[tuple[float, int, float]]:
+    """One client process's streams. They go through infertui's upstream hop client: httpx
+    costs ~1.5 ms of CPU per request on a 2-core box, so 32 requests from one process left over
+    ~100 ms, a trickle that measured the client. Its connections are opened before the start,
+    as a client that keeps its connections alive has them; each request is then one write."""
     load, indices, start_at = args
     nonce = int(start_at * 1000) % 100_000
 
     async def go() -> list[tuple[float, int, float]]:
-        streams = [Stream(load) for _ in indices]
-        await asyncio.gather(*(stream.open() for stream in streams))
-        await asyncio.sleep(max(0.0, start_at - time.time()))
-        return await asyncio.gather(
-            *(stream.run(i, nonce) for stream, i in zip(streams, indices, strict=True))
+        hop = HopClient(
+            load.url.rstrip("/") + "/v1/", {}, connect_s=10, silent_s=900, keep=len(indices)
         )
+        try:
+            await hop.connect(len(indices))
+            await asyncio.sleep(max(0.0, start_at - time.time()))
+            return await asyncio.gather(*(one(hop, load, i, nonce) for i in indices))
+        finally:
+            await hop.aclose()
 
     return asyncio.run(go())
 

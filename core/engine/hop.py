@@ -190,6 +190,14 @@ class HopClient:
             else:
                 connection.close()
 
+    async def connect(self, n: int) -> None:
+        """Open connections ahead of a burst, up to `n` idle ones (at most `keep`), so that
+        each of its requests goes out in one write."""
+        missing = min(n, self._keep) - len(self._idle)
+        opened = await asyncio.gather(*(self._connect() for _ in range(missing)))
+        now = time.monotonic()
+        self._idle += [(now, connection) for connection in opened]
+
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
