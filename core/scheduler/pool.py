@@ -260,9 +260,9 @@ class Pool:
             messages=messages, prompt_text=prompt,
         )  # fmt: skip
         position = depth
-        # A job that a free slot awaits starts at the next step: no forecast to walk.
-        eta = 0 if behind < engine.n_parallel - busy else self._eta_ms(behind)
-        job = Job(request, engine, self.id, client_id, self._on_job_closed, position, eta)
+        job = Job(
+            request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(behind)
+        )
         self._jobs[job.id] = job
         self._idle.clear()
         if client_id is not None:
@@ -274,6 +274,11 @@ class Pool:
         """When the job at this index of the engine's waiting list should start (the index
         one past the end: a job that joins now), forecast from the slots' and the queue's
         expected work at the measured rates (forecast.py)."""
+        engine = self.engine
+        if engine is not None:
+            _, busy = engine.occupancy()
+            if index < engine.n_parallel - busy:
+                return 0  # a free slot awaits it: no forecast to walk (O(jobs) each time)
         starts = self._forecast()
         return int(1000 * starts[min(index, len(starts) - 1)])
 
