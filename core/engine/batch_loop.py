@@ -48,7 +48,7 @@ from .graph_samplers import GraphSamplers
 from .kept_cells import KeptCells, window_intact
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
 from .sampler import SamplerChain, StepSampler, token_logprob
-from .step_plan import admission_order, fillers, prompt_shares
+from .step_plan import admission_order, fillers, last_tokens_apart, prompt_shares
 from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
 
@@ -413,7 +413,43 @@ class BatchLoop:
         waited = [self._steps - s.admitted_step for s in prefilling]
         shares = prompt_shares(remaining, waited, n_batch)
         chunks = [(s, n) for s, n in zip(prefilling, shares, strict=True) if n > 0]
+        chunks = self._prefill_bodies(decoding, chunks, events)
         self._decode(decoding, chunks, use_fillers=True, events=events)
+
+    def _prefill_bodies(
+        self, decoding: Sequence[_Slot], chunks: list[tuple[_Slot, int]], events: Events
+    ) -> list[tuple[_Slot, int]]:
+        """Where the prompts finishing this step would scatter their logits rows over the
+        staircase (see step_plan.py, "Last tokens apart"), decode the chunks now without
+        those last tokens, and return the last tokens for the step's one-token rectangle.
+        Otherwise return the chunks untouched."""
+        share = {slot.index: n for slot, n in chunks}
+        finishing = [s.index for s, n in chunks if s.prompt_pos + n == len(s.request.prompt_tokens)]
+        active = [*share, *(s.index for s in decoding)]
+        free = [i for i, s in enumerate(self._slots) if s is None]
+        n_ubatch = max(self._options.n_batch, len(self._slots))
+        running = [s.index for s in decoding]
+        if not last_tokens_apart(running, share, finishing, n_ubatch, fillers(active, free)):
+            return chunks
+        last = set(finishing)
+        bodies = [(s, n - (s.index in last)) for s, n in chunks]
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[int] = []
+        for slot, n in sorted(bodies, key=lambda c: c[0].index):
+            start = slot.prompt_pos
+            tokens.extend(slot.request.prompt_tokens[start : start + n])
+            positions.extend(range(start, start + n))
+            seqs.extend([slot.index] * n)
+        self._batch.fill(tokens, positions, seqs, [0] * len(tokens))
+        rc = self._ctx.decode(self._batch)
+        if rc != 0:
+            self._decode_failed(rc, [s for s, _ in chunks], events)
+            return []
+        for slot, n in bodies:
+            slot.prompt_pos += n
+            slot.n_past += n
+        return [(s, 1) for s, n in chunks if s.index in last]
 
     def _decode(
         self,

@@ -19,6 +19,17 @@ prefill steps, and the steps 3x their time. Prompts admitted together are theref
 free sequences in order of length, so the prompts that finish together sit side by side in
 rising order: 15 ubatches for the same burst.
 
+Last tokens apart: a prompt that finishes in a step needs a logits row, and so does every
+running sequence. In one decode, prompts of unequal lengths finish in different ubatches of the
+staircase, and each ubatch with rows runs the output layer again (the bundled Gemma's is 262k x
+640, the largest matrix it has). Where that happens, the step is two decodes: first the prompts
+without their last tokens, with no rows, then one token of every sequence, the running ones and
+the finishing prompts alike, as one rectangle with all the step's rows. Measured with
+bench/bench_step_split.py: with nothing running, the split pays from four ubatches with rows
+on (8 prompts of 10-14 tokens: 264 ms against 286); beside running sequences it pays from two,
+as the prompts no longer cut the running sequences' rectangle (7 running and one new prompt:
+86 ms against 103).
+
 Fillers: llama.cpp runs a decode's ubatch over a contiguous range of KV streams (one stream per
 sequence). A free sequence between two running ones would split the step into two ubatches,
 each reading every weight again: one throw-away token on that free sequence keeps the range
@@ -74,6 +85,46 @@ def ubatches(chunks: dict[int, int], n_ubatch: int) -> list[tuple[list[int], int
                 del left[seq]
         out.append((run, height))
     return out
+
+
+# From how many ubatches with logits rows on the step is split (see the module's docstring).
+APART_ALONE = 4  # no sequence is running: the extra decode must win back more
+APART_BESIDE_RUNNING = 2
+
+
+def output_ubatches(chunks: dict[int, int], outputs: Iterable[int], n_ubatch: int) -> int:
+    """In how many of a decode's ubatches (see `ubatches`) one of the `outputs` sequences
+    gives its last token, that is, how often the output layer runs."""
+    left = dict(chunks)
+    wanted = set(outputs)
+    count = 0
+    for run, height in ubatches(chunks, n_ubatch):
+        ends = False
+        for seq in run:
+            left[seq] -= height
+            ends |= not left[seq] and seq in wanted
+        count += ends
+    return count
+
+
+def last_tokens_apart(
+    running: Sequence[int],
+    chunks: dict[int, int],
+    finishing: Iterable[int],
+    n_ubatch: int,
+    filled: Sequence[int] = (),
+) -> bool:
+    """Whether a step should decode its prompt chunks first, without the last token of those
+    that finish, and then one token of every sequence in a decode of its own. `running` are
+    the sequences giving their next token, `chunks` the prompt tokens each prefilling
+    sequence gives, `finishing` those whose prompts end in this step, `filled` the free
+    sequences given a filler token (no row)."""
+    finishing = [seq for seq in finishing if chunks[seq] > 1]
+    if not finishing:
+        return False  # every last token is in the one-token rectangle already
+    heights = dict.fromkeys([*running, *filled], 1) | chunks
+    rows = output_ubatches(heights, [*running, *finishing], n_ubatch)
+    return rows >= (APART_BESIDE_RUNNING if running else APART_ALONE)
 
 
 def fillers(active: Iterable[int], free: Iterable[int]) -> list[int]:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 
 import pytest
 
+from infertui.core.engine.native import Batch, LlamaContext
+from infertui.core.engine.step_plan import output_ubatches
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import Finished, TokenLogprob, TokenText
 from infertui.core.scheduler import Job, Pool
@@ -114,6 +117,45 @@ async def test_a_cancel_in_the_middle_of_a_prefill_frees_the_slot(make_pool) -> 
     assert engine.sequence_length(0) == 0 and engine.busy_slots == 0
     text, end = await pool.submit(prompt="The sky is", params=SHORT).text()
     assert end.finish_reason in ("stop", "length") and text
+
+
+async def test_prompts_joining_a_running_stream_give_all_their_rows_in_one_rectangle(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seven prompts of 9 to 40 tokens join a running stream. Each decode that carries logits
+    rows carries them in one ubatch: the prompts go first without their last tokens, which
+    then ride with the running stream's token (step_plan.py, "Last tokens apart"). Each prompt's
+    next-token distribution is still the one it gets alone."""
+    rows_in: list[int] = []  # per decode with rows: in how many ubatches they are
+    decode = LlamaContext.decode
+
+    def counting(ctx: LlamaContext, batch: Batch) -> int:
+        seqs, logits = batch.seq[: batch.n].tolist(), batch.logits[: batch.n].tolist()
+        chunks = Counter(seqs)
+        rows = {seq for seq, wanted in zip(seqs, logits, strict=True) if wanted}
+        if rows:
+            rows_in.append(output_ubatches(dict(chunks), rows, 512))
+        return decode(ctx, batch)
+
+    pool = await make_pool(parallel=8)
+    solo = await make_pool(parallel=1, engine_id="solo")
+    probe = SamplingParams(temperature=0.0, max_tokens=1, logprobs=5)
+    prompts = [prompt_of(pool, n, i) for i, n in enumerate((9, 12, 15, 19, 24, 31, 40))]
+    alone = [solo.submit(prompt=p, params=probe) for p in prompts]
+    for job in alone:
+        await job.text()
+    running = pool.submit(prompt="The sea", params=SamplingParams(max_tokens=200, ignore_eos=True))
+    while running.tokens_out < 2:
+        await asyncio.sleep(0.005)
+    monkeypatch.setattr(LlamaContext, "decode", counting)
+    together = [pool.submit(prompt=p, params=probe) for p in prompts]
+    for job in together:
+        await job.text()
+    assert running.tokens_out < 200, "the burst was read while the stream was running"
+    assert rows_in and set(rows_in) == {1}, rows_in
+    for a, b in zip(together, alone, strict=True):
+        assert_same_distribution(a.logprobs[0], b.logprobs[0])
+    running.cancel()
 
 
 @pytest.mark.parametrize("backend", [False, True], ids=["host sampling", "graph sampling"])
