@@ -162,6 +162,35 @@ async def test_a_client_disconnect_mid_stream_frees_the_slot(host: Host) -> None
     assert snapshot.cancelled == 1
 
 
+async def test_a_client_leaving_while_queued_takes_its_job_out_of_the_queue(
+    start_host: HostFactory,
+) -> None:
+    """No token has been sent yet, so only listening for the disconnect can tell: the job
+    leaves the queue at once instead of waiting its turn for nobody."""
+    host = await start_host(parallel=1)
+    service = host.service
+    long = {"model": MODEL, "prompt": "Long:", "max_tokens": 200, "ignore_eos": True}
+    busy = asyncio.create_task(host.client.post("/v1/completions", json=long))
+    while service.pool_metrics(MODEL).slots_busy == 0:
+        await asyncio.sleep(0.01)
+    body = {**CHAT, "max_tokens": 20, "stream": True}
+    async with (
+        httpx.AsyncClient(base_url=host.url) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        while service.pool_metrics(MODEL).queue_depth == 0:
+            await asyncio.sleep(0.01)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 1.0
+    while service.pool_metrics(MODEL).queue_depth and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    snapshot = service.pool_metrics(MODEL)
+    assert snapshot.queue_depth == 0 and snapshot.cancelled == 1
+    assert snapshot.slots_busy == 1, "the job that runs goes on"
+    assert (await busy).status_code == 200
+
+
 async def test_a_queued_sse_stream_gets_keepalive_comments(
     start_host: HostFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,7 +6,6 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import StreamingResponse
 
 from ...protocol.events import Finished, TokenText
@@ -24,7 +23,17 @@ from ...scheduler import Job
 from .deps import collect, submit
 from .families import documented_errors
 from .routing import StrictJSONRoute
-from .streams import HOLE, INDEX, Template, json_line, ndjson_response, sse_event, sse_response
+from .streams import (
+    HOLE,
+    INDEX,
+    SseEvent,
+    SseResponse,
+    Template,
+    json_line,
+    ndjson_response,
+    sse_event,
+    sse_response,
+)
 
 router = APIRouter(tags=["Ollama-style chat (spec 001)"], route_class=StrictJSONRoute)
 
@@ -91,12 +100,12 @@ async def ndjson_lines(job: Job) -> AsyncIterator[str]:
     },
     summary="Chat as Server-Sent Events, ending with data: [END]",
 )
-async def chat_sse(body: OllamaChatRequest, request: Request) -> EventSourceResponse:
+async def chat_sse(body: OllamaChatRequest, request: Request) -> SseResponse:
     job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
     return sse_response(sse_events(job))
 
 
-async def sse_events(job: Job) -> AsyncIterator[str | ServerSentEvent]:
+async def sse_events(job: Job) -> AsyncIterator[str | SseEvent]:
     async for item in chunks(job):
         if isinstance(item, str):
             yield item

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ...host import HostService
 from ...protocol.events import Admitted, TokenText
@@ -30,7 +29,7 @@ from ...protocol.orchestrator import (
 from .access import access_of
 from .deps import client_of, service_of
 from .routing import StrictJSONRoute
-from .streams import HOLE, INDEX, Template, sse_event, sse_response
+from .streams import HOLE, INDEX, SseEvent, SseResponse, Template, sse_event, sse_response
 from .task_store import Task
 
 router = APIRouter(tags=["Task queue (spec 002)"], route_class=StrictJSONRoute)
@@ -119,13 +118,13 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     openapi_extra={"x-examples": {"stream": _STREAM_EXAMPLE}},
     summary="SSE: started, then token* with metrics interleaved, then end (or error)",
 )
-async def stream(task_id: str, request: Request) -> EventSourceResponse:
+async def stream(task_id: str, request: Request) -> SseResponse:
     task = request.app.state.tasks.get(task_id)
     access_of(request).check_owner(request, task.owner, f"task '{task_id}'")
     return sse_response(task_events(task, service_of(request)))
 
 
-async def task_events(task: Task, service: HostService) -> AsyncIterator[ServerSentEvent]:
+async def task_events(task: Task, service: HostService) -> AsyncIterator[SseEvent]:
     position, predicted = task.position(service)
     started = SSEStarted(queue_position=position, predicted_start_ms=predicted)
     yield sse_event(started.model_dump_json(), "started")
@@ -151,7 +150,7 @@ async def task_events(task: Task, service: HostService) -> AsyncIterator[ServerS
             yield sse_event(end.model_dump_json(), "end")
 
 
-def metrics_event(task: Task, service: HostService) -> ServerSentEvent:
+def metrics_event(task: Task, service: HostService) -> SseEvent:
     snapshot = service.pool_metrics(task.pool_id)
     metrics = SSEMetrics(
         queue_depth=snapshot.queue_depth,

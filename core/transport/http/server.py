@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ...config import HttpSettings
 from ...protocol.errors import ErrorKind, InferError
@@ -33,7 +33,7 @@ class _EmbeddedServer(uvicorn.Server):
         self.ready.set()
 
 
-class _HeadDeadline(H11Protocol):
+class _HeadDeadline(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol, plus a deadline for the first request head: a connection
     that has not sent one in full by then (a slow-header attack, an idle socket) is closed.
     Between requests, uvicorn's keep-alive timeout does the same."""
