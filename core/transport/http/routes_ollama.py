@@ -26,8 +26,8 @@ from .routing import StrictJSONRoute
 from .streams import (
     HOLE,
     INDEX,
+    LiveResponse,
     SseEvent,
-    SseResponse,
     Template,
     json_line,
     ndjson_response,
@@ -100,7 +100,7 @@ async def ndjson_lines(job: Job) -> AsyncIterator[str]:
     },
     summary="Chat as Server-Sent Events, ending with data: [END]",
 )
-async def chat_sse(body: OllamaChatRequest, request: Request) -> SseResponse:
+async def chat_sse(body: OllamaChatRequest, request: Request) -> LiveResponse:
     job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
     return sse_response(sse_events(job))
 

@@ -47,7 +47,7 @@ from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit_all
 from .families import documented_errors
 from .routing import StrictJSONRoute
-from .streams import HOLE, SseResponse, Template, json_line, merged, sse_response
+from .streams import HOLE, LiveResponse, Template, json_line, merged, sse_response
 
 router = APIRouter(tags=["OpenAI-compatible (spec 004)"], route_class=StrictJSONRoute)
 
@@ -90,7 +90,7 @@ def usage_of(jobs: list[Job]) -> Usage:
 )
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
-) -> ChatCompletion | SseResponse:
+) -> ChatCompletion | LiveResponse:
     tool_format = service_of(request).tool_format(body.model) if body.offered else GENERIC_FORMAT
     params = body.sampling(body.token_budget, tool_format)
     variants = n_choices(params, body.n)
@@ -227,7 +227,7 @@ async def chat_chunks(
     responses={200: _SSE, **_ERRORS},
     summary="Text completion of a string or an array of prompts (one choice each)",
 )
-async def completions(body: CompletionRequest, request: Request) -> TextCompletion | SseResponse:
+async def completions(body: CompletionRequest, request: Request) -> TextCompletion | LiveResponse:
     variants = n_choices(body.sampling(body.max_tokens), body.n)
     jobs = await submit_all(  # choice i * n + j is choice j of prompt i, as OpenAI numbers them
         request,

@@ -29,7 +29,7 @@ from ...protocol.orchestrator import (
 from .access import access_of
 from .deps import client_of, service_of
 from .routing import StrictJSONRoute
-from .streams import HOLE, INDEX, SseEvent, SseResponse, Template, sse_event, sse_response
+from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_event, sse_response
 from .task_store import Task
 
 router = APIRouter(tags=["Task queue (spec 002)"], route_class=StrictJSONRoute)
@@ -118,7 +118,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     openapi_extra={"x-examples": {"stream": _STREAM_EXAMPLE}},
     summary="SSE: started, then token* with metrics interleaved, then end (or error)",
 )
-async def stream(task_id: str, request: Request) -> SseResponse:
+async def stream(task_id: str, request: Request) -> LiveResponse:
     task = request.app.state.tasks.get(task_id)
     access_of(request).check_owner(request, task.owner, f"task '{task_id}'")
     return sse_response(task_events(task, service_of(request)))

@@ -3,10 +3,11 @@
 Token frames are rendered from a template made once per job: only the token's JSON-escaped
 text is spliced in per event, so the hot path builds one string and no model (OC-CTRL-2026).
 
-SSE has a response of its own rather than sse-starlette's: that one runs a task group of
-four tasks per stream and wraps every event in an object and a cancel scope, a third of the
-event loop's time at 64 streams (py-spy). Here an event is one f-string and one send, beside
-one task that listens for the client leaving and sends the keep-alive comment.
+SSE and NDJSON share one lean response (LiveResponse) rather than sse-starlette's and
+Starlette's: sse-starlette runs a task group of four tasks per stream and wraps every event in
+an object and a cancel scope, a third of the event loop's time at 64 streams (py-spy). Here an
+event is one f-string and one send, beside one wait that notices the client leaving and sends
+SSE's keep-alive comment.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel
@@ -83,14 +84,22 @@ def sse_event(data: str, event: str) -> SseEvent:
     return SseEvent(data, event)
 
 
-class SseResponse(StreamingResponse):
-    """Server-sent events from an async iterator, each written as it comes. When the client
-    leaves, the iterator is cancelled at once (its job with it), even while it waits for a
-    first token; a keep-alive comment goes out every KEEPALIVE_S seconds."""
+class LiveResponse(StreamingResponse):
+    """A stream of items from an async iterator, each framed and written as it comes. When
+    the client leaves, the iterator is cancelled at once (its job with it), even while it
+    waits for a first token. Where the format has comments (SSE), one goes out every
+    KEEPALIVE_S seconds, so that proxies keep a queued stream open."""
 
-    def __init__(self, events: AsyncIterator[str | SseEvent]) -> None:
-        super().__init__((), media_type="text/event-stream", headers=SSE_HEADERS)
-        self._events = events
+    def __init__(
+        self,
+        items: AsyncIterator[Any],
+        frame: Callable[[Any], bytes],
+        media_type: str,
+        headers: dict[str, str],
+        keepalive: bytes | None = None,
+    ) -> None:
+        super().__init__((), media_type=media_type, headers=headers)
+        self._items, self._frame, self._keepalive = items, frame, keepalive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = {"type": "http.response.start", "status": self.status_code}
@@ -106,8 +115,8 @@ class SseResponse(StreamingResponse):
                     if listen.result()["type"] == "http.disconnect":
                         return
                     listen = asyncio.ensure_future(receive())
-                elif not done:
-                    await send({"type": "http.response.body", "body": b": ping\n\n",
+                elif not done and self._keepalive:
+                    await send({"type": "http.response.body", "body": self._keepalive,
                                 "more_body": True})  # fmt: skip
             pump.result()  # the iterator's own error, if it had one
         finally:
@@ -117,34 +126,32 @@ class SseResponse(StreamingResponse):
                 await asyncio.wait({pump})
 
     async def _pump(self, send: Send) -> None:
-        events = self._events
+        items, frame = self._items, self._frame
         try:
-            async for item in events:
-                await send({"type": "http.response.body", "body": sse_frame(item),
-                            "more_body": True})  # fmt: skip
+            async for item in items:
+                await send({"type": "http.response.body", "body": frame(item), "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            aclose = getattr(events, "aclose", None)
+            aclose = getattr(items, "aclose", None)
             if aclose is not None:
                 await aclose()
 
 
-def sse_response(events: AsyncIterator[str | SseEvent]) -> SseResponse:
+def sse_response(events: AsyncIterator[str | SseEvent]) -> LiveResponse:
     """An SSE stream with `\\n\\n` separators and a keep-alive comment every 15 s."""
-    return SseResponse(events)
+    return LiveResponse(events, sse_frame, "text/event-stream", SSE_HEADERS, b": ping\n\n")
 
 
 def ndjson_response(
     lines: AsyncIterator[str], media_type: str = "application/json"
-) -> StreamingResponse:
+) -> LiveResponse:
     """NDJSON, one object per line: as spec 001 sends it (Content-Type application/json), or
     as Ollama does (application/x-ndjson)."""
+    return LiveResponse(lines, _ndjson_frame, media_type, STREAM_HEADERS)
 
-    async def framed() -> AsyncIterator[str]:
-        async for line in lines:
-            yield line + "\n"
 
-    return StreamingResponse(framed(), media_type=media_type, headers=STREAM_HEADERS)
+def _ndjson_frame(line: str) -> bytes:
+    return f"{line}\n".encode()
 
 
 def json_line(model: BaseModel) -> str:
