@@ -77,10 +77,17 @@ def main() -> None:
                     runs[name].append(measure(load, n, 1, args.processes))
             d, v = ({k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
                     for name in ("direct", "via"))  # fmt: skip
+            # each repetition's two runs are back to back: their difference is the least noisy
+            gaps = sorted(
+                (b["ttft_p50"] - a["ttft_p50"]) * 1000
+                for a, b in zip(runs["direct"], runs["via"], strict=True)
+            )
             print(
                 f"{n:>3} streams: direct {d['tps']:7.1f} t/s, TTFT p50 {d['ttft_p50'] * 1000:6.1f} "
                 f"ms | via infertui {v['tps']:7.1f} t/s ({v['tps'] / d['tps']:.3f}), TTFT p50 "
-                f"{v['ttft_p50'] * 1000:6.1f} ms ({(v['ttft_p50'] - d['ttft_p50']) * 1000:+.1f})"
+                f"{v['ttft_p50'] * 1000:6.1f} ms ({(v['ttft_p50'] - d['ttft_p50']) * 1000:+.1f}); "
+                f"paired TTFT difference median {statistics.median(gaps):+.1f} ms "
+                f"(from {gaps[0]:+.1f} to {gaps[-1]:+.1f})"
             )
 
 
