@@ -92,7 +92,7 @@ def main() -> None:
         one = steps.time(running, lengths, False, args.reps)
         two = steps.time(running, lengths, True, args.reps)
         chunks = {running + i: n for i, n in enumerate(lengths)}
-        apart = last_tokens_apart(range(running), chunks, chunks, max(512, args.slots))
+        apart = last_tokens_apart(range(running), chunks, chunks, [], steps.ctx.n_ubatch)
         choice = "apart" if apart else "one"
         print(f"| {running} + {lengths} | {one:.1f} | {two:.1f} | {one - two:+.1f} | {choice} |")
 

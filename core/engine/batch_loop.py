@@ -414,7 +414,8 @@ class BatchLoop:
         shares = prompt_shares(remaining, waited, n_batch)
         chunks = [(s, n) for s, n in zip(prefilling, shares, strict=True) if n > 0]
         chunks = self._prefill_bodies(decoding, chunks, events)
-        self._decode(decoding, chunks, use_fillers=True, events=events)
+        if decoding or chunks:  # nothing left when the bodies' decode failed alone
+            self._decode(decoding, chunks, use_fillers=True, events=events)
 
     def _prefill_bodies(
         self, decoding: Sequence[_Slot], chunks: list[tuple[_Slot, int]], events: Events
@@ -424,15 +425,13 @@ class BatchLoop:
         those last tokens, and return the last tokens for the step's one-token rectangle.
         Otherwise return the chunks untouched."""
         share = {slot.index: n for slot, n in chunks}
-        finishing = [s.index for s, n in chunks if s.prompt_pos + n == len(s.request.prompt_tokens)]
-        active = [*share, *(s.index for s in decoding)]
-        free = [i for i, s in enumerate(self._slots) if s is None]
-        n_ubatch = max(self._options.n_batch, len(self._slots))
+        last = {s.index for s, n in chunks if s.prompt_pos + n == len(s.request.prompt_tokens)}
         running = [s.index for s in decoding]
-        if not last_tokens_apart(running, share, finishing, n_ubatch, fillers(active, free)):
+        free = [i for i, s in enumerate(self._slots) if s is None]
+        if not last_tokens_apart(running, share, last, free, self._ctx.n_ubatch):
             return chunks
-        last = set(finishing)
-        bodies = [(s, n - (s.index in last)) for s, n in chunks]
+        # No fillers: with no logits rows, a gap costs a pass over the layers, not the output's.
+        bodies = [(s, n - 1 if s.index in last else n) for s, n in chunks]
         tokens: list[int] = []
         positions: list[int] = []
         seqs: list[int] = []

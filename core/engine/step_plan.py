@@ -87,7 +87,8 @@ def ubatches(chunks: dict[int, int], n_ubatch: int) -> list[tuple[list[int], int
     return out
 
 
-# From how many ubatches with logits rows on the step is split (see the module's docstring).
+# From how many ubatches with logits rows in one decode the step is split, where the split
+# leaves them in one (see the module's docstring): it must save one output pass fewer.
 APART_ALONE = 4  # no sequence is running: the extra decode must win back more
 APART_BESIDE_RUNNING = 2
 
@@ -108,23 +109,26 @@ def output_ubatches(chunks: dict[int, int], outputs: Iterable[int], n_ubatch: in
 
 
 def last_tokens_apart(
-    running: Sequence[int],
-    chunks: dict[int, int],
-    finishing: Iterable[int],
-    n_ubatch: int,
-    filled: Sequence[int] = (),
-) -> bool:
+    running: Sequence[int], chunks: dict[int, int], finishing: Iterable[int],
+    free: Iterable[int], n_ubatch: int,
+) -> bool:  # fmt: skip
     """Whether a step should decode its prompt chunks first, without the last token of those
     that finish, and then one token of every sequence in a decode of its own. `running` are
     the sequences giving their next token, `chunks` the prompt tokens each prefilling
-    sequence gives, `finishing` those whose prompts end in this step, `filled` the free
-    sequences given a filler token (no row)."""
-    finishing = [seq for seq in finishing if chunks[seq] > 1]
-    if not finishing:
+    sequence gives, `finishing` those whose prompts end in this step, `free` the sequences
+    that hold no job (fillers go there). The split must save output passes: the second
+    decode is one ubatch with rows unless a sequence holding a job gives no token to it (a
+    prompt that goes on, a job waiting to copy another's cells) and cuts it."""
+    ending, idle = set(finishing), list(free)
+    if all(chunks[seq] == 1 for seq in ending):
         return False  # every last token is in the one-token rectangle already
-    heights = dict.fromkeys([*running, *filled], 1) | chunks
-    rows = output_ubatches(heights, [*running, *finishing], n_ubatch)
-    return rows >= (APART_BESIDE_RUNNING if running else APART_ALONE)
+    rows = [*running, *ending]
+    one = dict.fromkeys(running, 1) | chunks
+    one |= dict.fromkeys(fillers(one, idle), 1)
+    second = dict.fromkeys(rows, 1)
+    second |= dict.fromkeys(fillers(second, idle), 1)
+    saved = output_ubatches(one, rows, n_ubatch) - output_ubatches(second, rows, n_ubatch)
+    return saved >= (APART_BESIDE_RUNNING if running else APART_ALONE) - 1
 
 
 def fillers(active: Iterable[int], free: Iterable[int]) -> list[int]:

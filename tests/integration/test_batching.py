@@ -119,43 +119,48 @@ async def test_a_cancel_in_the_middle_of_a_prefill_frees_the_slot(make_pool) -> 
     assert end.finish_reason in ("stop", "length") and text
 
 
+@pytest.mark.parametrize("backend", [False, True], ids=["host sampling", "graph sampling"])
 async def test_prompts_joining_a_running_stream_give_all_their_rows_in_one_rectangle(
-    make_pool, monkeypatch: pytest.MonkeyPatch
+    make_pool, monkeypatch: pytest.MonkeyPatch, backend: bool
 ) -> None:
     """Seven prompts of 9 to 40 tokens join a running stream. Each decode that carries logits
     rows carries them in one ubatch: the prompts go first without their last tokens, which
-    then ride with the running stream's token (step_plan.py, "Last tokens apart"). Each prompt's
-    next-token distribution is still the one it gets alone."""
+    then ride with the running stream's token (step_plan.py, "Last tokens apart"). On the
+    host, each prompt's next-token distribution is still the one it gets alone; in the graph
+    (whose chains give no logprobs), every job still samples its tokens."""
     rows_in: list[int] = []  # per decode with rows: in how many ubatches they are
     decode = LlamaContext.decode
 
     def counting(ctx: LlamaContext, batch: Batch) -> int:
         seqs, logits = batch.seq[: batch.n].tolist(), batch.logits[: batch.n].tolist()
-        chunks = Counter(seqs)
         rows = {seq for seq, wanted in zip(seqs, logits, strict=True) if wanted}
         if rows:
-            rows_in.append(output_ubatches(dict(chunks), rows, 512))
+            rows_in.append(output_ubatches(dict(Counter(seqs)), rows, ctx.n_ubatch))
         return decode(ctx, batch)
 
-    pool = await make_pool(parallel=8)
-    solo = await make_pool(parallel=1, engine_id="solo")
-    probe = SamplingParams(temperature=0.0, max_tokens=1, logprobs=5)
+    pool = await make_pool(parallel=8, backend_sampling=backend)
     prompts = [prompt_of(pool, n, i) for i, n in enumerate((9, 12, 15, 19, 24, 31, 40))]
-    alone = [solo.submit(prompt=p, params=probe) for p in prompts]
-    for job in alone:
-        await job.text()
-    running = pool.submit(prompt="The sea", params=SamplingParams(max_tokens=200, ignore_eos=True))
-    while running.tokens_out < 2:
+    probe = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, logprobs=5)
+    if backend:
+        probe = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    running = pool.submit(prompt="The sea", params=SamplingParams(max_tokens=400, ignore_eos=True))
+    for _ in range(1000):
+        if running.tokens_out >= 2:
+            break
         await asyncio.sleep(0.005)
     monkeypatch.setattr(LlamaContext, "decode", counting)
     together = [pool.submit(prompt=p, params=probe) for p in prompts]
-    for job in together:
-        await job.text()
-    assert running.tokens_out < 200, "the burst was read while the stream was running"
-    assert rows_in and set(rows_in) == {1}, rows_in
-    for a, b in zip(together, alone, strict=True):
-        assert_same_distribution(a.logprobs[0], b.logprobs[0])
+    results = [await job.text() for job in together]
+    assert running.tokens_out < 400, "the prompts were read while the stream was running"
     running.cancel()
+    assert rows_in and set(rows_in) == {1}, rows_in
+    assert all(end.timings.tokens_out == 4 and text for text, end in results)
+    if not backend:
+        solo = await make_pool(parallel=1, engine_id="solo")
+        for prompt, job in zip(prompts, together, strict=True):
+            alone = solo.submit(prompt=prompt, params=probe)
+            await alone.text()
+            assert_same_distribution(job.logprobs[0], alone.logprobs[0])
 
 
 @pytest.mark.parametrize("backend", [False, True], ids=["host sampling", "graph sampling"])

@@ -35,7 +35,7 @@ def test_a_named_event_carries_its_name() -> None:
     assert sse_frame(SseEvent('{"x": 2}', "token")) == b'event: token\ndata: {"x": 2}\n\n'
 
 
-@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"])), st.booleans())
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"])), st.booleans())
 def test_any_data_reads_back_as_sent(text: str, named: bool) -> None:
     """Line breaks of any kind become several `data:` lines (a reader joins them with `\\n`)."""
     item = SseEvent(text, "end") if named else text

@@ -6,7 +6,6 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from starlette.responses import StreamingResponse
 
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama import (
@@ -54,7 +53,7 @@ def _chunk_template() -> Template:
     responses={200: {"content": {"application/x-ndjson": {"example": _NDJSON_EXAMPLE}}}, **_ERRORS},
     summary="Chat; with `stream: true` one JSON object per line, the last with done: true",
 )
-async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse | StreamingResponse:
+async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse | LiveResponse:
     job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
     if body.stream:
         return ndjson_response(ndjson_lines(job))

@@ -15,7 +15,6 @@ from importlib.metadata import version
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import StreamingResponse
 
 from ...protocol.common import ChatMessage
 from ...protocol.events import Finished, TokenText
@@ -38,7 +37,7 @@ from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
 from .routing import StrictJSONRoute
-from .streams import ndjson_response
+from .streams import LiveResponse, ndjson_response
 
 router = APIRouter(
     prefix="/api", tags=["Ollama API"], route_class=StrictJSONRoute,
@@ -78,7 +77,7 @@ async def generate(body: ApiGenerateRequest, request: Request) -> Any:
 
 async def reply(
     request: Request, job: Job, field: str, *, stream: bool, tool_names: set[str] | None = None
-) -> dict[str, Any] | StreamingResponse:
+) -> dict[str, Any] | LiveResponse:
     """The job as Ollama answers: `field` is "message" (chat) or "response" (generate). With
     tools offered, a reply that is a call comes as `tool_calls` (streamed: once it is whole)."""
     head = {"model": job.pool_id, "created_at": now_rfc3339()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NamedTuple
@@ -24,6 +25,8 @@ from starlette.types import Receive, Scope, Send
 
 from ...protocol.events import Finished, JobEvent
 from ...scheduler import Job
+
+log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15
 STREAM_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive"}
@@ -106,31 +109,40 @@ class LiveResponse(StreamingResponse):
         await send({**start, "headers": self.raw_headers})
         pump: asyncio.Future[Any] = asyncio.ensure_future(self._pump(send))
         listen: asyncio.Future[Any] = asyncio.ensure_future(receive())
+        left = False
         try:
-            while not pump.done():
+            while not pump.done() and not left:
                 done, _ = await asyncio.wait(
                     (pump, listen), timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
                 )
                 if listen in done:
-                    if listen.result()["type"] == "http.disconnect":
-                        return
-                    listen = asyncio.ensure_future(receive())
+                    left = listen.result()["type"] == "http.disconnect"
+                    if not left:
+                        listen = asyncio.ensure_future(receive())
                 elif not done and self._keepalive:
                     await send({"type": "http.response.body", "body": self._keepalive,
                                 "more_body": True})  # fmt: skip
-            pump.result()  # the iterator's own error, if it had one
         finally:
             listen.cancel()
             if not pump.done():
                 pump.cancel()
                 await asyncio.wait({pump})
+        error = None if pump.cancelled() else pump.exception()
+        if left:
+            if error is not None:
+                log.debug("a stream whose client left ended with %r", error)
+            return
+        if error is not None:
+            raise error  # the iterator's own: the response breaks off, as any server's would
+        # Only here, not in the pump: a keep-alive sent above has finished, so nothing can
+        # follow the end of the response.
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _pump(self, send: Send) -> None:
         items, frame = self._items, self._frame
         try:
             async for item in items:
                 await send({"type": "http.response.body", "body": frame(item), "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             aclose = getattr(items, "aclose", None)
             if aclose is not None:
