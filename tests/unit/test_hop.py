@@ -5,8 +5,9 @@ closed by the server, a reply broken off, a server that goes silent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -46,6 +47,18 @@ def client(url: str, silent_s: float = 5.0) -> HopClient:
     return HopClient(url, {"Authorization": "Bearer k"}, connect_s=2, silent_s=silent_s, keep=4)
 
 
+@contextlib.asynccontextmanager
+async def hop_to(handler: Handler, silent_s: float = 5.0) -> AsyncIterator[HopClient]:
+    """A client of a server running `handler`; both closed on the way out."""
+    server, url = await serve(handler)
+    hop = client(url, silent_s)
+    try:
+        yield hop
+    finally:
+        await hop.aclose()
+        server.close()
+
+
 async def objects(hop: HopClient) -> list[dict[str, int]]:
     async with hop.stream("completions", {"prompt": "hi"}) as response:
         assert response.status_code == 200
@@ -69,9 +82,7 @@ async def test_chunked_sse_cut_at_every_byte_reads_whole_and_reuses_the_connecti
                 await writer.drain()
         writer.close()
 
-    server, url = await serve(handler)
-    hop = client(url)
-    try:
+    async with hop_to(handler) as hop:
         await hop.connect(1)  # opened ahead, as bench/loadgen.py does
         assert await objects(hop) == [{"n": 1}, {"n": 2}]
         assert await objects(hop) == [{"n": 1}, {"n": 2}]
@@ -79,9 +90,6 @@ async def test_chunked_sse_cut_at_every_byte_reads_whole_and_reuses_the_connecti
         line, headers, body = seen[0]
         assert line == "POST /v1/completions HTTP/1.1"
         assert headers["authorization"] == "Bearer k" and json.loads(body) == {"prompt": "hi"}
-    finally:
-        await hop.aclose()
-        server.close()
 
 
 async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error() -> None:
@@ -97,9 +105,7 @@ async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error
         await writer.drain()
         writer.close()  # keep-alive ends here, as a server's idle timeout would end it
 
-    server, url = await serve(handler)
-    hop = client(url)
-    try:
+    async with hop_to(handler) as hop:
         for _ in range(3):
             async with hop.stream("completions", {}) as response:
                 await response.aread()
@@ -107,9 +113,6 @@ async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error
                 assert response.json()["error"]["message"] == "busy"
             await asyncio.sleep(0.05)
         assert connections == 3
-    finally:
-        await hop.aclose()
-        server.close()
 
 
 async def test_a_reply_broken_off_or_a_silent_server_is_a_hop_error() -> None:
@@ -124,14 +127,9 @@ async def test_a_reply_broken_off_or_a_silent_server_is_a_hop_error() -> None:
         await reader.read(1)  # until the client gives up
 
     for handler, message in ((broken, "mid-reply"), (silent, "sent nothing")):
-        server, url = await serve(handler)
-        hop = client(url, silent_s=0.3)
-        try:
+        async with hop_to(handler, silent_s=0.3) as hop:
             with pytest.raises(HopError, match=message):
                 await objects(hop)
-        finally:
-            await hop.aclose()
-            server.close()
 
 
 async def test_nothing_listening_is_a_hop_error() -> None:
@@ -165,15 +163,12 @@ async def test_a_cancelled_job_closes_its_connection(sent: bytes) -> None:
         if not await reader.read(1):  # the client went away
             closed.set()
 
-    server, url = await serve(handler)
-    hop = client(url)
-    task = asyncio.create_task(objects(hop))
-    await asyncio.sleep(0.2)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await asyncio.wait_for(closed.wait(), 5)
-    await hop.aclose()
-    server.close()
+    async with hop_to(handler) as hop:
+        task = asyncio.create_task(objects(hop))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.wait_for(closed.wait(), 5)
 
 
 async def test_a_malformed_chunk_is_a_hop_error_not_a_hang() -> None:
@@ -183,11 +178,6 @@ async def test_a_malformed_chunk_is_a_hop_error_not_a_hang() -> None:
         await writer.drain()
         await reader.read(1)
 
-    server, url = await serve(handler)
-    hop = client(url)
-    try:
+    async with hop_to(handler) as hop:
         with pytest.raises(HopError, match="malformed chunk"):
             await asyncio.wait_for(objects(hop), 5)
-    finally:
-        await hop.aclose()
-        server.close()
