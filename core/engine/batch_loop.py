@@ -432,23 +432,9 @@ class BatchLoop:
             return chunks
         # No fillers: with no logits rows, a gap costs a pass over the layers, not the output's.
         bodies = [(s, n - 1 if s.index in last else n) for s, n in chunks]
-        tokens: list[int] = []
-        positions: list[int] = []
-        seqs: list[int] = []
-        for slot, n in sorted(bodies, key=lambda c: c[0].index):
-            start = slot.prompt_pos
-            tokens.extend(slot.request.prompt_tokens[start : start + n])
-            positions.extend(range(start, start + n))
-            seqs.extend([slot.index] * n)
-        self._batch.fill(tokens, positions, seqs, [0] * len(tokens))
-        rc = self._ctx.decode(self._batch)
-        if rc != 0:
-            self._decode_failed(rc, [s for s, _ in chunks], events)
+        if not self._decode([], [b for b in bodies if b[1]], use_fillers=False, events=events):
             return []
-        for slot, n in bodies:
-            slot.prompt_pos += n
-            slot.n_past += n
-        return [(s, 1) for s, n in chunks if s.index in last]
+        return [(s, 1) for s, _ in chunks if s.index in last]
 
     def _decode(
         self,
@@ -457,10 +443,10 @@ class BatchLoop:
         *,
         use_fillers: bool,
         events: Events,
-    ) -> None:
+    ) -> bool:
         """One llama_decode: the next token of each decoding slot and the given prompt chunks,
         in sequence order (llama.cpp forms its ubatches over consecutive sequences), then one
-        sample per slot that has logits."""
+        sample per slot that has logits. False where llama.cpp failed it (its jobs ended)."""
         share = {slot.index: n for slot, n in chunks}
         slots = {s.index: s for s in decoding}
         slots.update((slot.index, slot) for slot, _ in chunks)
@@ -504,7 +490,7 @@ class BatchLoop:
             self._kept.filled(seq)
         if rc != 0:
             self._decode_failed(rc, list(slots.values()), events)
-            return
+            return False
         for slot in decoding:
             slot.n_past += 1
         now = time.perf_counter()
@@ -531,6 +517,7 @@ class BatchLoop:
                     logprob = token_logprob(self._ctx.ptr, i, token, alternatives, self._model)
                     slot.logprobs.append(logprob)
                 self._on_token(slot, token, events)
+        return True
 
     def _prefill_alone(self, prefilling: Sequence[_Slot], events: Events) -> None:
         """Deterministic mode: each prompt chunk in its own llama_decode, starting at a
