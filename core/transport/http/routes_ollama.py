@@ -30,7 +30,6 @@ from .streams import (
     Template,
     json_line,
     ndjson_response,
-    sse_event,
     sse_response,
 )
 
@@ -109,5 +108,5 @@ async def sse_events(job: Job) -> AsyncIterator[str | SseEvent]:
         if isinstance(item, str):
             yield item
         elif item.error is not None:
-            yield sse_event(error_body(item.error).model_dump_json(), "error")
+            yield SseEvent(error_body(item.error).model_dump_json(), "error")
     yield SSE_END

@@ -29,7 +29,7 @@ from ...protocol.orchestrator import (
 from .access import access_of
 from .deps import client_of, service_of
 from .routing import StrictJSONRoute
-from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_event, sse_response
+from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
 from .task_store import Task
 
 router = APIRouter(tags=["Task queue (spec 002)"], route_class=StrictJSONRoute)
@@ -127,18 +127,18 @@ async def stream(task_id: str, request: Request) -> LiveResponse:
 async def task_events(task: Task, service: HostService) -> AsyncIterator[SseEvent]:
     position, predicted = task.position(service)
     started = SSEStarted(queue_position=position, predicted_start_ms=predicted)
-    yield sse_event(started.model_dump_json(), "started")
+    yield SseEvent(started.model_dump_json(), "started")
     token = Template(SSEToken(t=HOLE, i=INDEX))
     async for event in task.follow():
         if isinstance(event, TokenText):
-            yield sse_event(token.render(event.text, event.index), "token")
+            yield SseEvent(token.render(event.text, event.index), "token")
             if (event.index + 1) % METRICS_EVERY == 0:
                 yield metrics_event(task, service)
         elif isinstance(event, Admitted):
             yield metrics_event(task, service)
         else:
             if event.error is not None:
-                yield sse_event(sse_error(event.error).model_dump_json(), "error")
+                yield SseEvent(sse_error(event.error).model_dump_json(), "error")
                 return
             t = event.timings
             end = SSEEnd(
@@ -147,7 +147,7 @@ async def task_events(task: Task, service: HostService) -> AsyncIterator[SseEven
                 decode_time_ms=int(t.decode_ms),
                 finish_reason=event.finish_reason,
             )
-            yield sse_event(end.model_dump_json(), "end")
+            yield SseEvent(end.model_dump_json(), "end")
 
 
 def metrics_event(task: Task, service: HostService) -> SseEvent:
@@ -160,7 +160,7 @@ def metrics_event(task: Task, service: HostService) -> SseEvent:
         slots_busy=snapshot.slots_busy,
         slots_total=snapshot.slots_total,
     )
-    return sse_event(metrics.model_dump_json(), "metrics")
+    return SseEvent(metrics.model_dump_json(), "metrics")
 
 
 @router.post(

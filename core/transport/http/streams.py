@@ -83,10 +83,6 @@ def sse_frame(item: str | SseEvent) -> bytes:
     return f"{head}{body}\n".encode()
 
 
-def sse_event(data: str, event: str) -> SseEvent:
-    return SseEvent(data, event)
-
-
 class LiveResponse(StreamingResponse):
     """A stream of items from an async iterator, each framed and written as it comes. When
     the client leaves, the iterator is cancelled at once (its job with it), even while it
