@@ -4,17 +4,22 @@ directly, at 1 and 32 streams. Prints figures.
 
     .venv/bin/python bench/bench_upstream.py [--streams 1,32] [--reps 3] [--threads 2]
         [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
+        [--apart]               # the upstream on CPU 0, the front and the clients on the rest
 
 Both servers stay up side by side; each repetition measures direct, then through infertui,
 back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
 streams: `/v1/completions`, `ignore_eos`, counted from the server's usage). On one machine the
 front host's own work shares the cores with the upstream's decode, which a real set-up (the
-upstream on its own GPU box) does not: the ratio here is a floor.
+upstream on its own GPU box) does not: the ratio here is a floor. `--apart` gives the upstream
+a CPU of its own (`taskset`), as its own machine would; the front and the clients share the
+others, so the front's work delays the upstream only by the time it takes, not by the CPU it
+takes from the upstream's decode.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from contextlib import ExitStack
@@ -59,16 +64,26 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--llama-server", metavar="PATH")
+    parser.add_argument("--apart", action="store_true", help="the upstream on a CPU of its own")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     slots = max(streams)
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    up_cmd, pin = upstream_cmd(args, slots), []
+    if args.apart:
+        rest = sorted(os.sched_getaffinity(0) - {0})
+        if not rest:
+            parser.error("--apart needs two CPUs")
+        up_cmd = ["taskset", "-c", "0", *up_cmd]
+        pin = ["taskset", "-c", ",".join(map(str, rest))]
+        os.sched_setaffinity(0, rest)  # this process and its client workers
     with ExitStack() as stack:
-        direct = stack.enter_context(server(upstream_cmd(args, slots), logs / "upstream.log"))
-        front = stack.enter_context(server(front_cmd(direct, slots), logs / "front.log"))
+        direct = stack.enter_context(server(up_cmd, logs / "upstream.log"))
+        front = stack.enter_context(server([*pin, *front_cmd(direct, slots)], logs / "front.log"))
         kind = "llama-server" if args.llama_server else "infertui"
-        print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}")
+        where = " (upstream on CPU 0, the rest elsewhere)" if args.apart else ""
+        print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}{where}")
         for n in streams:
             runs: dict[str, list[dict[str, float]]] = {"direct": [], "via": []}
             for _ in range(args.reps):

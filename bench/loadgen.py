@@ -103,11 +103,18 @@ def worker(args: tuple[Load, list[int], float]) -> list[tuple[float, int, float]
     return asyncio.run(go())
 
 
+def _ready(pause: float) -> None:
+    time.sleep(pause)  # long enough that each worker takes one
+
+
 def measure(load: Load, streams: int, rounds: int, processes: int) -> dict[str, float]:
     """Median figures over `rounds` rounds of `streams` concurrent requests."""
     n_proc = max(1, min(processes, streams))
     results = []
     with multiprocessing.get_context("spawn").Pool(n_proc) as pool:
+        # Spawned workers take a while to start and import this module: the common start
+        # must wait for them, or the wall clock counts their start-up.
+        pool.map(_ready, [0.2] * n_proc, chunksize=1)
         for _ in range(rounds):
             start_at = time.time() + 0.5
             parts = [(load, list(range(k, streams, n_proc)), start_at) for k in range(n_proc)]

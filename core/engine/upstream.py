@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_S = 5.0
 SILENT_S = 300.0  # a stream that sends nothing for this long is given up
+WARM_S = 60.0  # after the last job, the hop keeps its connections open this long
 PROBES_TO_UNREADY = 2  # failed reads of the model list in a row before the pool is unready
 UNKNOWN_CTX = 32768  # the server checks the real bound; this one only caps max_tokens here
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop"}
@@ -115,10 +116,12 @@ class UpstreamEngine:
         headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
         base = spec.url.rstrip("/") + "/"
         client = httpx.AsyncClient(base_url=base, headers=headers, timeout=CONNECT_S)
-        # every running job keeps its connection between jobs: a new one costs a few ms
+        # Every running job keeps its connection between jobs, and while jobs come, as many
+        # stay open as ran at once: opening them when a burst comes costs its TTFT (hop.py).
         hop = HopClient(
-            base, headers, connect_s=CONNECT_S, silent_s=SILENT_S, keep=spec.concurrency
-        )
+            base, headers, connect_s=CONNECT_S, silent_s=SILENT_S, keep=spec.concurrency,
+            warm_s=WARM_S,
+        )  # fmt: skip
         engine = cls(spec, publish, on_health, client, hop)
         try:
             await engine._probe()

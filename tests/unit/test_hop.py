@@ -59,6 +59,13 @@ async def hop_to(handler: Handler, silent_s: float = 5.0) -> AsyncIterator[HopCl
         server.close()
 
 
+async def eventually(condition: Callable[[], bool], within: float = 3.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not within the deadline"
+        await asyncio.sleep(0.01)
+
+
 async def objects(hop: HopClient) -> list[dict[str, int]]:
     async with hop.stream("completions", {"prompt": "hi"}) as response:
         assert response.status_code == 200
@@ -181,3 +188,50 @@ async def test_a_malformed_chunk_is_a_hop_error_not_a_hang() -> None:
     async with hop_to(handler) as hop:
         with pytest.raises(HopError, match="malformed chunk"):
             await asyncio.wait_for(objects(hop), 5)
+
+
+async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused() -> None:
+    """While in use, as many connections stay open as were in flight at once, each replaced
+    before the server's keep-alive would close it; so a burst after a pause opens none. Once
+    `warm_s` passes without a request, they are closed."""
+    accepted = 0
+    open_now = 0
+    all_in = asyncio.Event()
+    in_flight = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted, open_now, in_flight
+        accepted += 1
+        open_now += 1
+        try:
+            while True:
+                try:  # keep-alive: an idle connection is closed after 0.6 s, as uvicorn does
+                    await asyncio.wait_for(read_request(reader), 0.6)
+                except (TimeoutError, asyncio.IncompleteReadError):
+                    return
+                in_flight += 1
+                if in_flight == 3:
+                    all_in.set()
+                await asyncio.wait_for(all_in.wait(), 5)  # three at once
+                reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(SSE, 64)
+                writer.write(reply)
+                await writer.drain()
+        finally:
+            open_now -= 1
+
+    server, url = await serve(handler)
+    hop = HopClient(url, {}, connect_s=2, silent_s=5, keep=8, warm_s=1.5, refresh_s=0.3)
+    try:
+        await asyncio.gather(*(objects(hop) for _ in range(3)))
+        assert accepted == 3
+        await asyncio.sleep(1.0)  # past the server's keep-alive: all were replaced meanwhile
+        assert accepted > 3
+        await eventually(lambda: hop.idle == 3)  # not caught between closing and opening
+        before = accepted
+        assert await objects(hop) == [{"n": 1}, {"n": 2}]
+        assert accepted == before, "the request went out on a connection kept open"
+        await asyncio.sleep(1.5)  # warm_s without a request
+        await eventually(lambda: hop.idle == 0 and open_now == 0)  # the server saw them close
+    finally:
+        await hop.aclose()
+        server.close()
