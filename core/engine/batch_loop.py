@@ -41,15 +41,15 @@ import llama_cpp as llama
 
 from ..protocol.common import SamplingParams
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Admitted, Finished, TokenLogprob, TokenText
+from ..protocol.events import Admitted, Finished
 from ..protocol.snapshots import FinishReason, SlotSnapshot, TimingStats
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
 from .kept_cells import KeptCells, window_intact
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
 from .sampler import SamplerChain, StepSampler, token_logprob
+from .slot import Slot
 from .step_plan import admission_order, fillers, last_tokens_apart, prompt_shares
-from .text import StopMatcher, Utf8Stream
 from .types import EngineEvent, GenerationRequest, Publisher
 
 log = logging.getLogger(__name__)
@@ -68,41 +68,6 @@ class LoopOptions:
     pooling: str | None = None  # embeddings: the GGUF's when None (see embedder.py)
 
 
-class _Slot:
-    """One sequence in flight: its place in the KV cache, its sampler and its text state."""
-
-    __slots__ = (
-        "admitted_at", "admitted_step", "cached", "chain", "chunks", "donor", "first_token_at",
-        "generated", "index", "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos",
-        "request", "stops", "utf8",
-    )  # fmt: skip
-
-    def __init__(
-        self, index: int, request: GenerationRequest, chain: SamplerChain, step: int
-    ) -> None:
-        self.index = index
-        self.admitted_step = step
-        self.request = request
-        self.chain = chain
-        self.prompt_pos = 0  # prompt tokens already decoded
-        self.n_past = 0  # tokens in this sequence's KV cells
-        self.donor: _Slot | None = None  # prefilling the same prompt: wait, then copy its cells
-        self.cached = 0  # prompt tokens whose cells came from elsewhere (a donor, kept cells)
-        self.generated: list[int] = []  # every token sampled, in order
-        self.last_token = -1
-        self.chunks = 0
-        self.utf8 = Utf8Stream()
-        self.logprobs: list[TokenLogprob] = []  # of tokens whose text is not out yet
-        self.stops = StopMatcher(request.params.stop)
-        self.admitted_at = time.perf_counter()
-        self.prefill_done_at: float | None = None
-        self.first_token_at: float | None = None
-
-    @property
-    def prefilling(self) -> bool:
-        return self.prompt_pos < len(self.request.prompt_tokens)
-
-
 Opener = Callable[[], tuple[LlamaModel, LlamaContext]]
 
 
@@ -118,10 +83,10 @@ class BatchLoop:
     def __init__(self, name: str, options: LoopOptions, publish: Publisher) -> None:
         self._publish = publish
         self._options = options
-        self._slots: list[_Slot | None] = []
+        self._slots: list[Slot | None] = []
         self._graph: GraphSamplers | None = None  # chains sampling in the graph, if any
         self._waiting: deque[GenerationRequest] = deque()
-        self._pending: list[tuple[_Slot, int]] = []  # sampled, text not made yet (overlap)
+        self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self._embedder: Embedder | None = None  # made on the first embedding job
         self._steps = 0
         self._lock = threading.Lock()
@@ -170,27 +135,10 @@ class BatchLoop:
             return len(self._waiting), self.busy_slots
 
     def slots(self) -> list[SlotSnapshot]:
-        out = []
-        for i, slot in enumerate(list(self._slots)):
-            if slot is None:
-                out.append(SlotSnapshot(slot=i))
-                continue
-            req = slot.request
-            started = slot.first_token_at
-            elapsed = time.perf_counter() - started if started else 0.0
-            out.append(
-                SlotSnapshot(
-                    slot=i,
-                    job_id=req.job_id,
-                    phase="prefill" if slot.prefilling else "decode",
-                    tokens_in=len(req.prompt_tokens),
-                    tokens_out=req.tokens_out,
-                    tps=(req.tokens_out - 1) / elapsed
-                    if elapsed > 0 and req.tokens_out > 1
-                    else 0.0,
-                )
-            )
-        return out
+        return [
+            SlotSnapshot(slot=i) if slot is None else slot.snapshot()
+            for i, slot in enumerate(list(self._slots))
+        ]
 
     def sequence_length(self, slot: int) -> int:
         """KV cells held by a slot's sequence (0 when free); for tests and diagnostics."""
@@ -300,7 +248,7 @@ class BatchLoop:
         free.remove(index)
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
-        slot = _Slot(index, request, chain, self._steps)
+        slot = Slot(index, request, chain, self._steps)
         keep = self._kept.take(index, reuse[1] if reuse else 0)
         slot.prompt_pos = slot.n_past = slot.cached = keep
         if not slot.cached:
@@ -312,7 +260,7 @@ class BatchLoop:
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
 
-    def _donor_for(self, request: GenerationRequest) -> _Slot | None:
+    def _donor_for(self, request: GenerationRequest) -> Slot | None:
         """A running slot with the same prompt, whose cells this job can copy instead of
         decoding the prompt. Not in deterministic mode: the last prompt token would be decoded
         in another batch."""
@@ -330,7 +278,7 @@ class BatchLoop:
                 return slot
         return None
 
-    def _take_prompt(self, donor: _Slot, slot: _Slot | None = None) -> None:
+    def _take_prompt(self, donor: Slot, slot: Slot | None = None) -> None:
         """Copy the donor's prompt, all but its last token, to the slots waiting for it (or to
         the one given); the donor's prompt is in its cells."""
         n = len(donor.request.prompt_tokens) - 1
@@ -418,8 +366,8 @@ class BatchLoop:
             self._decode(decoding, chunks, use_fillers=True, events=events)
 
     def _prefill_bodies(
-        self, decoding: Sequence[_Slot], chunks: list[tuple[_Slot, int]], events: Events
-    ) -> list[tuple[_Slot, int]]:
+        self, decoding: Sequence[Slot], chunks: list[tuple[Slot, int]], events: Events
+    ) -> list[tuple[Slot, int]]:
         """Where the prompts finishing this step would scatter their logits rows over the
         staircase (see step_plan.py, "Last tokens apart"), decode the chunks now without
         those last tokens, and return the last tokens for the step's one-token rectangle.
@@ -438,8 +386,8 @@ class BatchLoop:
 
     def _decode(
         self,
-        decoding: Sequence[_Slot],
-        chunks: Sequence[tuple[_Slot, int]],
+        decoding: Sequence[Slot],
+        chunks: Sequence[tuple[Slot, int]],
         *,
         use_fillers: bool,
         events: Events,
@@ -460,7 +408,7 @@ class BatchLoop:
         positions: list[int] = []
         seqs: list[int] = []
         logits: list[int] = []
-        rows: list[tuple[_Slot, int]] = []  # slots to sample, with their batch index
+        rows: list[tuple[Slot, int]] = []  # slots to sample, with their batch index
         for seq in sorted([*slots, *fill]):
             slot = slots.get(seq)
             if slot is None:  # a filler: a throw-away token on a free sequence
@@ -519,7 +467,7 @@ class BatchLoop:
                 self._on_token(slot, token, events)
         return True
 
-    def _prefill_alone(self, prefilling: Sequence[_Slot], events: Events) -> None:
+    def _prefill_alone(self, prefilling: Sequence[Slot], events: Events) -> None:
         """Deterministic mode: each prompt chunk in its own llama_decode, starting at a
         multiple of n_batch, at most n_batch prompt tokens per step."""
         n_batch = budget = self._options.n_batch
@@ -532,7 +480,7 @@ class BatchLoop:
 
     # ---- tokens out --------------------------------------------------------------------------
 
-    def _on_token(self, slot: _Slot, token: int, events: Events) -> None:
+    def _on_token(self, slot: Slot, token: int, events: Events) -> None:
         """A sampled token: end the job, or keep it going. What only the text decides (a stop
         string) comes from `_text`, now or, when overlapping, during the next decode."""
         request = slot.request
@@ -560,17 +508,14 @@ class BatchLoop:
             return
         slot.last_token = token
 
-    def _text(self, slot: _Slot, token: int, events: Events) -> bool:
+    def _text(self, slot: Slot, token: int, events: Events) -> bool:
         """Publish a token's text; False when a stop string ended the job."""
-        text = slot.utf8.feed(self._model.piece(token))
+        text, hit_stop = slot.text(self._model.piece(token))
         if text:
-            safe, hit_stop = slot.stops.feed(text)
-            if safe:
-                self._emit(slot, safe, events)
-            if hit_stop:
-                self._finish(slot, "stop", events, flush=False)
-                return False
-        return True
+            events.append((slot.request, slot.token_text(text)))
+        if hit_stop:
+            self._finish(slot, "stop", events, flush=False)
+        return not hit_stop
 
     def _make_text(self, events: Events) -> None:
         """Overlap mode: the text of the tokens the last step sampled. A job a stop string ends
@@ -584,27 +529,17 @@ class BatchLoop:
                 continue
             self._text(slot, token, events)
 
-    def _emit(self, slot: _Slot, text: str, events: Events) -> None:
-        logprobs: tuple[TokenLogprob, ...] = ()
-        if slot.logprobs:
-            logprobs, slot.logprobs = tuple(slot.logprobs), []
-        event = TokenText(text, slot.chunks, slot.request.tokens_out, logprobs)
-        events.append((slot.request, event))
-        slot.chunks += 1
-
     def _finish(
         self,
-        slot: _Slot,
+        slot: Slot,
         reason: FinishReason,
         events: Events,
         *,
         flush: bool = True,
         error: InferError | None = None,
     ) -> None:
-        if flush and reason in ("stop", "length"):
-            tail = slot.stops.feed(slot.utf8.flush())[0] + slot.stops.flush()
-            if tail:
-                self._emit(slot, tail, events)
+        if flush and reason in ("stop", "length") and (tail := slot.tail()):
+            events.append((slot.request, slot.token_text(tail)))
         self._keep_or_free(slot, reason)
         for other in self._slots:
             if other is not None and other.donor is slot:
@@ -614,9 +549,9 @@ class BatchLoop:
         else:
             slot.chain.free()
         self._slots[slot.index] = None
-        events.append((slot.request, Finished(reason, self._timings(slot), error)))
+        events.append((slot.request, Finished(reason, slot.timings(), error)))
 
-    def _keep_or_free(self, slot: _Slot, reason: FinishReason) -> None:
+    def _keep_or_free(self, slot: Slot, reason: FinishReason) -> None:
         """A job that ended well leaves its cells for a prompt that goes on from them; one that
         was cancelled or failed frees them."""
         if (
@@ -634,18 +569,7 @@ class BatchLoop:
         """Cells a free sequence keeps for a prompt that goes on from them (0 if none)."""
         return self._kept.cells(slot)
 
-    def _timings(self, slot: _Slot) -> TimingStats:
-        now = time.perf_counter()
-        req = slot.request
-        first = slot.first_token_at
-        return TimingStats.measured(
-            enqueued=req.enqueued_at, end=now, first_token=first,
-            tokens_in=len(req.prompt_tokens), tokens_out=req.tokens_out,
-            admitted=slot.admitted_at, prefill_done=slot.prefill_done_at,
-            tokens_cached=slot.cached,
-        )  # fmt: skip
-
-    def _decode_failed(self, rc: int, slots: Sequence[_Slot], events: Events) -> None:
+    def _decode_failed(self, rc: int, slots: Sequence[Slot], events: Events) -> None:
         log.error("llama_decode returned %d for %d sequences; failing them", rc, len(slots))
         error = InferError(ErrorKind.GENERATION_FAILED, f"llama_decode failed (code {rc})")
         for slot in slots:
