@@ -8,7 +8,10 @@ directly, at 1 and 32 streams. Prints figures.
 
 Both servers stay up side by side; each repetition measures direct, then through infertui,
 back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
-streams: `/v1/completions`, `ignore_eos`, counted from the server's usage). On one machine the
+streams: `/v1/completions`, `ignore_eos`, counted from the server's usage). Tokens/s comes from
+`--reps` runs of `--tokens`; TTFT from `--ttft-reps` runs of 4 tokens, since at 32 streams the
+upstream's own first steps move by ±100 ms from run to run and only many pairs tell a few
+milliseconds apart. On one machine the
 front host's own work shares the cores with the upstream's decode, which a real set-up (the
 upstream on its own GPU box) does not: the ratio here is a floor. `--apart` gives the upstream
 a CPU of its own (`taskset`), as its own machine would; the front and the clients share the
@@ -60,7 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="1,32")
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=3, help="runs of --tokens for tokens/s")
+    parser.add_argument("--ttft-reps", type=int, default=12, help="short runs for TTFT")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--llama-server", metavar="PATH")
@@ -85,25 +89,34 @@ def main() -> None:
         where = " (upstream on CPU 0, the rest elsewhere)" if args.apart else ""
         print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}{where}")
         for n in streams:
-            runs: dict[str, list[dict[str, float]]] = {"direct": [], "via": []}
-            for _ in range(args.reps):
-                for name, url, model in (("direct", direct, "gemma"), ("via", front, "up")):
-                    load = Load(url, model, args.tokens, 0.0, 0, {})
-                    runs[name].append(measure(load, n, 1, args.processes))
-            d, v = ({k: statistics.median(r[k] for r in runs[name]) for k in runs[name][0]}
-                    for name in ("direct", "via"))  # fmt: skip
-            # each repetition's two runs are back to back: their difference is the least noisy
+            direct_runs, via_runs = pairs(args, direct, front, n, args.tokens, args.reps)
+            d, v = (statistics.median(r["tps"] for r in runs) for runs in (direct_runs, via_runs))
+            # TTFT from short runs (4 tokens: only the first steps matter), many of them, each
+            # pair back to back: their difference is the least noisy figure
+            direct_runs, via_runs = pairs(args, direct, front, n, 4, args.ttft_reps)
+            td, tv = (statistics.median(r["ttft_p50"] * 1000 for r in runs)
+                      for runs in (direct_runs, via_runs))  # fmt: skip
             gaps = sorted(
                 (b["ttft_p50"] - a["ttft_p50"]) * 1000
-                for a, b in zip(runs["direct"], runs["via"], strict=True)
+                for a, b in zip(direct_runs, via_runs, strict=True)
             )
             print(
-                f"{n:>3} streams: direct {d['tps']:7.1f} t/s, TTFT p50 {d['ttft_p50'] * 1000:6.1f} "
-                f"ms | via infertui {v['tps']:7.1f} t/s ({v['tps'] / d['tps']:.3f}), TTFT p50 "
-                f"{v['ttft_p50'] * 1000:6.1f} ms ({(v['ttft_p50'] - d['ttft_p50']) * 1000:+.1f}); "
-                f"paired TTFT difference median {statistics.median(gaps):+.1f} ms "
-                f"(from {gaps[0]:+.1f} to {gaps[-1]:+.1f})"
+                f"{n:>3} streams: direct {d:7.1f} t/s | via infertui {v:7.1f} t/s ({v / d:.3f}) "
+                f"| TTFT p50 {td:6.1f} ms direct, {tv:6.1f} via ({tv - td:+.1f}); paired "
+                f"difference median {statistics.median(gaps):+.1f} ms (from {gaps[0]:+.1f} to "
+                f"{gaps[-1]:+.1f}, {len(gaps)} pairs)"
             )
+
+
+def pairs(
+    args: argparse.Namespace, direct: str, front: str, n: int, tokens: int, reps: int
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """`reps` runs of `n` streams each way, direct then through the front, back to back."""
+    runs: tuple[list[dict[str, float]], list[dict[str, float]]] = ([], [])
+    for _ in range(reps):
+        for out, url, model in zip(runs, (direct, front), ("gemma", "up"), strict=True):
+            out.append(measure(Load(url, model, tokens, 0.0, 0, {}), n, 1, args.processes))
+    return runs
 
 
 if __name__ == "__main__":
