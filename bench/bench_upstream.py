@@ -5,6 +5,7 @@ directly, at 1 and 32 streams. Prints figures.
     .venv/bin/python bench/bench_upstream.py [--streams 1,32] [--reps 3] [--threads 2]
         [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
         [--apart]               # the upstream on CPU 0, the front and the clients on the rest
+        [--instant]             # the upstream answers at once: the hop's own cost alone
 
 Both servers stay up side by side; each repetition measures direct, then through infertui,
 back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
@@ -37,6 +38,9 @@ from infertui.core.engine import bundled_model_path
 
 
 def upstream_cmd(args: argparse.Namespace, slots: int) -> list[str]:
+    if args.instant:
+        return [sys.executable, str(Path(__file__).with_name("instant_upstream.py")),
+                "--port", "{port}"]  # fmt: skip
     model = str(bundled_model_path())
     if args.llama_server:
         return [
@@ -69,6 +73,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--llama-server", metavar="PATH")
     parser.add_argument("--apart", action="store_true", help="the upstream on a CPU of its own")
+    parser.add_argument("--instant", action="store_true", help="an upstream that answers at once")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     slots = max(streams)
@@ -85,7 +90,7 @@ def main() -> None:
     with ExitStack() as stack:
         direct = stack.enter_context(server(up_cmd, logs / "upstream.log"))
         front = stack.enter_context(server([*pin, *front_cmd(direct, slots)], logs / "front.log"))
-        kind = "llama-server" if args.llama_server else "infertui"
+        kind = "instant" if args.instant else "llama-server" if args.llama_server else "infertui"
         where = " (upstream on CPU 0, the rest elsewhere)" if args.apart else ""
         print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}{where}")
         for n in streams:
@@ -114,7 +119,8 @@ def pairs(
     """`reps` runs of `n` streams each way, direct then through the front, back to back."""
     runs: tuple[list[dict[str, float]], list[dict[str, float]]] = ([], [])
     for _ in range(reps):
-        for out, url, model in zip(runs, (direct, front), ("gemma", "up"), strict=True):
+        models = ("instant" if args.instant else "gemma", "up")
+        for out, url, model in zip(runs, (direct, front), models, strict=True):
             out.append(measure(Load(url, model, tokens, 0.0, 0, {}), n, 1, args.processes))
     return runs
 

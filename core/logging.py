@@ -2,18 +2,12 @@
 
 Headless: one line per record on stderr, for systemd and nohup. TUI: a file under the XDG
 state directory, because the terminal belongs to the app.
-
-Records are formatted and written by a thread of their own (a QueueListener): the event loop
-that logged them only hands them over. Two lines per job, formatted and flushed where they
-were logged, took a tenth of the event loop's time in a burst of requests.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import logging.handlers
-import queue
 from contextvars import ContextVar
 from pathlib import Path
 
@@ -46,26 +40,18 @@ def configure_file(level: str | int = "INFO", file: Path | None = None) -> Path:
     return target
 
 
-_listener: logging.handlers.QueueListener | None = None
-
-
 def _install(handler: logging.Handler, level: str | int) -> None:
-    global _listener
     handler.setFormatter(logging.Formatter(FORMAT))
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    hand_over = logging.handlers.QueueHandler(records)
-    hand_over.addFilter(CorrelationFilter())  # on the logging thread: it reads a ContextVar
+    handler.addFilter(CorrelationFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
         old.close()
-    if _listener is not None:
-        _stop()  # writes out what it holds
-    else:
-        atexit.register(_stop)  # before logging's own shutdown, which runs after
-    _listener = logging.handlers.QueueListener(records, handler)
-    _listener.start()
-    root.addHandler(hand_over)
+    root.addHandler(handler)
+    # Records without the caller's file and line, thread or process, which FORMAT does not
+    # show (the logging HOWTO's "Optimization"): a third less per line logged.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root.setLevel(level if isinstance(level, int) else level.upper())
     # llama.cpp's own chatter is DEBUG; keep it out unless asked for explicitly.
     logging.getLogger("infertui.llama_cpp").setLevel(
@@ -76,10 +62,3 @@ def _install(handler: logging.Handler, level: str | int) -> None:
     logging.getLogger("httpx").setLevel(
         logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING
     )
-
-
-def _stop() -> None:
-    if _listener is not None:
-        _listener.stop()
-        for handler in _listener.handlers:
-            handler.close()
