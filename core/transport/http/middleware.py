@@ -105,8 +105,9 @@ class BodyLimitMiddleware:
             nonlocal received, body_done
             if body_done:  # from here on the next message is the client leaving: no deadline
                 return await receive()
-            try:
-                message = await asyncio.wait_for(receive(), self.timeout_s)
+            try:  # a timeout scope, not wait_for: no task of its own per read
+                async with asyncio.timeout(self.timeout_s):
+                    message = await receive()
             except TimeoutError:
                 raise HTTPException(408) from None  # FastAPI hands these to the handlers
             if message["type"] == "http.request":
