@@ -192,22 +192,39 @@ class HopClient:
         """Open connections waiting for a request."""
         return len(self._idle)
 
+    def send_now(self, path: str, body: Any) -> Sent | None:
+        """Write the request at once on an idle connection, before the caller's task runs, so
+        that a burst's requests leave one by one as they are read, not all after the last (a
+        task waits for every callback queued before it). None where no idle connection is at
+        hand: `stream` opens one. Pass what this returns to `stream`, or close it."""
+        request = self._request(path, body)
+        while self._idle:
+            connection = self._fresh_idle()
+            if connection is not None:
+                try:
+                    connection.writer.write(request)
+                except BaseException:
+                    connection.close()
+                    raise
+                return Sent(request, connection)
+        return None
+
     @contextlib.asynccontextmanager
-    async def stream(self, path: str, body: Any) -> AsyncIterator[HopResponse]:
-        """POST `body` as JSON to `path` (under the base URL); the reply's status and headers
-        are read, its body is read by the caller."""
-        payload = json.dumps(body).encode()
-        request = (
-            f"POST {self._base}{path} HTTP/1.1\r\n{self._head}"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
-        ).encode() + payload
+    async def stream(
+        self, path: str, body: Any, sent: Sent | None = None
+    ) -> AsyncIterator[HopResponse]:
+        """POST `body` as JSON to `path` (under the base URL), unless `send_now` sent it; the
+        reply's status and headers are read, its body is read by the caller."""
+        if sent is not None:
+            sent.taken = True
+        request = sent.request if sent is not None else self._request(path, body)
         self._in_flight += 1
         self._wanted = max(self._wanted, self._in_flight)
         self._last_request = time.monotonic()
         if self._warm_s and self._keeper is None and not self._closed:
             self._keeper = asyncio.create_task(self._keep_warm())
         try:
-            response = await self._exchange(request)
+            response = await self._exchange(request, sent)
             try:
                 yield response
             finally:
@@ -237,61 +254,90 @@ class HopClient:
             connection.close()
 
     async def _keep_warm(self) -> None:
-        """While requests came within `warm_s`: replace idle connections that grew old or that
-        the server closed, and open as many as were in flight at once. Then let them go."""
+        """While requests come (one within `warm_s`, or one in flight): keep as many idle
+        connections as were in flight at once, each replaced before it grows old (the new one
+        is open before the old one closes, so there is no gap), and drop those the server
+        closed. Then let them all go."""
         tick = min(1.0, self._refresh_s / 4)
-        while not self._closed:
-            await asyncio.sleep(tick)
-            now = time.monotonic()
-            fresh = []
-            for since, connection in self._idle:
-                if (
-                    now - since > self._refresh_s
-                    or connection.reader.at_eof()
-                    or connection.writer.is_closing()
-                ):
-                    connection.close()
-                else:
-                    fresh.append((since, connection))
-            self._idle = fresh
-            if now - self._last_request > self._warm_s:
-                self._wanted = 0
-                for _, connection in self._idle:
-                    connection.close()
-                self._idle = []
-                self._keeper = None
-                return
-            missing = min(self._wanted, self._keep) - self._in_flight - len(self._idle)
-            if missing > 0:  # failures (the server is down) are tried again next tick
-                await asyncio.gather(
-                    *(self._open_idle() for _ in range(missing)), return_exceptions=True
-                )
+        try:
+            while not self._closed:
+                await asyncio.sleep(tick)
+                now = time.monotonic()
+                if now - self._last_request > self._warm_s and not self._in_flight:
+                    break
+                closed = [c for _, c in self._idle if c.reader.at_eof() or c.writer.is_closing()]
+                old = [c for t, c in self._idle if now - t > self._refresh_s and c not in closed]
+                self._drop(closed)
+                wanted = min(self._wanted, self._keep) - self._in_flight
+                missing = wanted - len(self._idle) + len(old)
+                if missing > 0:  # a failure (the server is down) is tried again next tick
+                    cap = self._keep + len(old)  # the old ones go once these are open
+                    await asyncio.gather(
+                        *(self._open_idle(cap) for _ in range(missing)), return_exceptions=True
+                    )
+                self._drop(old)
+        finally:
+            self._wanted = 0
+            self._drop([c for _, c in self._idle])
+            self._keeper = None
 
-    async def _open_idle(self) -> None:
+    def _drop(self, connections: list[_Connection]) -> None:
+        """Close these idle connections (those a request took meanwhile are its own)."""
+        gone = set(map(id, connections))
+        for _, connection in self._idle:
+            if id(connection) in gone:
+                connection.close()
+        self._idle = [(t, c) for t, c in self._idle if id(c) not in gone]
+
+    async def _open_idle(self, cap: int) -> None:
         connection = await self._connect()
-        if self._closed:
+        if self._closed or len(self._idle) >= cap:
             connection.close()
         else:
             self._idle.append((time.monotonic(), connection))
 
-    async def _exchange(self, request: bytes) -> HopResponse:
-        """Send on an idle connection, else a new one. One the server closed while idle fails
-        before any reply byte: the request goes again, on the next one or a new one."""
+    def _request(self, path: str, body: Any) -> bytes:
+        payload = json.dumps(body).encode()
+        return (
+            f"POST {self._base}{path} HTTP/1.1\r\n{self._head}"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+
+    def _fresh_idle(self) -> _Connection | None:
+        """The latest idle connection, or None (and it closed) where it is too old or the
+        server closed it."""
+        idle_since, connection = self._idle.pop()
+        if (
+            time.monotonic() - idle_since > IDLE_S
+            or connection.reader.at_eof()
+            or connection.writer.is_closing()
+        ):
+            connection.close()
+            return None
+        return connection
+
+    async def _exchange(self, request: bytes, sent: Sent | None = None) -> HopResponse:
+        """Send on an idle connection, else a new one (or read the reply to what `send_now`
+        sent). One the server closed while idle fails before any reply byte: the request goes
+        again, on the next one or a new one."""
+        if sent is not None:
+            try:
+                return await self._reply(sent.connection)
+            except _Stale:
+                sent.close()
         while self._idle:
-            idle_since, connection = self._idle.pop()
-            if (
-                time.monotonic() - idle_since > IDLE_S
-                or connection.reader.at_eof()
-                or connection.writer.is_closing()
-            ):
-                connection.close()
+            connection = self._fresh_idle()
+            if connection is None:
                 continue
             try:
-                return await self._send(connection, request)
+                connection.writer.write(request)
+                return await self._reply(connection)
             except _Stale:
                 connection.close()
         try:
-            return await self._send(await self._connect(), request)
+            connection = await self._connect()
+            connection.writer.write(request)
+            return await self._reply(connection)
         except _Stale:
             raise HopError("the server closed the connection without a reply") from None
 
@@ -307,9 +353,9 @@ class HopClient:
             raise HopError(f"cannot connect: {exc.strerror or exc}") from None
         return _Connection(reader, writer)
 
-    async def _send(self, connection: _Connection, request: bytes) -> HopResponse:
+    async def _reply(self, connection: _Connection) -> HopResponse:
+        """The status line and headers of the reply to the request written on `connection`."""
         try:
-            connection.writer.write(request)
             async with asyncio.timeout(self._silent_s):
                 head = await connection.reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
@@ -348,6 +394,20 @@ def _chunk_size(line: bytes) -> int:
     if not digits or not all(c in b"0123456789abcdefABCDEF" for c in digits):
         raise HopError(f"a malformed chunk size in the reply: {line[:20]!r}")
     return int(digits, 16)
+
+
+class Sent:
+    """A request `send_now` wrote, whose reply `stream` reads."""
+
+    __slots__ = ("connection", "request", "taken")
+
+    def __init__(self, request: bytes, connection: _Connection) -> None:
+        self.request, self.connection = request, connection
+        self.taken = False  # `stream` owns it from here: it reads the reply or closes it
+
+    def close(self) -> None:
+        """Give it up: the server sees the connection close."""
+        self.connection.close()
 
 
 class _Stale(Exception):

@@ -35,7 +35,7 @@ from ..protocol.snapshots import (
 )
 from ..protocol.tools import GENERIC_FORMAT
 from .chat_format import ChatFormat
-from .hop import HopClient, HopError
+from .hop import HopClient, HopError, Sent
 from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_batches
 from .types import EngineEvent, GenerationRequest, Publisher, UpstreamSpec
 
@@ -244,10 +244,24 @@ class UpstreamEngine:
                 return
             if running is None:
                 request = self._waiting.popleft()
-                task = asyncio.create_task(self._run(i, request), name=f"upstream {request.job_id}")
+                sent = self._send_now(request)
+                job = self._run(i, request, sent)
+                task = asyncio.create_task(job, name=f"upstream {request.job_id}")
                 self._slots[i] = _Running(request, task, time.perf_counter())
 
-    async def _run(self, slot: int, request: GenerationRequest) -> None:
+    def _send_now(self, request: GenerationRequest) -> Sent | None:
+        """The job's request, written now on an idle connection where there is one: its task
+        starts only after every callback queued before it, which in a burst is the reading of
+        all the other requests (+26 ms at the median of 32 sent at once, measured through
+        bench/instant_upstream.py)."""
+        if request.cancelled or self._closing:
+            return None
+        try:
+            return self._hop.send_now(*request_body(request, self.model or ""))
+        except Exception:  # the task builds the body again, and ends the job with the error
+            return None
+
+    async def _run(self, slot: int, request: GenerationRequest, sent: Sent | None) -> None:
         running = self._slots[slot]
         assert running is not None
         running.started = True
@@ -260,7 +274,7 @@ class UpstreamEngine:
         try:
             if request.cancelled or running.ended_by or self._closing:
                 raise asyncio.CancelledError  # stopped before it started
-            reason, usage = await self._stream(request, running)
+            reason, usage = await self._stream(request, running, sent)
         except asyncio.CancelledError:
             reason, error = ("error", running.ended_by) if running.ended_by else ("abort", None)
         except InferError as exc:
@@ -275,6 +289,8 @@ class UpstreamEngine:
                 f"{exc}", engine_id=self.spec.engine_id,
             )  # fmt: skip
         finally:
+            if sent is not None and not sent.taken:
+                sent.close()  # never read: the server sees the disconnect
             self._slots[slot] = None
             timings = TimingStats.measured(
                 enqueued=request.enqueued_at, admitted=running.admitted_at,
@@ -287,7 +303,7 @@ class UpstreamEngine:
             self._start_waiting()
 
     async def _stream(
-        self, request: GenerationRequest, running: _Running
+        self, request: GenerationRequest, running: _Running, sent: Sent | None
     ) -> tuple[FinishReason, dict[str, Any]]:
         """Send the job and publish its text as it comes; (how it ended, the server's usage)."""
         chat = request.messages is not None
@@ -296,7 +312,7 @@ class UpstreamEngine:
         reason: FinishReason | None = None
         usage: dict[str, Any] = {}
         index = 0
-        async with self._hop.stream(path, body) as response:
+        async with self._hop.stream(path, body, sent) as response:
             if response.status_code != 200:
                 await response.aread()
                 raise refusal(response, self.spec.engine_id)

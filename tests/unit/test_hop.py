@@ -198,10 +198,12 @@ async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused()
     open_now = 0
     all_in = asyncio.Event()
     in_flight = 0
+    served_on: list[int] = []  # the number of the connection each request came on
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal accepted, open_now, in_flight
         accepted += 1
+        number = accepted
         open_now += 1
         try:
             while True:
@@ -209,6 +211,7 @@ async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused()
                     await asyncio.wait_for(read_request(reader), 0.6)
                 except (TimeoutError, asyncio.IncompleteReadError):
                     return
+                served_on.append(number)
                 in_flight += 1
                 if in_flight == 3:
                     all_in.set()
@@ -226,12 +229,54 @@ async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused()
         assert accepted == 3
         await asyncio.sleep(1.0)  # past the server's keep-alive: all were replaced meanwhile
         assert accepted > 3
-        await eventually(lambda: hop.idle == 3)  # not caught between closing and opening
-        before = accepted
+        await eventually(lambda: hop.idle == 3)  # not caught between opening and closing
+        connect, opened_by = hop._connect, []  # which task opens each connection from here
+
+        async def spied() -> object:
+            opened_by.append(asyncio.current_task())
+            return await connect()
+
+        hop._connect = spied  # type: ignore[method-assign]
         assert await objects(hop) == [{"n": 1}, {"n": 2}]
-        assert accepted == before, "the request went out on a connection kept open"
+        assert served_on[-1] > 3, "it went on a replacement of the first three"
+        assert asyncio.current_task() not in opened_by, "the request opened no connection"
         await asyncio.sleep(1.5)  # warm_s without a request
         await eventually(lambda: hop.idle == 0 and open_now == 0)  # the server saw them close
     finally:
         await hop.aclose()
         server.close()
+
+
+async def test_send_now_writes_at_once_and_stream_reads_its_reply() -> None:
+    """`send_now` writes before any task runs (a burst's requests leave as they are read);
+    `stream` then reads that reply. Given up, the server sees the connection close. With no
+    idle connection at hand it sends nothing: `stream` opens one."""
+    got: list[bytes] = []
+    left = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                _, _, body = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                left.set()
+                return
+            got.append(body)
+            if body == b'{"prompt": "given up"}':
+                continue
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(SSE, 9))
+            await writer.drain()
+
+    async with hop_to(handler) as hop:
+        assert hop.send_now("completions", {"prompt": "early"}) is None  # nothing idle yet
+        await hop.connect(2)
+        sent = hop.send_now("completions", {"prompt": "early"})
+        assert sent is not None
+        await eventually(lambda: got == [b'{"prompt": "early"}'])  # no stream() yet
+        async with hop.stream("completions", {"prompt": "early"}, sent) as response:
+            batches = [o async for batch in sse_batches(response) for o in batch]
+        assert batches == [{"n": 1}, {"n": 2}] and len(got) == 1, "sent once, read once"
+        given_up = hop.send_now("completions", {"prompt": "given up"})
+        assert given_up is not None
+        given_up.close()
+        await asyncio.wait_for(left.wait(), 5)
