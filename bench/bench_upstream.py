@@ -5,7 +5,7 @@ directly, at 1 and 32 streams. Prints figures.
     .venv/bin/python bench/bench_upstream.py [--streams 1,32] [--reps 3] [--threads 2]
         [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
         [--apart]               # the upstream on CPU 0, the front and the clients on the rest
-        [--instant]             # the upstream answers at once: the hop's own cost alone
+        [--instant]             # the upstream answers after 200 ms: the hop's own cost alone
 
 Both servers stay up side by side; each repetition measures direct, then through infertui,
 back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
@@ -40,7 +40,7 @@ from infertui.core.engine import bundled_model_path
 def upstream_cmd(args: argparse.Namespace, slots: int) -> list[str]:
     if args.instant:
         return [sys.executable, str(Path(__file__).with_name("instant_upstream.py")),
-                "--port", "{port}"]  # fmt: skip
+                "--port", "{port}", "--delay-ms", "200"]  # fmt: skip
     model = str(bundled_model_path())
     if args.llama_server:
         return [
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--llama-server", metavar="PATH")
     parser.add_argument("--apart", action="store_true", help="the upstream on a CPU of its own")
-    parser.add_argument("--instant", action="store_true", help="an upstream that answers at once")
+    parser.add_argument("--instant", action="store_true", help="an upstream with no work to do")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     slots = max(streams)

@@ -4,8 +4,10 @@ server costs by itself, without the server's own steps (bench_upstream.py --inst
     .venv/bin/python bench/instant_upstream.py --port 8000
 
 `/health`, `/v1/models`, and streamed `/v1/completions` and `/v1/chat/completions`: each reply is
-`max_tokens` chunks of one word, then the usage, written as soon as the request is read. Plain
-asyncio streams, so that the server's own time is a small fraction of a millisecond.
+`max_tokens` chunks of one word, then the usage, written `--delay-ms` after the request is read
+(as a real server's first step would take, so that a hop in front reads a burst's requests
+before their replies come). Plain asyncio streams, so that the server's own time is a small
+fraction of a millisecond.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def reply(path: str, body: dict[str, object]) -> bytes:
     return b"".join(parts)
 
 
+DELAY_S = 0.0
+
+
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
@@ -61,6 +66,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 if name.strip().lower() == "content-length":
                     length = int(value)
             body = json.loads(await reader.readexactly(length)) if length else {}
+            if DELAY_S and "completions" in path:
+                await asyncio.sleep(DELAY_S)
             writer.write(reply(path, body))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -78,4 +85,7 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
-    asyncio.run(main(parser.parse_args().port))
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    DELAY_S = args.delay_ms / 1000
+    asyncio.run(main(args.port))
