@@ -153,6 +153,24 @@ async def test_a_cancel_closes_the_upstream_stream(
     assert job.tokens_out < 400
 
 
+async def test_a_job_cancelled_as_it_is_admitted_reaches_the_upstream_as_a_disconnect(
+    upstream: ServedHost, start_served_host: ServedHostFactory
+) -> None:
+    """The front writes a job's request as it admits it, before the job's task runs (a burst
+    then leaves in order); a job cancelled in between closes that connection, so the upstream
+    sees the disconnect and serves nothing, and the next job gets a clean connection."""
+    front = await front_for(start_served_host, f"{upstream.url}/v1")
+    await answers(front)  # leaves a kept-alive connection: the next request goes out at once
+    long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+    job = await front.service.submit(model="up", prompt="Count slowly:", params=long)
+    assert job.cancel()  # no await since the submit: its task has not run yet
+    await asyncio.wait_for(job.wait_released(), 10)
+    assert job.tokens_out == 0
+    await wait_until(lambda: upstream.service.metrics()[0].cancelled == 1, seconds=10)
+    assert upstream.busy_slots() == 0 and upstream.service.metrics()[0].completed == 1
+    await answers(front)
+
+
 async def test_jobs_beyond_the_concurrency_limit_wait_in_the_front_queue(
     upstream: ServedHost, start_served_host: ServedHostFactory
 ) -> None:
