@@ -46,6 +46,11 @@ class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
 
+    @property
+    def closed(self) -> bool:
+        """The server closed it, or we began to."""
+        return self.reader.at_eof() or self.writer.is_closing()
+
     def close(self) -> None:
         self.writer.close()
 
@@ -213,8 +218,9 @@ class HopClient:
     async def stream(
         self, path: str, body: Any, sent: Sent | None = None
     ) -> AsyncIterator[HopResponse]:
-        """POST `body` as JSON to `path` (under the base URL), unless `send_now` sent it; the
-        reply's status and headers are read, its body is read by the caller."""
+        """POST `body` as JSON to `path` (under the base URL), or read the reply to what
+        `send_now` sent (then `path` and `body` are not used); the reply's status and headers
+        are read, its body is read by the caller."""
         if sent is not None:
             sent.taken = True
         request = sent.request if sent is not None else self._request(path, body)
@@ -239,10 +245,8 @@ class HopClient:
     async def connect(self, n: int) -> None:
         """Open connections ahead of a burst, up to `n` idle ones (at most `keep`), so that
         each of its requests goes out in one write."""
-        missing = min(n, self._keep) - len(self._idle)
-        opened = await asyncio.gather(*(self._connect() for _ in range(missing)))
-        now = time.monotonic()
-        self._idle += [(now, connection) for connection in opened]
+        cap = min(n, self._keep)
+        await asyncio.gather(*(self._open_idle(cap) for _ in range(cap - len(self._idle))))
 
     async def aclose(self) -> None:
         self._closed = True
@@ -265,8 +269,8 @@ class HopClient:
                 now = time.monotonic()
                 if now - self._last_request > self._warm_s and not self._in_flight:
                     break
-                closed = [c for _, c in self._idle if c.reader.at_eof() or c.writer.is_closing()]
-                old = [c for t, c in self._idle if now - t > self._refresh_s and c not in closed]
+                closed = [c for _, c in self._idle if c.closed]
+                old = [c for t, c in self._idle if now - t > self._refresh_s and not c.closed]
                 self._drop(closed)
                 wanted = min(self._wanted, self._keep) - self._in_flight
                 missing = wanted - len(self._idle) + len(old)
@@ -290,6 +294,7 @@ class HopClient:
         self._idle = [(t, c) for t, c in self._idle if id(c) not in gone]
 
     async def _open_idle(self, cap: int) -> None:
+        """Open one more idle connection, unless `cap` are idle by the time it is open."""
         connection = await self._connect()
         if self._closed or len(self._idle) >= cap:
             connection.close()
@@ -307,11 +312,7 @@ class HopClient:
         """The latest idle connection, or None (and it closed) where it is too old or the
         server closed it."""
         idle_since, connection = self._idle.pop()
-        if (
-            time.monotonic() - idle_since > IDLE_S
-            or connection.reader.at_eof()
-            or connection.writer.is_closing()
-        ):
+        if time.monotonic() - idle_since > IDLE_S or connection.closed:
             connection.close()
             return None
         return connection
