@@ -6,6 +6,7 @@ import asyncio
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,15 @@ from infertui.core.transport.http import HttpServer, create_app
 from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import public_key
 from infertui.core.transport.p2p.runtime import start_testnet
+
+
+async def wait_until(condition: Callable[[], object], seconds: float = 20.0) -> None:
+    """Poll `condition` until it holds; fail the test when `seconds` pass first."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
 
 # Tests must never read the developer's own settings or write into their home.
 os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-test-config.toml")

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -31,7 +31,7 @@ from infertui.core.protocol.openai import AddEngineRequest
 from infertui.core.protocol.snapshots import PoolState
 from infertui.core.scheduler import Pool
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -49,13 +49,6 @@ async def front_for(
 ) -> ServedHost:
     settings = {"urls": [f"up={url}"], "concurrency": concurrency, "health_interval_s": health_s}
     return await start(upstream=settings)
-
-
-async def wait_until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def answers(front: ServedHost, model: str = "up") -> None:

@@ -20,19 +20,12 @@ from infertui.tui.app import ClientApp
 from infertui.tui.widgets.message import AssistantMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import ServedHost, ServedHostFactory
+from ..conftest import ServedHost, ServedHostFactory, wait_until
 
 pytestmark = pytest.mark.model
 
 TOPIC = "team-gpus"
 HELLO = [ChatMessage(role="user", content="Name a colour.")]
-
-
-async def wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def start_hosts(start: ServedHostFactory, n: int) -> list[ServedHost]:
@@ -51,7 +44,7 @@ async def test_a_busy_host_is_skipped_for_the_next_and_the_reply_names_its_host(
     await start_hosts(start_served_host, 2)
     client = await topic_client(testnet)
     try:
-        await wait_until(lambda: len(client.connected()) == 2)
+        await wait_until(lambda: len(client.connected()) == 2, 30)
         assert client.info.models == ("gemma-3-270m",)
         first = client.chat(HELLO, max_tokens=300, ignore_eos=True, temperature=0)
         pieces = aiter(first)

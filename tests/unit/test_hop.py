@@ -14,6 +14,8 @@ import pytest
 from infertui.core.engine.hop import HopClient, HopError
 from infertui.core.engine.openai_wire import sse_batches
 
+from ..conftest import wait_until
+
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 SSE = b'data: {"n": 1}\n\ndata: {"n": 2}\n\ndata: [DONE]\n\n'
 
@@ -57,13 +59,6 @@ async def hop_to(handler: Handler, silent_s: float = 5.0) -> AsyncIterator[HopCl
     finally:
         await hop.aclose()
         server.close()
-
-
-async def eventually(condition: Callable[[], bool], within: float = 3.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "not within the deadline"
-        await asyncio.sleep(0.01)
 
 
 async def objects(hop: HopClient) -> list[dict[str, int]]:
@@ -229,7 +224,7 @@ async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused()
         assert accepted == 3
         await asyncio.sleep(1.0)  # past the server's keep-alive: all were replaced meanwhile
         assert accepted > 3
-        await eventually(lambda: hop.idle == 3)  # not caught between opening and closing
+        await wait_until(lambda: hop.idle == 3)  # not caught between opening and closing
         connect, opened_by = hop._connect, []  # which task opens each connection from here
 
         async def spied() -> object:
@@ -241,7 +236,7 @@ async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused()
         assert served_on[-1] > 3, "it went on a replacement of the first three"
         assert asyncio.current_task() not in opened_by, "the request opened no connection"
         await asyncio.sleep(1.5)  # warm_s without a request
-        await eventually(lambda: hop.idle == 0 and open_now == 0)  # the server saw them close
+        await wait_until(lambda: hop.idle == 0 and open_now == 0)  # the server saw them close
     finally:
         await hop.aclose()
         server.close()
@@ -272,7 +267,7 @@ async def test_send_now_writes_at_once_and_stream_reads_its_reply() -> None:
         await hop.connect(2)
         sent = hop.send_now("completions", {"prompt": "early"})
         assert sent is not None
-        await eventually(lambda: got == [b'{"prompt": "early"}'])  # no stream() yet
+        await wait_until(lambda: got == [b'{"prompt": "early"}'])  # no stream() yet
         async with hop.stream("completions", {"prompt": "early"}, sent) as response:
             batches = [o async for batch in sse_batches(response) for o in batch]
         assert batches == [{"n": 1}, {"n": 2}] and len(got) == 1, "sent once, read once"
