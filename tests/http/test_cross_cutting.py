@@ -7,7 +7,6 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Callable
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from infertui.core.logging import CorrelationFilter
 from infertui.core.transport.http import streams
 
+from ..conftest import wait_until
 from .conftest import MODEL, Host, HostFactory
 from .test_orchestrator_api import TASK, parse_sse
 
@@ -155,11 +155,9 @@ async def test_a_client_disconnect_mid_stream_frees_the_slot(host: Host) -> None
             jobs = service.live_jobs()
             if service.pool_metrics(MODEL).slots_busy == 1 and jobs[0].tokens_out > 3:
                 break
-    deadline = asyncio.get_running_loop().time() + 1.0
-    while service.pool_metrics(MODEL).slots_busy and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.02)
+    # Within a decode step; a loaded CI box is slow.
+    await wait_until(lambda: service.pool_metrics(MODEL).slots_busy == 0, 5)
     snapshot = service.pool_metrics(MODEL)
-    assert snapshot.slots_busy == 0, "the slot is free within a second"
     assert snapshot.cancelled == 1
 
 
@@ -171,24 +169,17 @@ async def test_a_client_leaving_while_queued_takes_its_job_out_of_the_queue(
     host = await start_host(parallel=1)
     service = host.service
 
-    async def until(condition: Callable[[], bool]) -> None:
-        for _ in range(500):
-            if condition():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("not within 5 s")
-
     long = {"model": MODEL, "prompt": "Long:", "max_tokens": 400, "ignore_eos": True}
     busy = asyncio.create_task(host.client.post("/v1/completions", json=long))
-    await until(lambda: service.pool_metrics(MODEL).slots_busy == 1)
+    await wait_until(lambda: service.pool_metrics(MODEL).slots_busy == 1)
     body = {**CHAT, "max_tokens": 20, "stream": True}
     async with (
         httpx.AsyncClient(base_url=host.url) as client,
         client.stream("POST", "/v1/chat/completions", json=body) as response,
     ):
         assert response.status_code == 200
-        await until(lambda: service.pool_metrics(MODEL).queue_depth == 1)
-    await until(lambda: service.pool_metrics(MODEL).queue_depth == 0)
+        await wait_until(lambda: service.pool_metrics(MODEL).queue_depth == 1)
+    await wait_until(lambda: service.pool_metrics(MODEL).queue_depth == 0)
     snapshot = service.pool_metrics(MODEL)
     assert snapshot.cancelled == 1 and snapshot.completed == 0
     assert snapshot.slots_busy == 1, "the job that runs goes on"
