@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 
 from infertui.core.config import HostSettings
 from infertui.core.engine import EngineSpec, bundled_model_path
@@ -30,6 +31,15 @@ async def wait_until(condition: Callable[[], object], seconds: float = 20.0) -> 
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+async def until(pilot: Pilot[object], condition: Callable[[], object], seconds: float = 20) -> None:
+    """wait_until for a running app: each wait is a pilot pause, so the app handles its
+    messages (and repaints) between the checks."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
+        await pilot.pause(0.05)
 
 
 # Tests must never read the developer's own settings or write into their home.

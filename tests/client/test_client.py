@@ -14,7 +14,7 @@ from infertui.core.protocol.common import ChatMessage
 from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.openai import AddEngineRequest
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -31,15 +31,6 @@ async def client(request: pytest.FixtureRequest, host: ServedHost) -> AsyncItera
     client = await connect(host.target(request.param), bootstrap=host.bootstrap, seed=CLIENT_SEED)
     yield client
     await client.close()
-
-
-async def wait_for(condition: object, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return True
-        await asyncio.sleep(0.05)
-    return False
 
 
 async def test_server_info_names_the_host_and_its_model(client: Client) -> None:
@@ -68,7 +59,7 @@ async def test_both_transports_give_the_same_greedy_text(host: ServedHost) -> No
 
 
 async def test_abort_stops_the_host_and_frees_its_slot(client: Client, host: ServedHost) -> None:
-    reply = client.chat(HELLO, temperature=0, max_tokens=400)
+    reply = client.chat(HELLO, temperature=0, max_tokens=400, ignore_eos=True)
     pieces = 0
     async for _ in reply:
         pieces += 1
@@ -76,7 +67,7 @@ async def test_abort_stops_the_host_and_frees_its_slot(client: Client, host: Ser
             reply.abort()
     assert reply.stats is not None and reply.stats.finish_reason == "abort"
     assert pieces < 50  # nothing like the 400 asked for
-    assert await wait_for(lambda: host.busy_slots() == 0), "the host kept generating"
+    await wait_until(lambda: host.busy_slots() == 0)
 
 
 async def test_abort_from_another_task_while_the_reader_waits_cancels_on_the_host(
@@ -85,7 +76,7 @@ async def test_abort_from_another_task_while_the_reader_waits_cancels_on_the_hos
     """The app's pattern: Esc calls abort() while the chat loop awaits the next piece. Over
     HTTP this once left the connection open (a second cancel interrupted its close), so the
     host generated all 400 tokens for nobody while the app showed "aborted"."""
-    reply = client.chat(HELLO, temperature=0, max_tokens=400)
+    reply = client.chat(HELLO, temperature=0, max_tokens=400, ignore_eos=True)
     started = asyncio.Event()
 
     async def read() -> int:
@@ -100,7 +91,7 @@ async def test_abort_from_another_task_while_the_reader_waits_cancels_on_the_hos
     reply.abort()
     await reader
     assert reply.stats is not None and reply.stats.finish_reason == "abort"
-    assert await wait_for(lambda: host.busy_slots() == 0)
+    await wait_until(lambda: host.busy_slots() == 0)
     (metrics,) = host.service.metrics()
     assert metrics.cancelled == 1 and metrics.completed == 0
     assert metrics.tokens_out_total < 100
@@ -138,7 +129,7 @@ async def test_admin_adds_and_removes_an_engine(client: Client) -> None:
 
 async def test_admin_drains_and_resumes_an_engine(client: Client, host: ServedHost) -> None:
     await client.drain_engine("gemma-3-270m", deadline_ms=0)
-    assert await wait_for(lambda: host.service.pool_health("gemma-3-270m").state.value == "drained")
+    await wait_until(lambda: host.service.pool_health("gemma-3-270m").state.value == "drained")
     with pytest.raises(InferError) as caught:
         await client.chat(HELLO, max_tokens=4).text()
     assert caught.value.kind is ErrorKind.POOL_UNREADY
@@ -182,14 +173,14 @@ async def test_reconnector_says_so_and_recovers_when_the_host_returns(
     keeper = Reconnector(host.target(transport), states.append, bootstrap=host.bootstrap)
     task = asyncio.create_task(keeper.run())
     try:
-        assert await wait_for(lambda: states and states[-1].phase == "connected", 20)
+        await wait_until(lambda: states and states[-1].phase == "connected", 20)
         await host.service.stop()
-        assert await wait_for(lambda: states[-1].phase == "waiting", 20), states
+        await wait_until(lambda: states[-1].phase == "waiting", 20)
         assert states[-1].retry_in_s is not None and states[-1].message
         port = int(host.url.rsplit(":", 1)[1])
         await start_served_host(seed=host.seed, port=port)
         keeper.retry_now()
-        assert await wait_for(lambda: states[-1].phase == "connected", 30), states
+        await wait_until(lambda: states[-1].phase == "connected", 30)
         assert keeper.client is not None
         assert await keeper.client.chat(HELLO, max_tokens=4).text()
     finally:

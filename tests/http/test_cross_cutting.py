@@ -108,7 +108,7 @@ async def test_prometheus_metrics(host: Host) -> None:
 async def test_metrics_people_graph_follow_vllms_names(host: Host) -> None:
     """Issue 14 §6: KV cache use, requests running and waiting, token totals, queue, prefill
     and per-token histograms, and the process's own CPU, memory and descriptors."""
-    long = {**CHAT, "max_tokens": 200, "temperature": 0, "stream": True}
+    long = {**CHAT, "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True}
     async with host.client.stream("POST", "/v1/chat/completions", json=long) as streaming:
         lines = streaming.aiter_lines()
         while "content" not in await anext(lines):  # a token came: a slot holds KV cells now
@@ -146,7 +146,7 @@ async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> N
 
 async def test_a_client_disconnect_mid_stream_frees_the_slot(host: Host) -> None:
     service = host.service
-    body = {**CHAT, "max_tokens": 400, "stream": True}
+    body = {**CHAT, "max_tokens": 400, "ignore_eos": True, "stream": True}  # ends by the cancel
     async with (
         httpx.AsyncClient(base_url=host.url) as client,
         client.stream("POST", "/v1/chat/completions", json=body) as response,

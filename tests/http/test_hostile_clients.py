@@ -456,7 +456,7 @@ async def test_retry_after_says_when_the_queue_really_frees(start_host: HostFact
         await asyncio.sleep(0.05)
     await asyncio.sleep(1.5)  # let the rate be measured
     queued = asyncio.create_task(host.client.post("/v1/completions", json=long_job))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: host.service.pool_metrics(MODEL).queue_depth == 1)
     refused = await host.client.post("/v1/completions", json={**long_job, "max_tokens": 2})
     asked_at = asyncio.get_running_loop().time()
     assert refused.status_code == 429, refused.text

@@ -98,8 +98,11 @@ async def test_queue_positions_and_predicted_starts_move_with_the_queue(make_poo
 async def test_drain_lets_short_jobs_finish_and_cancels_the_rest_at_the_deadline(make_pool) -> None:
     pool = await make_pool(parallel=2)
     short = pool.submit(prompt="short", params=SHORT)
-    long_jobs = [pool.submit(prompt=f"long {i}", params=LONG) for i in range(3)]
-    outcome = await pool.drain(deadline_ms=600)
+    # Long jobs that cannot end before the deadline, and a deadline the short one meets
+    # on a loaded box (8 tokens beside one other stream).
+    endless = SamplingParams(temperature=0.8, seed=1, max_tokens=900, ignore_eos=True)
+    long_jobs = [pool.submit(prompt=f"long {i}", params=endless) for i in range(3)]
+    outcome = await pool.drain(deadline_ms=3000)
     assert outcome["cancelled"] == 3
     assert short.result is not None and short.result.finish_reason == "length"
     assert all(j.result is not None and j.result.finish_reason == "abort" for j in long_jobs)

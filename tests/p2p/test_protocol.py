@@ -21,6 +21,7 @@ from infertui.tui.app import HostApp
 from infertui.tui.local import LocalClient
 from infertui.tui.widgets.host_bar import HostBar
 
+from ..conftest import wait_until
 from .conftest import P2PHost
 
 pytestmark = pytest.mark.model
@@ -216,10 +217,7 @@ async def test_one_key_is_refused_beyond_its_connection_cap(
     assert "2 connections" in error["payload"]["message"]
     await asyncio.wait_for(refused.conn.closed.wait(), 10)
     await held[0].close()  # one closes: the key may connect again
-    for _ in range(50):
-        if p2p_host.server.connections_by_key[public_key(seed)] < 2:
-            break
-        await asyncio.sleep(0.1)
+    await wait_until(lambda: p2p_host.server.connections_by_key[public_key(seed)] < 2)
     again = await raw_peer(seed=seed)
     assert (await again.next())["type"] == "server_info"
 

@@ -5,9 +5,7 @@ replaced by the others. Real hosts, real Hyperswarm on a loopback testnet."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 from textual.widgets import DataTable
@@ -20,7 +18,7 @@ from infertui.tui.app import ClientApp
 from infertui.tui.widgets.message import AssistantMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import ServedHost, ServedHostFactory, wait_until
+from ..conftest import ServedHost, ServedHostFactory, until, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -129,26 +127,19 @@ async def test_the_chat_app_on_a_topic_names_the_host_that_answered_and_lists_th
     await start_hosts(start_served_host, 2)
     app = ClientApp(f"topic:{TOPIC}", Settings(bootstrap=testnet, client={"max_tokens": 8}))
     async with app.run_test(size=(100, 30)) as pilot:
-
-        async def until(condition: Callable[[], object], seconds: float = 30) -> None:
-            deadline = time.monotonic() + seconds
-            while not condition():
-                assert time.monotonic() < deadline, "condition not met in time"
-                await pilot.pause(0.05)
-
-        await until(lambda: isinstance(app.client, TopicClient))
+        await until(pilot, lambda: isinstance(app.client, TopicClient), 30)
         client = app.client
         assert isinstance(client, TopicClient)
-        await until(lambda: len(client.connected()) == 2)
+        await until(pilot, lambda: len(client.connected()) == 2, 30)
         app.screen.query_one("#prompt", PromptArea).value = "Name a colour."
         await pilot.press("enter")
-        await until(lambda: app.screen.query(AssistantMessage))
+        await until(pilot, lambda: app.screen.query(AssistantMessage), 30)
         view = app.screen.query(AssistantMessage).last()
-        await until(lambda: "tok/s" in str(view.stats_line.render()), 60)
+        await until(pilot, lambda: "tok/s" in str(view.stats_line.render()), 60)
         assert str(view.stats_line.render()).split(" · ")[0] in ("box0", "box1")
         await pilot.press("f6")
         table = app.screen.query_one("#hosts", DataTable)
-        await until(lambda: table.row_count == 2)
+        await until(pilot, lambda: table.row_count == 2, 30)
         assert {str(table.get_row_at(i)[0]) for i in range(2)} == {"box0", "box1"}
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
 from textual.pilot import Pilot
@@ -19,18 +17,10 @@ from infertui.tui.screens.engines import AddEngineModal, ConfirmModal, DrainModa
 from infertui.tui.widgets.message import AssistantMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, until
 
 pytestmark = pytest.mark.model
 SIZE = (100, 30)
-
-
-async def until(pilot: Pilot[object], condition: Callable[[], object], seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {condition}")
-        await pilot.pause(0.05)
 
 
 def app_for(host: ServedHost, transport: str = "p2p") -> ClientApp:
