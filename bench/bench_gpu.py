@@ -15,7 +15,9 @@ infertui     `infertui host --http`, streams of `/v1/completions` from bench/loa
 llama-server the same requests to llama-server from the same llama.cpp, when given.
 
 Every figure is aggregate completion tokens/s over the wall clock (from the common start to
-the last token), the median of `--rounds`; TTFT p50 and max beside. `--make SHAPE:VOCAB` writes
+the last token), the median of `--rounds`; TTFT p50 and max beside, and infertui's decode
+share: of the time its batch loop had work, the part inside llama_decode (from /metrics; the
+rest is host work, while a GPU idles). `--make SHAPE:VOCAB` writes
 a random-weight Llama-shaped GGUF (bench/make_model.py) into the cache, so that any machine
 can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens.
 """
@@ -146,6 +148,29 @@ def raw_limit(
     }  # fmt: skip
 
 
+def loop_seconds(url: str) -> tuple[float, float] | None:
+    """An infertui host's seconds inside llama_decode and seconds its batch loop had work
+    (summed over pools), from /metrics; None where the server does not report them."""
+    with contextlib.suppress(httpx.HTTPError):
+        text = httpx.get(url + "/metrics", timeout=10).text
+        decode = re.findall(r"^infertui_engine_decode_seconds_total\{.*\} (\S+)$", text, re.M)
+        busy = re.findall(r"^infertui_engine_busy_seconds_total\{.*\} (\S+)$", text, re.M)
+        if decode and busy:
+            return sum(map(float, decode)), sum(map(float, busy))
+    return None
+
+
+def measure_server(load: Load, streams: int, processes: int) -> dict[str, float]:
+    """loadgen's figures, and for an infertui host the share of its loop's busy time that
+    went to llama_decode: the rest is the host's own work, when the device idles."""
+    before = loop_seconds(load.url)
+    figures = measure(load, streams, 1, processes)
+    after = loop_seconds(load.url)
+    if before and after and after[1] > before[1]:
+        figures["decode_share"] = (after[0] - before[0]) / (after[1] - before[1])
+    return figures
+
+
 def model_id(url: str) -> str:
     return str(httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"])
 
@@ -181,7 +206,7 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
                         for name, url in urls.items():
                             load = Load(url, models[name], args.tokens, temp, LONG_REPEAT[prompt],
                                         {})  # fmt: skip
-                            figures = measure(load, n, 1, args.processes)
+                            figures = measure_server(load, n, args.processes)
                             samples.setdefault((name, temp, prompt, n), []).append(figures)
                     log.info("%s temp %s %s x%d: %s", setup.model.name, temp, prompt, n,
                              {k[0]: [round(f["tps"]) for f in v] for k, v in samples.items()
@@ -204,7 +229,8 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
 def median_of(runs: list[dict[str, float]] | None) -> dict[str, float] | None:
     if not runs:
         return None
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    keys = [key for key in runs[0] if all(key in run for run in runs)]
+    return {key: statistics.median(run[key] for run in runs) for key in keys}
 
 
 def show(rows: list[dict[str, object]]) -> None:
@@ -215,6 +241,7 @@ def show(rows: list[dict[str, object]]) -> None:
     for name in servers:
         head += [f"{name} t/s (of raw)", "ttft p50 / max"]
     head += [f"infertui / {name}" for name in servers[1:]]
+    head.append("infertui decode share")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
@@ -235,6 +262,8 @@ def show(rows: list[dict[str, object]]) -> None:
             other = figures[name]
             ok = isinstance(ours, dict) and isinstance(other, dict)
             cells.append(f"{ours['tps'] / other['tps']:.2f}" if ok else "–")  # type: ignore[index]
+        share = ours.get("decode_share") if isinstance(ours, dict) else None
+        cells.append(f"{share:.2f}" if share is not None else "–")
         print("| " + " | ".join(cells) + " |")
 
 

@@ -89,6 +89,11 @@ class BatchLoop:
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self._embedder: Embedder | None = None  # made on the first embedding job
         self._steps = 0
+        # Seconds inside the generation steps' llama_decode, and seconds the loop had work
+        # (those decodes and the host's own work around them): the device idles between.
+        # Written by the loop thread only; read anywhere.
+        self.decode_s = 0.0
+        self.busy_s = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopping = False
@@ -192,6 +197,7 @@ class BatchLoop:
                         self._wake.wait()
                     if self._stopping:
                         break
+                    began = time.perf_counter()
                     events: Events = []
                     self._retire_cancelled(events)
                     if self._graph is not None and not self._waiting:
@@ -202,6 +208,7 @@ class BatchLoop:
                 self._step(events)
                 if events:
                     self._publish(events)
+                self.busy_s += time.perf_counter() - began
         except Exception:
             log.exception("batch loop crashed; failing its jobs")
             self._fail_all(InferError(ErrorKind.GENERATION_FAILED, "the engine loop crashed"))
@@ -433,7 +440,9 @@ class BatchLoop:
                     logits[-1] = 1
                     rows.append((slot, len(tokens) - 1))
         self._batch.fill(tokens, positions, seqs, logits)
+        began = time.perf_counter()
         rc = self._ctx.decode(self._batch)
+        self.decode_s += time.perf_counter() - began
         for seq in fill:
             self._kept.filled(seq)
         if rc != 0:

@@ -200,6 +200,11 @@ class LlamaEngine:
         )
 
     @property
+    def loop_time(self) -> tuple[float, float]:
+        """(Seconds inside llama_decode, seconds the batch loop had work) since loading."""
+        return self._loop.decode_s, self._loop.busy_s
+
+    @property
     def memory(self) -> MemoryUsage:
         """Sizes of the model and context, and the GPU's memory as of now."""
         gpu = self.gpu()

@@ -166,6 +166,10 @@ class UpstreamEngine:
     def memory(self) -> MemoryUsage | None:
         return None
 
+    @property
+    def loop_time(self) -> None:
+        return None  # the decoding is the upstream's own
+
     def placement(self) -> str:
         state = f"unreachable ({self.problem})" if self.problem else "reachable"
         return (

@@ -205,3 +205,11 @@ class MetricsSnapshot(_Frozen):
     device: str | None = Field(None, description="the GPU the engine runs on; None on the CPU")
     device_memory_used_mb: float | None = None
     device_memory_total_mb: float | None = None
+    decode_seconds_total: float | None = Field(
+        None, description="seconds the engine spent inside llama_decode; None for an upstream"
+    )
+    busy_seconds_total: float | None = Field(
+        None,
+        description="seconds its batch loop had work: the decodes and the host's own work "
+        "between them (the device idles for the difference)",
+    )

@@ -188,8 +188,10 @@ class MetricsRecorder:
         slots_busy: int,
         slots_total: int,
         memory: MemoryUsage | None = None,
+        loop_time: tuple[float, float] | None = None,
     ) -> MetricsSnapshot:
-        """The counters now, with the GPU's memory when the engine has one."""
+        """The counters now, with the GPU's memory when the engine has one, and the time
+        its batch loop spent in llama_decode and in all (local engines)."""
         prefill_tps = self.prefill_rate()
         return MetricsSnapshot(
             pool_id=self.pool_id,
@@ -217,4 +219,6 @@ class MetricsRecorder:
             device=memory.device if memory else None,
             device_memory_used_mb=memory.device_used_mb if memory else None,
             device_memory_total_mb=memory.device_total_mb if memory else None,
+            decode_seconds_total=round(loop_time[0], 3) if loop_time else None,
+            busy_seconds_total=round(loop_time[1], 3) if loop_time else None,
         )

@@ -492,4 +492,5 @@ class Pool:
             slots_busy=engine.busy_slots if engine else 0,
             slots_total=self.n_slots,
             memory=engine.memory if engine else None,
+            loop_time=engine.loop_time if engine else None,
         )

@@ -126,6 +126,8 @@ async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
     assert (await via.models.retrieve("gemma-3-270m")).owned_by == "up"
     with pytest.raises(openai.NotFoundError):
         await via.models.retrieve("no-such-model")
+    (metrics,) = front.service.metrics()  # the decoding is the upstream's: no loop time here
+    assert metrics.decode_seconds_total is None and metrics.busy_seconds_total is None
     await direct.close()
     await via.close()
 

@@ -85,10 +85,30 @@ class HostCollector(prometheus_registry.Collector):
             rates.add_metric([pool, "prefill", "recent"], snap.prefill_tps_recent)
             rates.add_metric([pool, "prefill", "lifetime"], snap.prefill_tps_lifetime)
         yield from (requests, tokens, errors, rates)
+        yield from self._loop_time(snapshots)
         yield from self._vllm_named(snapshots)
         histograms = service.histograms()
         for name, doc in HISTOGRAMS.items():
             yield self._histogram(name, doc, [(pool, hists[name]) for pool, hists in histograms])
+
+    @staticmethod
+    def _loop_time(snapshots: list[MetricsSnapshot]) -> Iterator[Metric]:
+        """Local engines' time in llama_decode and time with work: the rate of the one over
+        the other is the share of the device's time that decoding got (the rest went to
+        the host's own work between decodes)."""
+        decode = CounterMetricFamily(
+            "infertui_engine_decode_seconds", "Seconds inside llama_decode", labels=["pool"]
+        )
+        busy = CounterMetricFamily(
+            "infertui_engine_busy_seconds",
+            "Seconds the batch loop had work (decodes and the host's work between them)",
+            labels=["pool"],
+        )
+        for snap in snapshots:
+            if snap.decode_seconds_total is not None and snap.busy_seconds_total is not None:
+                decode.add_metric([snap.pool_id], snap.decode_seconds_total)
+                busy.add_metric([snap.pool_id], snap.busy_seconds_total)
+        yield from (decode, busy)
 
     def _vllm_named(self, snapshots: list[MetricsSnapshot]) -> Iterator[Metric]:
         running = GaugeMetricFamily(
