@@ -16,7 +16,7 @@ llama-server the same requests to llama-server from the same llama.cpp, when giv
 
 Every figure is aggregate completion tokens/s over the wall clock (from the common start to
 the last token), the median of `--rounds`; TTFT p50 and max beside, and infertui's decode
-share: of the time its batch loop had work, the part inside llama_decode (from /metrics; the
+share: of the time its batch loop had work, the part spent decoding (from /metrics; the
 rest is host work, while a GPU idles). `--make SHAPE:VOCAB` writes
 a random-weight Llama-shaped GGUF (bench/make_model.py) into the cache, so that any machine
 can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens.
@@ -149,7 +149,7 @@ def raw_limit(
 
 
 def loop_seconds(url: str) -> tuple[float, float] | None:
-    """An infertui host's seconds inside llama_decode and seconds its batch loop had work
+    """An infertui host's seconds decoding and seconds its batch loop had work
     (summed over pools), from /metrics; None where the server does not report them."""
     with contextlib.suppress(httpx.HTTPError):
         text = httpx.get(url + "/metrics", timeout=10).text
@@ -162,7 +162,7 @@ def loop_seconds(url: str) -> tuple[float, float] | None:
 
 def measure_server(load: Load, streams: int, processes: int) -> dict[str, float]:
     """loadgen's figures, and for an infertui host the share of its loop's busy time that
-    went to llama_decode: the rest is the host's own work, when the device idles."""
+    went to decoding: the rest is the host's own work, when the device idles."""
     before = loop_seconds(load.url)
     figures = measure(load, streams, 1, processes)
     after = loop_seconds(load.url)

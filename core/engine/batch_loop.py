@@ -89,11 +89,13 @@ class BatchLoop:
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self._embedder: Embedder | None = None  # made on the first embedding job
         self._steps = 0
-        # Seconds inside the generation steps' llama_decode, and seconds the loop had work
-        # (those decodes and the host's own work around them): the device idles between.
-        # Written by the loop thread only; read anywhere.
-        self.decode_s = 0.0
-        self.busy_s = 0.0
+        # Seconds from starting each decode to its outputs being ready, and seconds the loop
+        # had work (the decodes and the host's own work around them, when the device idles).
+        # The loop thread adds them up and publishes the pair once per step, so that a reader
+        # never sees decoding beyond the time with work.
+        self._decode_s = 0.0
+        self._busy_s = 0.0
+        self.loop_time = (0.0, 0.0)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopping = False
@@ -204,11 +206,15 @@ class BatchLoop:
                         self._graph.remove_idle(self._steps, lambda i: self._slots[i] is not None)
                     embeddings = self._take_embeddings()
                     self._admit_waiting(events)
-                self._embed(embeddings, events)
+                if embeddings:  # their decodes, in the embedder's context, are device work
+                    start = time.perf_counter()
+                    self._embed(embeddings, events)
+                    self._decode_s += time.perf_counter() - start
                 self._step(events)
+                self._busy_s += time.perf_counter() - began
+                self.loop_time = (self._decode_s, self._busy_s)
                 if events:
                     self._publish(events)
-                self.busy_s += time.perf_counter() - began
         except Exception:
             log.exception("batch loop crashed; failing its jobs")
             self._fail_all(InferError(ErrorKind.GENERATION_FAILED, "the engine loop crashed"))
@@ -442,10 +448,10 @@ class BatchLoop:
         self._batch.fill(tokens, positions, seqs, logits)
         began = time.perf_counter()
         rc = self._ctx.decode(self._batch)
-        self.decode_s += time.perf_counter() - began
         for seq in fill:
             self._kept.filled(seq)
         if rc != 0:
+            self._decode_s += time.perf_counter() - began
             self._decode_failed(rc, list(slots.values()), events)
             return False
         for slot in decoding:
@@ -466,6 +472,9 @@ class BatchLoop:
             events.clear()
             live = [k for k, (slot, _) in enumerate(rows) if self._slots[slot.index] is slot]
             rows, ranks = [rows[k] for k in live], live
+        if rows:  # the outputs are needed now: wait for them (sampling would anyway)
+            self._ctx.synchronize()
+        self._decode_s += time.perf_counter() - began
         if rows:
             sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
             for (slot, i), token in zip(rows, sampled, strict=True):

@@ -51,7 +51,7 @@ class Engine(Protocol):
     @property
     def memory(self) -> MemoryUsage | None: ...
     @property
-    def loop_time(self) -> tuple[float, float] | None: ...  # (in llama_decode, busy) seconds
+    def loop_time(self) -> tuple[float, float] | None: ...  # (decoding, busy) seconds
     def placement(self) -> str: ...
 
     # A prompt as tokens, for admission and the local batch loop; an engine that tokenizes

@@ -201,8 +201,8 @@ class LlamaEngine:
 
     @property
     def loop_time(self) -> tuple[float, float]:
-        """(Seconds inside llama_decode, seconds the batch loop had work) since loading."""
-        return self._loop.decode_s, self._loop.busy_s
+        """(Seconds decoding, seconds the batch loop had work) since loading."""
+        return self._loop.loop_time
 
     @property
     def memory(self) -> MemoryUsage:

@@ -237,7 +237,12 @@ class LlamaContext:
         return ok
 
     def decode(self, batch: Batch) -> int:
+        """Start a decode; on a GPU it runs on after this returns (see `synchronize`)."""
         return int(llama.llama_decode(self.ptr, batch.raw))
+
+    def synchronize(self) -> None:
+        """Wait for the last decode's outputs (reading any of them waits as well)."""
+        llama.llama_synchronize(self.ptr)
 
     def free_sequence(self, seq: int) -> None:
         """Drop every KV cell of the sequence (removing a whole sequence never fails)."""

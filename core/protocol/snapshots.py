@@ -206,7 +206,9 @@ class MetricsSnapshot(_Frozen):
     device_memory_used_mb: float | None = None
     device_memory_total_mb: float | None = None
     decode_seconds_total: float | None = Field(
-        None, description="seconds the engine spent inside llama_decode; None for an upstream"
+        None,
+        description="seconds from starting each decode to its outputs being ready; None for "
+        "an upstream",
     )
     busy_seconds_total: float | None = Field(
         None,

@@ -93,11 +93,13 @@ class HostCollector(prometheus_registry.Collector):
 
     @staticmethod
     def _loop_time(snapshots: list[MetricsSnapshot]) -> Iterator[Metric]:
-        """Local engines' time in llama_decode and time with work: the rate of the one over
-        the other is the share of the device's time that decoding got (the rest went to
-        the host's own work between decodes)."""
+        """Local engines' time decoding and time with work: the rate of the one over the
+        other is the share of the device's time that decoding got (the rest went to the
+        host's own work between decodes)."""
         decode = CounterMetricFamily(
-            "infertui_engine_decode_seconds", "Seconds inside llama_decode", labels=["pool"]
+            "infertui_engine_decode_seconds",
+            "Seconds from starting each decode to its outputs being ready",
+            labels=["pool"],
         )
         busy = CounterMetricFamily(
             "infertui_engine_busy_seconds",
