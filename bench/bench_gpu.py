@@ -11,6 +11,9 @@ For each model it measures:
 raw          llama.cpp's decode speed at each number of sequences: `llama-batched-bench`'s
              S_TG when given, else a bare ctypes loop of batched decodes (no sampling, no
              server): the physical limit that serving can only approach.
+raw+prefill  with `llama-batched-bench`, the same workload end to end: completion tokens over
+             its prefill and decode time (T_PP + T_TG). A server's wall clock includes the
+             prefill, so this is the ceiling its tokens/s can reach; "raw" counts decoding only.
 infertui     `infertui host --http`, streams of `/v1/completions` from bench/loadgen.py.
 llama-server the same requests to llama-server from the same llama.cpp, when given.
 
@@ -122,8 +125,9 @@ def llama_server_cmd(exe: str, setup: Setup) -> list[str]:
 
 def raw_limit(
     exe: str | None, setup: Setup, streams: list[int], tokens: int, prompt: int
-) -> dict[int, float]:
-    """Decode tokens/s at each batch size, without sampling or serving."""
+) -> dict[int, dict[str, float]]:
+    """At each batch size, decode tokens/s without sampling or serving ("tps") and, from
+    llama-batched-bench, completion tokens/s over prefill and decode together ("serving")."""
     if exe:
         cmd = [
             exe, "-m", str(setup.model), "-c", str(max(streams) * (prompt + tokens + 16)),
@@ -136,14 +140,19 @@ def raw_limit(
             cmd += ["--no-repack"]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         rows = [line.split("|")[1:-1] for line in out.splitlines() if re.match(r"^\|\s+\d", line)]
-        return {int(r[2]): float(r[7]) for r in rows}
+        # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+        return {
+            int(r[2]): {"tps": float(r[7]),
+                        "serving": int(r[1]) * int(r[2]) / (float(r[4]) + float(r[6]))}
+            for r in rows
+        }  # fmt: skip
     script = Path(__file__).with_name("raw_decode.py")
     args = [sys.executable, str(script), str(setup.model), "--tokens", str(tokens)]
     if setup.threads:
         args += ["--threads", str(setup.threads)]
     return {
-        n: float(subprocess.run([*args, "--streams", str(n)], capture_output=True, text=True,
-                                check=True).stdout.split()[-1])
+        n: {"tps": float(subprocess.run([*args, "--streams", str(n)], capture_output=True,
+                                        text=True, check=True).stdout.split()[-1])}
         for n in streams
     }  # fmt: skip
 
@@ -200,9 +209,9 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
             for prompt in prompts:
                 for n in streams:
                     for _ in range(args.rounds + (1 if n == 1 else 0)):
-                        if prompt == "short" and temp == temps[0]:
-                            tps = raw_limit(args.batched_bench, setup, [n], args.tokens, 16)[n]
-                            samples.setdefault(("raw", 0.0, prompt, n), []).append({"tps": tps})
+                        if prompt == "short":  # again for each sampling, side by side
+                            raw = raw_limit(args.batched_bench, setup, [n], args.tokens, 16)[n]
+                            samples.setdefault(("raw", temp, prompt, n), []).append(raw)
                         for name, url in urls.items():
                             load = Load(url, models[name], args.tokens, temp, LONG_REPEAT[prompt],
                                         {})  # fmt: skip
@@ -210,15 +219,15 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
                             samples.setdefault((name, temp, prompt, n), []).append(figures)
                     log.info("%s temp %s %s x%d: %s", setup.model.name, temp, prompt, n,
                              {k[0]: [round(f["tps"]) for f in v] for k, v in samples.items()
-                              if k[1:] in ((temp, prompt, n), (0.0, prompt, n))})  # fmt: skip
+                              if k[1:] == (temp, prompt, n)})  # fmt: skip
     rows: list[dict[str, object]] = []
     for temp in temps:
         for prompt in prompts:
             for n in streams:
-                raw = samples.get(("raw", 0.0, prompt, n))
+                raw = median_of(samples.get(("raw", temp, prompt, n))) or {}
                 rows.append({
                     "model": setup.model.name, "temp": temp, "prompt": prompt, "streams": n,
-                    "raw": median_of(raw)["tps"] if raw else None,
+                    "raw": raw.get("tps"), "raw_serving": raw.get("serving"),
                     "infertui": median_of(samples["infertui", temp, prompt, n]),
                     "llama_server": median_of(samples.get(("llama-server", temp, prompt, n))),
                     "baseline": median_of(samples.get(("baseline", temp, prompt, n))),
@@ -237,18 +246,19 @@ def show(rows: list[dict[str, object]]) -> None:
     """A markdown table: per server, tokens/s (its share of raw) and TTFT p50 / max."""
     servers = [name for name in ("infertui", "llama_server", "baseline")
                if any(row[name] for row in rows)]  # fmt: skip
-    head = ["model", "sampling", "prompt", "streams", "raw t/s"]
+    head = ["model", "sampling", "prompt", "streams", "raw t/s", "raw+prefill t/s"]
     for name in servers:
         head += [f"{name} t/s (of raw)", "ttft p50 / max"]
     head += [f"infertui / {name}" for name in servers[1:]]
-    head.append("infertui decode share")
+    head += ["infertui of raw+prefill", "infertui decode share"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
-        raw = row["raw"]
+        raw, serving = row["raw"], row["raw_serving"]
         sampling = "greedy" if row["temp"] == 0 else f"temp {row['temp']}"
         cells = [str(row["model"]), sampling, str(row["prompt"]), str(row["streams"]),
-                 f"{raw:,.0f}" if isinstance(raw, float) else "–"]  # fmt: skip
+                 f"{raw:,.0f}" if isinstance(raw, float) else "–",
+                 f"{serving:,.0f}" if isinstance(serving, float) else "–"]  # fmt: skip
         figures = {name: row[name] for name in servers}
         for fig in figures.values():
             if not isinstance(fig, dict):
@@ -262,8 +272,12 @@ def show(rows: list[dict[str, object]]) -> None:
             other = figures[name]
             ok = isinstance(ours, dict) and isinstance(other, dict)
             cells.append(f"{ours['tps'] / other['tps']:.2f}" if ok else "–")  # type: ignore[index]
-        share = ours.get("decode_share") if isinstance(ours, dict) else None
-        cells.append(f"{share:.2f}" if share is not None else "–")
+        if isinstance(ours, dict):
+            cells.append(f"{ours['tps'] / serving:.2f}" if isinstance(serving, float) else "–")
+            decode_share = ours.get("decode_share")
+            cells.append(f"{decode_share:.2f}" if decode_share is not None else "–")
+        else:
+            cells += ["–", "–"]
         print("| " + " | ".join(cells) + " |")
 
 
