@@ -14,12 +14,30 @@ PLOTS = {
     "ttft95": "TTFT p95 ms",
     "busy": "busy slots",
     "errors": "errors (failed + rejected)",
+    "prefill": "prompt tokens/s",
+    "decoding": "decoding % of time",
 }
-COUNTS = frozenset({"depth", "busy", "errors"})  # whole numbers: shown without decimals
+COUNTS = frozenset({"depth", "busy", "errors", "decoding"})  # shown without decimals
 
 
-def host_totals(pools: list[MetricsSnapshot]) -> dict[str, float]:
-    """One figure per plot for the whole host (latency: the worst engine's)."""
+def decoding_percent(before: MetricsSnapshot | None, now: MetricsSnapshot) -> float | None:
+    """The part of the time between two snapshots of one pool that its device spent
+    decoding, in %: below 100 under load, the device waits for the host. None on the first
+    snapshot and for an engine that does not say (an upstream)."""
+    if before is None or before.decode_seconds_total is None or now.decode_seconds_total is None:
+        return None
+    elapsed = now.timestamp - before.timestamp
+    if elapsed <= 0:
+        return None
+    decoded = now.decode_seconds_total - before.decode_seconds_total
+    return max(0.0, min(100.0, 100 * decoded / elapsed))
+
+
+def host_totals(
+    pools: list[MetricsSnapshot], decoding: dict[str, float | None] | None = None
+) -> dict[str, float]:
+    """One figure per plot for the whole host (latency: the worst engine's; decoding: the
+    busiest device's, from `decoding`, each pool's decoding_percent)."""
     return {
         "tps": sum(p.decode_tps_recent for p in pools),
         "depth": sum(p.queue_depth for p in pools),
@@ -27,6 +45,8 @@ def host_totals(pools: list[MetricsSnapshot]) -> dict[str, float]:
         "ttft95": max((p.ttft_ms.p95 or 0.0 for p in pools), default=0.0),
         "busy": sum(p.slots_busy for p in pools),
         "errors": sum(p.failed + p.rejected for p in pools),
+        "prefill": sum(p.prefill_tps_recent for p in pools),
+        "decoding": max((v for v in (decoding or {}).values() if v is not None), default=0.0),
     }
 
 
@@ -37,8 +57,11 @@ class MetricsHistory:
     def __init__(self) -> None:
         self.series: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in PLOTS}
         self.latest: list[MetricsSnapshot] = []
+        self.decoding: dict[str, float | None] = {}  # per pool, since the snapshot before
 
     def add(self, pools: list[MetricsSnapshot]) -> None:
+        before = {p.pool_id: p for p in self.latest}
+        self.decoding = {p.pool_id: decoding_percent(before.get(p.pool_id), p) for p in pools}
         self.latest = pools
-        for key, value in host_totals(pools).items():
+        for key, value in host_totals(pools, self.decoding).items():
             self.series[key].append(value)

@@ -104,7 +104,8 @@ class ScriptedClient(Client):
                 cancelled=5, failed=0, tokens_in_total=9100, tokens_out_total=15230,
                 ttft_ms=Percentiles(p50=44.0, p95=120.0, p99=180.0),
                 latency_ms=Percentiles(p50=1900.0, p95=4100.0, p99=5200.0),
-                decode_tps_recent=49.9, decode_tps_lifetime=47.2,
+                decode_tps_recent=49.9, decode_tps_lifetime=47.2, prefill_tps_recent=310.0,
+                decode_seconds_total=412.5, busy_seconds_total=431.0,
             )
         ]  # fmt: skip
 
@@ -201,7 +202,7 @@ def fixed_history(app: Any) -> None:
     pools = ScriptedClient.metrics_now()
     history: MetricsHistory = app.metrics_history
     history.latest = pools
-    for key, value in host_totals(pools).items():
+    for key, value in host_totals(pools, {pools[0].pool_id: 93.0}).items():
         history.series[key].clear()
         history.series[key].extend(value * (0.6 + 0.4 * math.sin(i / 5)) for i in range(40))
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Sparkline, Static
+from textual.widgets import DataTable, Input, Label, Sparkline, Static
 
 from infertui.core.client import connect
 from infertui.core.config import Settings
@@ -94,6 +94,32 @@ async def test_each_dashboard_opens_and_shows_the_host(host: ServedHost) -> None
         await until(pilot, lambda: app.screen.query_one("#engines", DataTable).row_count == 1)
         await pilot.press("f2")
         assert app.screen.query_one("#prompt", PromptArea)
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_the_metrics_screen_shows_how_much_of_the_time_the_device_decodes(
+    host: ServedHost, transport: str
+) -> None:
+    """While a reply streams, the engine spends most of the wall clock decoding: the plot's
+    figure comes from the decode seconds of two snapshots, a second apart, over either face."""
+    app = app_for(host, transport)
+    app.options = app.options.model_copy(update={"max_tokens": 400, "temperature": 0})
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        view = await ask(pilot, app, "Write a long story about the sea.")
+        await until(pilot, lambda: len(view.body.source) > 20)
+        chat = app.screen
+        await pilot.press("f4")
+        series = app.metrics_history.series["decoding"]
+        await until(pilot, lambda: any(value > 20 for value in series), 15)
+        label = app.screen.query_one("#label-decoding", Label)
+        figure = lambda: str(label.render()).rsplit(" ", 1)[-1]  # noqa: E731
+        await until(pilot, lambda: figure().isdigit() and int(figure()) > 20, 5)
+        await pilot.press("f2")
+        await until(pilot, lambda: app.screen is chat)
+        await pilot.press("escape")
+        await until(pilot, lambda: host.busy_slots() == 0, 5)
+    assert all(0 <= value <= 100 for value in series)
 
 
 async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -> None:
