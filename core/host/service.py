@@ -9,6 +9,7 @@ and each face only maps its typed result or error onto its wire format.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import time
@@ -177,6 +178,12 @@ class HostService:
             await self._registry.add(spec)
         for transport in self.transports:
             await transport.start()
+        # What start-up made (modules, the web app, the engines) lives as long as the host.
+        # A full collection holds the GIL, stalling every stream, and walking that heap took
+        # 79 ms (94k objects, 2-core box); frozen, later collections walk only what came after.
+        # Engines free their native memory explicitly (close), never in a collector's pass.
+        gc.collect()
+        gc.freeze()
 
     async def stop(self) -> None:
         """Give running jobs a short grace (new ones are refused meanwhile) and cancel the rest,

@@ -4,6 +4,7 @@ keep-alives, and the backpressure scenario of issue 3."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import re
 import uuid
@@ -149,6 +150,15 @@ async def test_metrics_say_how_much_of_the_loops_time_went_to_decoding(host: Hos
     for name in ("infertui_engine_decode_seconds_total", "infertui_engine_busy_seconds_total"):
         value = re.search(rf'{name}{{pool="{MODEL}"}} (\S+)', text)
         assert value and float(value[1]) > 0, name
+
+
+async def test_a_started_host_keeps_its_start_up_heap_out_of_full_collections(host: Host) -> None:
+    """What start-up made (modules, the web app, the engines) lives as long as the host. A full
+    collection holds the GIL, and so every stream: walking that heap took 79 ms (94k objects,
+    2-core box). Frozen at start, it is out of the collector's sight, which stays on for the
+    rest."""
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    assert not any(tracked is host.service for tracked in gc.get_objects())
 
 
 async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> None:
