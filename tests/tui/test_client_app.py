@@ -35,6 +35,14 @@ async def ask(pilot: Pilot[object], app: ClientApp, text: str) -> AssistantMessa
     return app.screen.query(AssistantMessage).last()
 
 
+async def long_story(pilot: Pilot[object], app: ClientApp) -> AssistantMessage:
+    """A reply that goes on for seconds (with max_tokens 400), once some of it has come."""
+    await until(pilot, lambda: app.client is not None)
+    view = await ask(pilot, app, "Write a long story about the sea.")
+    await until(pilot, lambda: len(view.body.source) > 20)
+    return view
+
+
 def stats_of(view: AssistantMessage) -> str:
     return str(view.stats_line.render())
 
@@ -69,9 +77,7 @@ async def test_escape_aborts_on_the_host_and_frees_the_slot(
     app = app_for(host, transport)
     app.options = app.options.model_copy(update={"max_tokens": 400, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.client is not None)
-        view = await ask(pilot, app, "Write a long story about the sea.")
-        await until(pilot, lambda: len(view.body.source) > 20)
+        view = await long_story(pilot, app)
         assert host.busy_slots() == 1
         await pilot.press("escape")
         await until(pilot, lambda: "aborted" in stats_of(view))
@@ -105,9 +111,7 @@ async def test_the_metrics_screen_shows_how_much_of_the_time_the_device_decodes(
     app = app_for(host, transport)
     app.options = app.options.model_copy(update={"max_tokens": 400, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.client is not None)
-        view = await ask(pilot, app, "Write a long story about the sea.")
-        await until(pilot, lambda: len(view.body.source) > 20)
+        await long_story(pilot, app)
         chat = app.screen
         await pilot.press("f4")
         series = app.metrics_history.series["decoding"]
