@@ -145,6 +145,7 @@ def raw_limit(
             int(r[2]): {"tps": float(r[7]),
                         "serving": int(r[1]) * int(r[2]) / (float(r[4]) + float(r[6]))}
             for r in rows
+            if float(r[4]) + float(r[6]) > 0
         }  # fmt: skip
     script = Path(__file__).with_name("raw_decode.py")
     args = [sys.executable, str(script), str(setup.model), "--tokens", str(tokens)]

@@ -23,14 +23,16 @@ COUNTS = frozenset({"depth", "busy", "errors", "decoding"})  # shown without dec
 def decoding_percent(before: MetricsSnapshot | None, now: MetricsSnapshot) -> float | None:
     """The part of the time between two snapshots of one pool that its device spent
     decoding, in %: below 100 under load, the device waits for the host. None on the first
-    snapshot and for an engine that does not say (an upstream)."""
+    snapshot, for an engine that does not say (an upstream) and across a reload."""
     if before is None or before.decode_seconds_total is None or now.decode_seconds_total is None:
         return None
     elapsed = now.timestamp - before.timestamp
     if elapsed <= 0:
         return None
     decoded = now.decode_seconds_total - before.decode_seconds_total
-    return max(0.0, min(100.0, 100 * decoded / elapsed))
+    if decoded < 0:
+        return None  # the engine was reloaded: its counters started again
+    return min(100.0, 100 * decoded / elapsed)  # the totals are rounded to the millisecond
 
 
 def host_totals(
@@ -58,6 +60,10 @@ class MetricsHistory:
         self.series: dict[str, deque[float]] = {k: deque(maxlen=HISTORY) for k in PLOTS}
         self.latest: list[MetricsSnapshot] = []
         self.decoding: dict[str, float | None] = {}  # per pool, since the snapshot before
+
+    def decoding_known(self) -> bool:
+        """Whether any engine's decoding share is known (none is for upstreams only)."""
+        return any(value is not None for value in self.decoding.values())
 
     def add(self, pools: list[MetricsSnapshot]) -> None:
         before = {p.pool_id: p for p in self.latest}

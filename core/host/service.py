@@ -199,6 +199,7 @@ class HostService:
             await transport.stop()
         await self._registry.close()
         self._long_prompts.shutdown(wait=False, cancel_futures=True)
+        gc.unfreeze()  # what start froze is the collector's again (an engine gone since, too)
         log.info("host stopped")
 
     # ---- work --------------------------------------------------------------------------------

@@ -202,7 +202,8 @@ def fixed_history(app: Any) -> None:
     pools = ScriptedClient.metrics_now()
     history: MetricsHistory = app.metrics_history
     history.latest = pools
-    for key, value in host_totals(pools, {pools[0].pool_id: 93.0}).items():
+    history.decoding = {pools[0].pool_id: 93.0}
+    for key, value in host_totals(pools, history.decoding).items():
         history.series[key].clear()
         history.series[key].extend(value * (0.6 + 0.4 * math.sin(i / 5)) for i in range(40))
 

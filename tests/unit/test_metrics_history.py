@@ -20,10 +20,9 @@ def test_decoding_percent_is_unknown_without_a_before_or_for_an_upstream() -> No
     assert decoding_percent(snapshot("a", 2.0, 1.0), snapshot("a", 2.0, 1.0)) is None
 
 
-def test_decoding_percent_stays_within_0_and_100() -> None:
-    # rounding of the totals, or a pool reloaded (its counters start again)
-    assert decoding_percent(snapshot("a", 0.0, 0.0), snapshot("a", 1.0, 1.002)) == 100.0
-    assert decoding_percent(snapshot("a", 0.0, 9.0), snapshot("a", 1.0, 0.1)) == 0.0
+def test_decoding_percent_stays_within_100_and_a_reload_is_unknown_not_idle() -> None:
+    assert decoding_percent(snapshot("a", 0.0, 0.0), snapshot("a", 1.0, 1.002)) == 100.0  # rounding
+    assert decoding_percent(snapshot("a", 0.0, 9.0), snapshot("a", 1.0, 0.1)) is None  # reloaded
 
 
 def test_the_host_plot_shows_the_busiest_device_and_pools_are_matched_by_id() -> None:
@@ -33,6 +32,7 @@ def test_the_host_plot_shows_the_busiest_device_and_pools_are_matched_by_id() ->
     history.add([snapshot("b", 1.0, 0.9), snapshot("a", 1.0, 0.2), snapshot("up", 1.0, None)])
     assert history.decoding == {"b": 90.0, "a": 20.0, "up": None}
     assert list(history.series["decoding"]) == [0.0, 90.0]
+    assert history.decoding_known()
     history.add([snapshot("c", 2.0, 1.0)])  # the others went, a new one came
-    assert history.decoding == {"c": None}
+    assert history.decoding == {"c": None} and not history.decoding_known()
     assert list(history.series["decoding"])[-1] == 0.0

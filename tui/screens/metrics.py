@@ -45,6 +45,8 @@ class MetricsScreen(DashboardScreen):
             self.query_one(f"#plot-{key}", Sparkline).data = [0.0, *series]
             latest = series[-1] if series else 0.0
             figure = f"{latest:,.0f}" if key in COUNTS else f"{latest:,.1f}"
+            if key == "decoding" and not history.decoding_known():
+                figure = "–"  # upstreams only, or a single snapshot so far
             self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {figure}")
         table = self.query_one("#totals", DataTable)
         table.clear()
