@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.parse
+import urllib.request
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,7 +117,16 @@ class UpstreamEngine:
             )
         headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
         base = spec.url.rstrip("/") + "/"
-        client = httpx.AsyncClient(base_url=base, headers=headers, timeout=CONNECT_S)
+        # The streams go straight to the server (the hop has sockets of its own), so the
+        # health check does too: through a proxy it would judge a route the jobs never take.
+        client = httpx.AsyncClient(
+            base_url=base, headers=headers, timeout=CONNECT_S, trust_env=False
+        )
+        if proxy := _proxy_for(base):
+            log.warning(
+                "engine %s: the environment names the proxy %s for %s; infertui reaches "
+                "upstreams directly (NO_PROXY silences this)", spec.engine_id, proxy, base,
+            )  # fmt: skip
         # Every running job keeps its connection between jobs, and while jobs come, as many
         # stay open as ran at once: opening them when a burst comes costs its TTFT (hop.py).
         hop = HopClient(
@@ -428,6 +439,17 @@ class UpstreamEngine:
             slot.ended_by = error
             slot.stop()
         return [slot.task for slot in running]
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy the environment (HTTP_PROXY, ALL_PROXY...) names for this URL, unless
+    NO_PROXY exempts its host."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+        return proxy
+    return None
 
 
 def _count(usage: dict[str, Any], key: str, default: int) -> int:

@@ -411,6 +411,27 @@ async def test_an_upstream_that_hangs_ends_its_jobs_and_serves_again_when_it_wak
     await answers(front)
 
 
+async def test_an_upstream_is_reached_directly_whatever_proxy_the_environment_names(
+    upstream: ServedHost,
+    start_served_host: ServedHostFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The streams go straight to the server (hop.py speaks HTTP/1.1 on its own sockets), so
+    the health check must too: through a proxy it would judge a route the jobs never take.
+    A proxy that would apply is named in the log, since infertui does not use it."""
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{free_port()}")  # nobody listens
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    front = await front_for(start_served_host, f"{upstream.url}/v1", health_s=0.3)
+    assert front.service.pool_health("up").ready
+    await asyncio.sleep(1.0)  # a few health checks
+    assert front.service.pool_health("up").ready
+    await answers(front)
+    assert any("directly" in r.getMessage() and "proxy" in r.getMessage() for r in caplog.records)
+
+
 async def test_an_unreachable_upstream_drains_and_resumes_unready() -> None:
     """Drain and resume keep what the health check knows: a pool resumed while its upstream
     is down is unready, not ready."""
