@@ -447,7 +447,7 @@ def _proxy_for(url: str) -> str | None:
     parts = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies_environment()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if proxy and not urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
         return proxy
     return None
 
