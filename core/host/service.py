@@ -180,8 +180,9 @@ class HostService:
             await transport.start()
         # What start-up made (modules, the web app, the engines) lives as long as the host.
         # A full collection holds the GIL, stalling every stream, and walking that heap took
-        # 79 ms (94k objects, 2-core box); frozen, later collections walk only what came after.
-        # Engines free their native memory explicitly (close), never in a collector's pass.
+        # 34 to 79 ms (94k objects, 2-core box, bench/bench_gc.py); frozen, later ones walk
+        # only what came after. Engines free their native memory explicitly (close), never
+        # in a collector's pass.
         gc.collect()
         gc.freeze()
 

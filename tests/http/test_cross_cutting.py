@@ -154,9 +154,9 @@ async def test_metrics_say_how_much_of_the_loops_time_went_to_decoding(host: Hos
 
 async def test_a_started_host_keeps_its_start_up_heap_out_of_full_collections(host: Host) -> None:
     """What start-up made (modules, the web app, the engines) lives as long as the host. A full
-    collection holds the GIL, and so every stream: walking that heap took 79 ms (94k objects,
-    2-core box). Frozen at start, it is out of the collector's sight, which stays on for the
-    rest; a stopped host gives it back (an engine removed since may hold cycles)."""
+    collection holds the GIL, and so every stream: walking that heap took 34 to 79 ms (94k
+    objects, 2-core box). Frozen at start, it is out of the collector's sight, which stays on
+    for the rest; a stopped host gives it back (an engine removed since may hold cycles)."""
     assert gc.isenabled()
     assert not any(tracked is host.service for tracked in gc.get_objects())  # frozen
     await host.service.stop()
