@@ -74,7 +74,10 @@ class SamplingParams(BaseModel):
     def of(cls, request: BaseModel, **overrides: object) -> SamplingParams:
         """The sampling a request of any dialect asks for: its fields of the same names that
         are set (None leaves llama.cpp's default); `stop` may be one string or a list."""
-        values = {name: getattr(request, name, None) for name in cls.model_fields}
+        # The request's fields and extras, read from its dicts: getattr on a name the model
+        # lacks raises inside pydantic, and that was most of this method's time.
+        given = {**(request.__pydantic_extra__ or {}), **request.__dict__}
+        values = {name: given.get(name) for name in cls.model_fields}
         values.update(overrides)
         stop = values["stop"]
         if stop is not None:
