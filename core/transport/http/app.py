@@ -25,11 +25,22 @@ from . import (
 from .access import Access
 from .errors import install_error_handlers
 from .families import Family, family_of, is_health
+from .lane import FastLane
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, CorrelationMiddleware
 from .routes_engines import ProcessUsage
 from .task_store import TaskStore
 
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20  # see HttpSettings.max_body_mb
+
+# The endpoints that start generations, in every dialect: served by the fast lane (lane.py).
+GENERATION_PATHS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/chat/completions",
+    "/chat/sse",
+    "/api/chat",
+    "/api/generate",
+)
 
 DESCRIPTION = """\
 infertui's host over HTTP: OpenAI-compatible completions and engine management (spec 004),
@@ -74,21 +85,27 @@ def create_app(
     app.state.usage = ProcessUsage()
     app.state.metrics_registry = metrics.collector_registry(service)
     app.state.background = set[asyncio.Task[object]]()
-    for module in (
-        routes_openai,
-        routes_engines,
-        routes_ollama,
-        routes_ollama_api,
-        routes_tasks,
-        routes_pools,
-        routes_host,
-        metrics,
-    ):
-        app.include_router(module.router)
+    routers = [
+        module.router
+        for module in (
+            routes_openai,
+            routes_engines,
+            routes_ollama,
+            routes_ollama_api,
+            routes_tasks,
+            routes_pools,
+            routes_host,
+            metrics,
+        )
+    ]
+    for router in routers:
+        app.include_router(router)
     install_error_handlers(app)
     document_errors(app, api_key=access.keys_required)
     # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
-    # then the body limit.
+    # then the body limit, then the fast lane.
+    routes = [route for router in routers for route in router.routes]
+    app.add_middleware(FastLane, fastapi=app, routes=routes, paths=GENERATION_PATHS)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if access.keys_required:
         app.add_middleware(ApiKeyMiddleware, access=access)

@@ -1,0 +1,135 @@
+"""The generation endpoints' fast lane (core/transport/http/lane.py) answers every request as
+FastAPI's own path does: two servers over one host, one app with the lane and one without,
+asked the same things, good and bad, in each dialect."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from infertui.core.config import HostSettings
+from infertui.core.host import HostService
+from infertui.core.transport.http import HttpServer, create_app, lane
+from infertui.core.transport.http.lane import FastLane
+
+from .conftest import MODEL
+
+pytestmark = pytest.mark.model
+
+GOOD = {"temperature": 0, "seed": 1, "max_tokens": 4}
+CHAT = [{"role": "user", "content": "Say hi"}]
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+async def lanes() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """(with the lane, without it), both over HTTP on 127.0.0.1, serving one host."""
+    service = HostService(
+        HostSettings.model_validate(
+            {"drain_on_stop_ms": 0, "engine": {"ctx": 512, "parallel": 1, "threads": 2}}
+        )
+    )
+    fast, plain = create_app(service), create_app(service)
+    plain.user_middleware = [m for m in plain.user_middleware if m.cls is not FastLane]
+    servers = [HttpServer(app, "127.0.0.1:0") for app in (fast, plain)]
+    for server in servers:
+        service.attach(server)
+    await service.start()
+    clients = [httpx.AsyncClient(base_url=s.url, timeout=60) for s in servers]
+    try:
+        yield clients[0], clients[1]
+    finally:
+        for client in clients:
+            await client.aclose()
+        await service.stop()
+
+
+def _comparable(value: Any) -> Any:
+    """A reply with what differs from one request to the next (ids, clocks) taken out."""
+    if isinstance(value, dict):
+        return {
+            k: _comparable(v)
+            for k, v in value.items()
+            if k not in {"id", "created", "created_at", "system_fingerprint"}
+            and not k.endswith("_duration")
+        }
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+async def _answer(client: httpx.AsyncClient, path: str, **request: Any) -> tuple[int, Any]:
+    reply = await client.post(path, **request)
+    kind = reply.headers.get("content-type", "")
+    if kind.startswith("text/event-stream"):
+        lines = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
+        body: Any = [_comparable(json.loads(x)) if x.startswith("{") else x for x in lines]
+    elif reply.text.startswith("{") and "\n{" in reply.text.strip():  # NDJSON
+        body = [_comparable(json.loads(x)) for x in reply.text.splitlines() if x]
+    else:
+        body = _comparable(reply.json())
+    return reply.status_code, body
+
+
+CASES: list[tuple[str, dict[str, Any]]] = [
+    # good requests, streamed or not
+    ("/v1/completions", {"json": {"model": MODEL, "prompt": "Hello", **GOOD}}),
+    ("/v1/completions", {"json": {"model": MODEL, "prompt": "Hello", "stream": True, **GOOD}}),
+    ("/v1/chat/completions", {"json": {"model": MODEL, "messages": CHAT, **GOOD}}),
+    (
+        "/v1/chat/completions",
+        {"json": {"model": MODEL, "messages": CHAT, "stream": True, **GOOD}},
+    ),
+    ("/api/chat", {"json": {"model": MODEL, "messages": CHAT, "stream": False,
+                            "options": {"temperature": 0, "seed": 1, "num_predict": 4}}}),
+    ("/api/generate", {"json": {"model": MODEL, "prompt": "Hello", "stream": True,
+                                "options": {"temperature": 0, "seed": 1, "num_predict": 4}}}),
+    ("/chat/completions", {"json": {"model": MODEL, "messages": CHAT, "stream": True,
+                                    "max_tokens": 4, "temperature": 0, "seed": 1}}),
+    # bad ones: each must be the same refusal
+    ("/v1/completions", {"content": b'{"model": ', "headers": JSON}),
+    ("/v1/completions", {"content": b'{"model": "\\ud800", "prompt": "x"}', "headers": JSON}),
+    ("/v1/completions", {"content": b"", "headers": JSON}),
+    ("/v1/completions", {"content": b"[1, 2]", "headers": JSON}),
+    ("/v1/completions", {"content": b'{"prompt": "x"}', "headers": {"Content-Type": "text/plain"}}),
+    ("/v1/completions", {"content": b'{"prompt": "x"}'}),
+    ("/v1/completions", {"json": {"model": MODEL}}),
+    ("/v1/completions", {"json": {"model": MODEL, "prompt": "x", "max_tokens": "many"}}),
+    ("/v1/completions", {"json": {"model": "no-such-model", "prompt": "x"}}),
+    ("/v1/completions", {"json": {"model": MODEL, "prompt": "x", "max_tokens": 100_000}}),
+    ("/v1/chat/completions", {"json": {"model": MODEL, "messages": []}}),
+    ("/v1/chat/completions", {"json": {"model": MODEL, "messages": CHAT, "n": 1000}}),
+    (
+        "/v1/chat/completions",
+        {"content": b'{"model": 1}', "headers": {"Content-Type": "application/vnd.x+json"}},
+    ),
+    ("/api/chat", {"json": {"messages": "hi"}}),
+    ("/api/generate", {"json": {"model": "no-such-model", "prompt": "x"}}),
+    ("/chat/completions", {"json": {"model": MODEL}}),
+    ("/chat/sse", {"json": {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}}),
+]  # fmt: skip
+
+
+async def test_the_fast_lane_answers_as_fastapi_does(
+    lanes: tuple[httpx.AsyncClient, httpx.AsyncClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, plain = lanes
+    taken: list[str] = []
+    respond = lane._Lane.respond
+
+    async def counted(self: lane._Lane, request: Any) -> Any:
+        taken.append(self.route.path)
+        return await respond(self, request)
+
+    monkeypatch.setattr(lane._Lane, "respond", counted)
+    for path, request in CASES:
+        assert await _answer(fast, path, **request) == await _answer(plain, path, **request), (
+            path,
+            request,
+        )
+    # the lane took every JSON body (not the empty one, nor those of other types)
+    assert len(taken) == len(CASES) - 3
