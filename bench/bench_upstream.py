@@ -6,6 +6,7 @@ directly, at 1 and 32 streams. Prints figures.
         [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
         [--apart]               # the upstream on CPU 0, the front and the clients on the rest
         [--instant]             # the upstream answers after 200 ms: the hop's own cost alone
+        [--baseline PYTHONPATH] # a second front, another checkout of infertui, side by side
 
 Both servers stay up side by side; each repetition measures direct, then through infertui,
 back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--llama-server", metavar="PATH")
     parser.add_argument("--apart", action="store_true", help="the upstream on a CPU of its own")
     parser.add_argument("--instant", action="store_true", help="an upstream with no work to do")
+    parser.add_argument(
+        "--baseline", metavar="PYTHONPATH", help="also a front from the infertui found there"
+    )
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
     slots = max(streams)
@@ -90,38 +94,47 @@ def main() -> None:
     with ExitStack() as stack:
         direct = stack.enter_context(server(up_cmd, logs / "upstream.log"))
         front = stack.enter_context(server([*pin, *front_cmd(direct, slots)], logs / "front.log"))
+        fronts = {"through infertui": front}
+        if args.baseline:
+            cmd = [*pin, "env", f"PYTHONPATH={args.baseline}", *front_cmd(direct, slots)]
+            fronts["through the baseline"] = stack.enter_context(
+                server(cmd, logs / "front-baseline.log")
+            )
         kind = "instant" if args.instant else "llama-server" if args.llama_server else "infertui"
         where = " (upstream on CPU 0, the rest elsewhere)" if args.apart else ""
         print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}{where}")
         for n in streams:
-            direct_runs, via_runs = pairs(args, direct, front, n, args.tokens, args.reps)
-            d, v = (statistics.median(r["tps"] for r in runs) for runs in (direct_runs, via_runs))
+            runs = pairs(args, direct, fronts, n, args.tokens, args.reps)
             # TTFT from short runs (4 tokens: only the first steps matter), many of them, each
-            # pair back to back: their difference is the least noisy figure
-            direct_runs, via_runs = pairs(args, direct, front, n, 4, args.ttft_reps)
-            td, tv = (statistics.median(r["ttft_p50"] * 1000 for r in runs)
-                      for runs in (direct_runs, via_runs))  # fmt: skip
-            gaps = sorted(
-                (b["ttft_p50"] - a["ttft_p50"]) * 1000
-                for a, b in zip(direct_runs, via_runs, strict=True)
-            )
-            print(
-                f"{n:>3} streams: direct {d:7.1f} t/s | via infertui {v:7.1f} t/s ({v / d:.3f}) "
-                f"| TTFT p50 {td:6.1f} ms direct, {tv:6.1f} via ({tv - td:+.1f}); paired "
-                f"difference median {statistics.median(gaps):+.1f} ms (from {gaps[0]:+.1f} to "
-                f"{gaps[-1]:+.1f}, {len(gaps)} pairs)"
-            )
+            # set back to back: the paired differences are the least noisy figure
+            short = pairs(args, direct, fronts, n, 4, args.ttft_reps)
+            d = statistics.median(r["tps"] for r in runs["direct"])
+            td = statistics.median(r["ttft_p50"] * 1000 for r in short["direct"])
+            print(f"{n:>3} streams: direct {d:7.1f} t/s, TTFT p50 {td:6.1f} ms")
+            for name in fronts:
+                v = statistics.median(r["tps"] for r in runs[name])
+                tv = statistics.median(r["ttft_p50"] * 1000 for r in short[name])
+                gaps = sorted(
+                    (b["ttft_p50"] - a["ttft_p50"]) * 1000
+                    for a, b in zip(short["direct"], short[name], strict=True)
+                )
+                print(
+                    f"     {name}: {v:7.1f} t/s ({v / d:.3f}) | TTFT p50 {tv:6.1f} ms "
+                    f"({tv - td:+.1f}); paired difference median {statistics.median(gaps):+.1f}"
+                    f" ms (from {gaps[0]:+.1f} to {gaps[-1]:+.1f}, {len(gaps)} pairs)"
+                )
 
 
 def pairs(
-    args: argparse.Namespace, direct: str, front: str, n: int, tokens: int, reps: int
-) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """`reps` runs of `n` streams each way, direct then through the front, back to back."""
-    runs: tuple[list[dict[str, float]], list[dict[str, float]]] = ([], [])
+    args: argparse.Namespace, direct: str, fronts: dict[str, str], n: int, tokens: int, reps: int
+) -> dict[str, list[dict[str, float]]]:
+    """`reps` runs of `n` streams each way, direct then through each front, back to back."""
+    runs: dict[str, list[dict[str, float]]] = {"direct": [], **{name: [] for name in fronts}}
     for _ in range(reps):
-        models = ("instant" if args.instant else "gemma", "up")
-        for out, url, model in zip(runs, (direct, front), models, strict=True):
-            out.append(measure(Load(url, model, tokens, 0.0, 0, {}), n, 1, args.processes))
+        runs["direct"].append(measure(Load(direct, "instant" if args.instant else "gemma",
+                                           tokens, 0.0, 0, {}), n, 1, args.processes))  # fmt: skip
+        for name, url in fronts.items():
+            runs[name].append(measure(Load(url, "up", tokens, 0.0, 0, {}), n, 1, args.processes))
     return runs
 
 
