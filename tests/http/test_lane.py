@@ -4,7 +4,9 @@ asked the same things, good and bad, in each dialect."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -133,3 +135,22 @@ async def test_the_fast_lane_answers_as_fastapi_does(
         )
     # the lane took every JSON body (not the empty one, nor those of other types)
     assert len(taken) == len(CASES) - 3
+
+
+async def test_a_client_gone_halfway_through_its_body_is_no_crash(
+    lanes: tuple[httpx.AsyncClient, httpx.AsyncClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    fast, _ = lanes
+    host, port = fast.base_url.host, fast.base_url.port
+    assert port is not None
+    _reader, writer = await asyncio.open_connection(host, port)
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 1000\r\n\r\n{"model": "'
+    )
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+    reply = await fast.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", **GOOD})
+    assert reply.status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -26,6 +26,7 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute, serialize_response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -117,7 +118,7 @@ class FastLane:
             await send(message)
 
         try:
-            if not await request.body():  # FastAPI's own answer to a missing body
+            if not await _body(request):  # FastAPI's own answer to a missing body
                 await self.app(scope, _replaying(b"", receive), send)
                 return
             response = await lane.respond(request)
@@ -134,6 +135,17 @@ class FastLane:
             if cls in self._handlers:
                 return self._handlers[cls]
         return None
+
+
+async def _body(request: StrictJSONRequest) -> bytes:
+    """The body, or FastAPI's refusals: an HTTPException (the body limit's 408 and 413) as it
+    is, anything else (a client gone halfway) as a 400."""
+    try:
+        return await request.body()
+    except HTTPException:
+        raise
+    except Exception as exc:
+        raise HTTPException(400, "There was an error parsing the body") from exc
 
 
 def _json_typed(scope: Scope) -> bool:
