@@ -15,7 +15,7 @@ import pytest
 
 from infertui.core.config import HostSettings
 from infertui.core.host import HostService
-from infertui.core.transport.http import HttpServer, create_app, lane
+from infertui.core.transport.http import HttpServer, create_app, lane, routes_openai
 from infertui.core.transport.http.lane import FastLane
 
 from .conftest import MODEL
@@ -64,7 +64,10 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-async def _answer(client: httpx.AsyncClient, path: str, **request: Any) -> tuple[int, Any]:
+HEADERS = ("content-type", "cache-control", "retry-after", "x-backoff-ms", "www-authenticate")
+
+
+async def _answer(client: httpx.AsyncClient, path: str, **request: Any) -> tuple[Any, ...]:
     reply = await client.post(path, **request)
     kind = reply.headers.get("content-type", "")
     if kind.startswith("text/event-stream"):
@@ -74,7 +77,8 @@ async def _answer(client: httpx.AsyncClient, path: str, **request: Any) -> tuple
         body = [_comparable(json.loads(x)) for x in reply.text.splitlines() if x]
     else:
         body = _comparable(reply.json())
-    return reply.status_code, body
+    headers = {name: reply.headers.get(name) for name in HEADERS}
+    return reply.status_code, body, headers, "x-correlation-id" in reply.headers
 
 
 CASES: list[tuple[str, dict[str, Any]]] = [
@@ -109,6 +113,12 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         "/v1/chat/completions",
         {"content": b'{"model": 1}', "headers": {"Content-Type": "application/vnd.x+json"}},
     ),
+    (
+        "/v1/completions",
+        {"content": b'{"model": "m", "prompt": "x"}',
+         "headers": {"Content-Type": "application/x/y+json"}},
+    ),
+    ("/v1/completions", {"json": {"model": MODEL, "prompt": "x", "n": 1000}}),
     ("/api/chat", {"json": {"messages": "hi"}}),
     ("/api/generate", {"json": {"model": "no-such-model", "prompt": "x"}}),
     ("/chat/completions", {"json": {"model": MODEL}}),
@@ -134,7 +144,21 @@ async def test_the_fast_lane_answers_as_fastapi_does(
             request,
         )
     # the lane took every JSON body (not the empty one, nor those of other types)
-    assert len(taken) == len(CASES) - 3
+    assert len(taken) == len(CASES) - 4
+
+
+async def test_a_crash_in_the_fast_lane_is_answered_as_fastapi_answers_it(
+    lanes: tuple[httpx.AsyncClient, httpx.AsyncClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def crash(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(routes_openai, "submit_all", crash)
+    fast, plain = lanes
+    request = {"json": {"model": MODEL, "prompt": "Hello", **GOOD}}
+    answer = await _answer(fast, "/v1/completions", **request)
+    assert answer[0] == 500
+    assert answer == await _answer(plain, "/v1/completions", **request)
 
 
 async def test_a_client_gone_halfway_through_its_body_is_no_crash(

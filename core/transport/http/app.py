@@ -25,7 +25,7 @@ from . import (
 from .access import Access
 from .errors import install_error_handlers
 from .families import Family, family_of, is_health
-from .lane import FastLane
+from .lane import FastLane, fast_lanes
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, CorrelationMiddleware
 from .routes_engines import ProcessUsage
 from .task_store import TaskStore
@@ -104,8 +104,8 @@ def create_app(
     document_errors(app, api_key=access.keys_required)
     # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
     # then the body limit, then the fast lane.
-    routes = [route for router in routers for route in router.routes]
-    app.add_middleware(FastLane, fastapi=app, routes=routes, paths=GENERATION_PATHS)
+    lanes = fast_lanes([route for router in routers for route in router.routes], GENERATION_PATHS)
+    app.add_middleware(FastLane, fastapi=app, lanes=lanes)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if access.keys_required:
         app.add_middleware(ApiKeyMiddleware, access=access)

@@ -10,12 +10,14 @@ and the median TTFT over direct went from +9.4 to +8.3 ms (30 paired bursts). Th
 what these routes need: their body as strict JSON into their request model, the function,
 its response. Everything else stays FastAPI's: the routes are registered with it as before
 (the OpenAPI document, every other endpoint), a request the lane does not take goes on to
-it, and every error leaves through the app's own exception handlers, so each answer is the
-one FastAPI's path gives (tests/http/test_lane.py compares them).
+it, and errors leave as FastAPI's would: through the app's own exception handlers, and a
+crash through the server-error middleware. Each answer is the one FastAPI's path gives
+(tests/http/test_lane.py compares them, headers included).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute, serialize_response
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
@@ -64,6 +67,7 @@ class _Lane:
             or not isinstance(route.response_class, DefaultPlaceholder)
             or getattr(body.field_info, "embed", False)
         )
+        plain = plain and inspect.iscoroutinefunction(route.endpoint)  # not sync, no generator
         if not (plain and isinstance(model, type) and issubclass(model, BaseModel)):
             raise ValueError(f"{route.path} needs FastAPI's own handling")
         assert dependant.request_param_name is not None, route.path
@@ -88,21 +92,27 @@ class _Lane:
         return Response(content, media_type="application/json")
 
 
-class FastLane:
-    """ASGI middleware, the innermost: POSTs of JSON to `paths` are served here by their
-    routes (among `routes`, those of the app's routers), all else goes on to the app. Errors
-    go to the app's exception handlers (`fastapi.exception_handlers`, read at each error)."""
+def fast_lanes(routes: Iterable[BaseRoute], paths: Iterable[str]) -> dict[str, _Lane]:
+    """The lanes of the POST routes at these paths, checked now: a route the lane cannot
+    serve as FastAPI would (a dependency, a sync function...) is a ValueError at start-up."""
+    wanted = set(paths)
+    posts = [r for r in routes if isinstance(r, APIRoute) and "POST" in (r.methods or ())]
+    lanes = {route.path: _Lane.of(route) for route in posts if route.path in wanted}
+    if missing := wanted - lanes.keys():
+        raise ValueError(f"no POST route for {sorted(missing)}")
+    return lanes
 
-    def __init__(
-        self, app: ASGIApp, fastapi: FastAPI, routes: Iterable[BaseRoute], paths: Iterable[str]
-    ) -> None:
+
+class FastLane:
+    """ASGI middleware, the innermost: POSTs of JSON to the lanes' paths are served here, all
+    else goes on to the app. Errors go to the app's exception handlers, as FastAPI's
+    exception middleware would hand them over; a crash (no handler short of `Exception`) is
+    raised on, to the server-error middleware outside, as it would be."""
+
+    def __init__(self, app: ASGIApp, fastapi: FastAPI, lanes: dict[str, _Lane]) -> None:
         self.app = app
         self._handlers = fastapi.exception_handlers
-        wanted = set(paths)
-        posts = [r for r in routes if isinstance(r, APIRoute) and "POST" in (r.methods or ())]
-        self._lanes = {route.path: _Lane.of(route) for route in posts if route.path in wanted}
-        if missing := wanted - self._lanes.keys():
-            raise ValueError(f"no POST route for {sorted(missing)}")
+        self._lanes = lanes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = self._lanes.get(scope["path"]) if scope["type"] == "http" else None
@@ -118,20 +128,26 @@ class FastLane:
             await send(message)
 
         try:
-            if not await _body(request):  # FastAPI's own answer to a missing body
-                await self.app(scope, _replaying(b"", receive), send)
+            if await _body(request):
+                response = await lane.respond(request)
+                await response(scope, receive, sending)
                 return
-            response = await lane.respond(request)
-            await response(scope, receive, sending)
         except Exception as exc:
             handler = self._handler_for(exc)
             if started or handler is None:
                 raise
-            response = await handler(request, exc)
+            if inspect.iscoroutinefunction(handler):
+                response = await handler(request, exc)
+            else:
+                response = await run_in_threadpool(handler, request, exc)
             await response(scope, receive, send)
+            return
+        await self.app(scope, _replaying(b"", receive), send)  # FastAPI's answer to no body
 
     def _handler_for(self, exc: Exception) -> Any:
         for cls in type(exc).__mro__:
+            if cls is Exception:  # the server-error middleware's, not the exception one's
+                return None
             if cls in self._handlers:
                 return self._handlers[cls]
         return None
@@ -154,8 +170,9 @@ def _json_typed(scope: Scope) -> bool:
     for name, value in scope["headers"]:
         if name == b"content-type":
             media: bytes = value.split(b";", 1)[0].strip().lower()
-            return media == b"application/json" or (
-                media.startswith(b"application/") and media.endswith(b"+json")
+            return media.count(b"/") == 1 and (  # email.message reads a/b/c as text/plain
+                media == b"application/json"
+                or (media.startswith(b"application/") and media.endswith(b"+json"))
             )
     return False
 
