@@ -211,22 +211,8 @@ class HostService:
         """Queue a job on the engine `model` names (or the default one), or, with `pool_id`,
         on that pool and no other: a pin never falls back (spec 002). A prompt beyond
         SHORT_PROMPT_CHARS is tokenized on a worker thread, so that one client's long prompt
-        never holds up the event loop that serves the others (a 4 MB prompt takes seconds).
-
-        Once the job is queued, the caller waits one turn of the event loop before it answers:
-        the requests of a burst, read in the same turn, then all reach the engine (an
-        upstream's hop writes each at once) before any of them starts its reply. 32 requests
-        at once in front of an upstream (bench/bench_upstream.py --instant): the median TTFT
-        over direct went from +10.2 to +9.4 ms (30 paired bursts each)."""
-        queued = await self._queue(self._pool_for(model, pool_id), job)
-        try:
-            await asyncio.sleep(0)
-        except asyncio.CancelledError:  # nobody will read it: it must not hold a slot
-            queued.cancel()
-            raise
-        return queued
-
-    async def _queue(self, pool: Pool, job: JobArgs) -> Job:
+        never holds up the event loop that serves the others (a 4 MB prompt takes seconds)."""
+        pool = self._pool_for(model, pool_id)
         engine = pool.engine
         if engine is not None and not engine.tokenizes:  # an upstream: nothing to wait for
             return pool.submit(**job)

@@ -107,6 +107,11 @@ class TaskStore:
             )
 
     def add(self, job: Job, owner: str | None = None) -> Task:
+        """The task of a job just admitted; a 409 (and the job cancelled) where a task of
+        that id was admitted meanwhile, while this one's prompt was tokenized off the loop."""
+        if job.id in self._tasks:
+            job.cancel()
+            self.check_new(job.id)
         task = self._tasks[job.id] = Task(job, owner)
         return task
 
