@@ -99,6 +99,20 @@ def server(cmd: list[str], log_path: Path) -> Iterator[str]:
                 proc.kill()
 
 
+def baseline_env(path: str) -> list[str]:
+    """The prefix that runs the infertui whose package is in the folder `path` (`build/typed`
+    of a checkout, once `make lint` has made it), checked: where no `infertui` package is
+    there, Python would import this checkout's, and the baseline would measure this code."""
+    found = subprocess.run(
+        ["env", f"PYTHONPATH={path}", sys.executable, "-c",
+         "import infertui.core; print(infertui.core.__file__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    if not os.path.abspath(found).startswith(os.path.abspath(path) + os.sep):
+        raise SystemExit(f"--baseline {path}: infertui comes from {found}, not from there")
+    return ["env", f"PYTHONPATH={path}"]
+
+
 def infertui_cmd(setup: Setup) -> list[str]:
     cmd = [
         sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
@@ -195,8 +209,8 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     commands = {"infertui": infertui_cmd(setup)}
-    if args.baseline:  # another checkout of infertui, e.g. before a change
-        commands["baseline"] = ["env", f"PYTHONPATH={args.baseline}", *infertui_cmd(setup)]
+    if args.baseline:  # another version of infertui, e.g. before a change
+        commands["baseline"] = [*baseline_env(args.baseline), *infertui_cmd(setup)]
     if args.llama_server:
         commands["llama-server"] = llama_server_cmd(args.llama_server, setup)
     samples: dict[tuple[str, float, str, int], list[dict[str, float]]] = {}
@@ -304,7 +318,8 @@ def main() -> None:
     parser.add_argument(
         "--baseline",
         metavar="PYTHONPATH",
-        help="also run the infertui found on this PYTHONPATH (an older checkout) side by side",
+        help="also run the infertui found on this PYTHONPATH side by side (build/typed of an "
+        "older checkout)",
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()

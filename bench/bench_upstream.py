@@ -6,7 +6,8 @@ directly, at 1 and 32 streams. Prints figures.
         [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
         [--apart]               # the upstream on CPU 0, the front and the clients on the rest
         [--instant]             # the upstream answers after 200 ms: the hop's own cost alone
-        [--baseline PYTHONPATH] # a second front, another checkout of infertui, side by side
+        [--baseline PYTHONPATH] # a second front, another version of infertui (build/typed of
+                                # an older checkout), side by side
 
 Both servers stay up side by side; each repetition measures direct, then through infertui,
 back to back, and the medians over repetitions are compared (bench/loadgen.py drives the
@@ -32,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_gpu import CACHE, server
+from bench_gpu import CACHE, baseline_env, server
 from loadgen import Load, measure
 
 from infertui.core.engine import bundled_model_path
@@ -96,7 +97,7 @@ def main() -> None:
         front = stack.enter_context(server([*pin, *front_cmd(direct, slots)], logs / "front.log"))
         fronts = {"through infertui": front}
         if args.baseline:
-            cmd = [*pin, "env", f"PYTHONPATH={args.baseline}", *front_cmd(direct, slots)]
+            cmd = [*pin, *baseline_env(args.baseline), *front_cmd(direct, slots)]
             fronts["through the baseline"] = stack.enter_context(
                 server(cmd, logs / "front-baseline.log")
             )
@@ -128,12 +129,14 @@ def main() -> None:
 def pairs(
     args: argparse.Namespace, direct: str, fronts: dict[str, str], n: int, tokens: int, reps: int
 ) -> dict[str, list[dict[str, float]]]:
-    """`reps` runs of `n` streams each way, direct then through each front, back to back."""
+    """`reps` runs of `n` streams each way, direct then through each front, back to back (the
+    fronts in turn first, so that neither always runs longest after its direct pair)."""
     runs: dict[str, list[dict[str, float]]] = {"direct": [], **{name: [] for name in fronts}}
-    for _ in range(reps):
+    for rep in range(reps):
         runs["direct"].append(measure(Load(direct, "instant" if args.instant else "gemma",
                                            tokens, 0.0, 0, {}), n, 1, args.processes))  # fmt: skip
-        for name, url in fronts.items():
+        order = list(fronts.items())
+        for name, url in order[::-1] if rep % 2 else order:
             runs[name].append(measure(Load(url, "up", tokens, 0.0, 0, {}), n, 1, args.processes))
     return runs
 
