@@ -158,6 +158,7 @@ async def test_a_crash_in_the_fast_lane_is_answered_as_fastapi_answers_it(
     request = {"json": {"model": MODEL, "prompt": "Hello", **GOOD}}
     answer = await _answer(fast, "/v1/completions", **request)
     assert answer[0] == 500
+    assert answer[3], "a crash's 500 carries X-Correlation-Id too (OC-CTRL-2052)"
     assert answer == await _answer(plain, "/v1/completions", **request)
 
 

@@ -68,6 +68,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def on_crash(request: Request, err: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        internal = InferError(ErrorKind.INTERNAL, f"internal error: {type(err).__name__}")
-        return error_response(internal, family_of(request.url.path))
+        return crash_response(request.method, request.url.path, err)
+
+
+def crash_response(method: str, path: str, err: Exception) -> JSONResponse:
+    """A 500 in the path's error shape, the error logged with its trace."""
+    log.exception("unhandled error on %s %s", method, path, exc_info=err)
+    internal = InferError(ErrorKind.INTERNAL, f"internal error: {type(err).__name__}")
+    return error_response(internal, family_of(path))

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ...logging import correlation_id
 from ...protocol.errors import ErrorKind, InferError
 from .access import Access
+from .errors import crash_response
 from .families import error_response, family_of, is_health
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,9 @@ HEADER = "x-correlation-id"
 
 class CorrelationMiddleware:
     """Echo X-Correlation-Id (or a new UUIDv4) on every response that has a body, and make it
-    the correlation ID of every log line the request causes."""
+    the correlation ID of every log line the request causes. A crash's 500 is answered here
+    too: Starlette's server-error middleware, outside this one, would send it without the
+    ID (the error is raised on, for the server to log)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -36,15 +39,27 @@ class CorrelationMiddleware:
         scope.setdefault("state", {})["correlation_id"] = cid
         token = correlation_id.set(cid)
 
+        started = False
+
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] != 204:
-                headers = [(k, v) for k, v in message.get("headers", []) if k != HEADER.encode()]
-                message["headers"] = [*headers, (HEADER.encode(), cid.encode("latin-1"))]
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                if message["status"] != 204:
+                    headers = [
+                        (k, v) for k, v in message.get("headers", []) if k != HEADER.encode()
+                    ]
+                    message["headers"] = [*headers, (HEADER.encode(), cid.encode("latin-1"))]
             await send(message)
 
         try:
             log.debug("%s %s", scope["method"], scope["path"])
             await self.app(scope, receive, send_with_id)
+        except Exception as err:
+            if not started:
+                response = crash_response(scope["method"], scope["path"], err)
+                await response(scope, receive, send_with_id)
+            raise
         finally:
             correlation_id.reset(token)
 
