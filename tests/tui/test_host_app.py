@@ -26,7 +26,7 @@ from infertui.tui.headless import build_service
 from infertui.tui.local import LocalClient
 from infertui.tui.screens.qr import QrModal
 
-from .test_client_app import until
+from ..conftest import until, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -97,8 +97,10 @@ async def test_a_model_that_cannot_load_ends_the_dashboard_with_the_reason(tmp_p
     settings = host_settings()
     settings.host.models = [str(tmp_path / "nope.gguf")]
     app = HostApp(settings, LocalClient(build_service(settings)))
-    async with app.run_test(size=(110, 30)) as pilot:
-        await until(pilot, lambda: not app.is_running, 30)
+    async with app.run_test(size=(110, 30)):
+        # not `until`: a pilot pause on an app that is closing can wait for messages that no
+        # one will handle any more (a 30 s WaitForScreenTimeout in CI)
+        await wait_until(lambda: not app.is_running, 30)
     assert app.return_code == 1
     assert "nope.gguf" in app.start_error
 
