@@ -4,7 +4,8 @@ directly, at 1 and 32 streams. Prints figures.
 
     .venv/bin/python bench/bench_upstream.py [--streams 1,32] [--reps 3] [--threads 2]
         [--llama-server PATH]   # the upstream: llama-server (else an infertui host)
-        [--apart]               # the upstream on CPU 0, the front and the clients on the rest
+        [--apart]               # the upstream on CPU 0, the front on CPU 1, the clients on the
+                                # rest (with 2 CPUs, the front and the clients share CPU 1)
         [--instant]             # the upstream answers after 200 ms: the hop's own cost alone
         [--baseline PYTHONPATH] # a second front, another version of infertui (build/typed of
                                 # an older checkout), side by side
@@ -17,9 +18,10 @@ upstream's own first steps move by ±100 ms from run to run and only many pairs 
 milliseconds apart. On one machine the
 front host's own work shares the cores with the upstream's decode, which a real set-up (the
 upstream on its own GPU box) does not: the ratio here is a floor. `--apart` gives the upstream
-a CPU of its own (`taskset`), as its own machine would; the front and the clients share the
-others, so the front's work delays the upstream only by the time it takes, not by the CPU it
-takes from the upstream's decode.
+a CPU of its own (`taskset`), as its own machine would, so the front's work delays the upstream
+only by the time it takes, not by the CPU it takes from the upstream's decode. The front gets
+one too where there are three CPUs or more (a GPU box); on two it shares the other with the
+clients.
 """
 
 from __future__ import annotations
@@ -90,8 +92,13 @@ def main() -> None:
         if not rest:
             parser.error("--apart needs two CPUs")
         up_cmd = ["taskset", "-c", "0", *up_cmd]
-        pin = ["taskset", "-c", ",".join(map(str, rest))]
-        os.sched_setaffinity(0, rest)  # this process and its client workers
+        # With three CPUs or more the front has one of its own too, as it would on its own
+        # machine: a write to a client on its CPU wakes the client, which may take the CPU
+        # from the front (~0.1 ms a write on the 2-core box), a cost the upstream, alone on
+        # CPU 0, does not pay for its direct replies.
+        front_cpus, client_cpus = (rest[:1], rest[1:]) if len(rest) > 1 else (rest, rest)
+        pin = ["taskset", "-c", ",".join(map(str, front_cpus))]
+        os.sched_setaffinity(0, client_cpus)  # this process and its client workers
     with ExitStack() as stack:
         direct = stack.enter_context(server(up_cmd, logs / "upstream.log"))
         front = stack.enter_context(server([*pin, *front_cmd(direct, slots)], logs / "front.log"))
@@ -102,7 +109,12 @@ def main() -> None:
                 server(cmd, logs / "front-baseline.log")
             )
         kind = "instant" if args.instant else "llama-server" if args.llama_server else "infertui"
-        where = " (upstream on CPU 0, the rest elsewhere)" if args.apart else ""
+        where = (
+            f" (upstream on CPU 0, front on {','.join(map(str, front_cpus))}, clients on "
+            f"{','.join(map(str, client_cpus))})"
+            if args.apart
+            else ""
+        )
         print(f"upstream: {kind} at {direct} ({slots} slots); front: infertui at {front}{where}")
         for n in streams:
             runs = pairs(args, direct, fronts, n, args.tokens, args.reps)
