@@ -150,7 +150,10 @@ class Pool:
             raise
         self.metrics.record_accept()
         self.total_requests += 1
-        log.info(
+        # One line per job at INFO, when it ends (below); here only one that must wait. A
+        # line is ~20 µs on the event loop, and a burst's requests wait for each other's.
+        log.log(
+            logging.INFO if job.queue_position else logging.DEBUG,
             "pool %s accepted %s from %s: %d prompt tokens, position %d, predicted start %d ms",
             self.id, job.id, client_id or "-", job.tokens_in, job.queue_position,
             job.predicted_start_ms,
@@ -355,9 +358,11 @@ class Pool:
         self.metrics.record_finish(final)
         t = final.timings
         log.info(
-            "pool %s: %s finished (%s): %d in, %d out, ttft %s ms, %.1f tok/s",
-            self.id, job.id, final.finish_reason, t.tokens_in, t.tokens_out,
-            f"{t.ttft_ms:.0f}" if t.ttft_ms is not None else "-", t.decode_tps,
+            "pool %s: %s from %s finished (%s): %d in, %d out, queued %.0f ms, ttft %s ms, "
+            "%.1f tok/s",
+            self.id, job.id, job.client_id or "-", final.finish_reason, t.tokens_in,
+            t.tokens_out, t.queue_wait_ms, f"{t.ttft_ms:.0f}" if t.ttft_ms is not None else "-",
+            t.decode_tps,
             extra={"cid": job.correlation_id},
         )  # fmt: skip
 
