@@ -146,9 +146,12 @@ def decode_line(line: bytes | str) -> tuple[Envelope, _Payload | None]:
     except ValidationError as exc:
         raise _bad(f"{envelope.type}: {_first_error(exc)}", request_id) from None
     if isinstance(payload, ChatStart):
-        size = len(payload.prompt.encode()) + sum(
-            len(m.content.encode()) for m in payload.messages or ()
-        )
+        # Spec 000's 8 KB bound is the prompt: what is asked now. With `messages` (infertui's
+        # multi-turn extension) that is the newest message. The turns before it are the
+        # conversation so far, bounded by the line cap and the model's context: counted in,
+        # a chat ended after three or four exchanges.
+        newest = payload.messages[-1].content if payload.messages else ""
+        size = len(payload.prompt.encode()) + len(newest.encode())
         if size > MAX_PROMPT_BYTES:
             raise _bad(
                 f"prompt of {size} bytes exceeds the {MAX_PROMPT_BYTES}-byte limit", request_id

@@ -237,3 +237,38 @@ async def test_the_last_reply_is_copied_asked_again_and_its_question_edited(
         copied = app.clipboard
         await pilot.press("x", "y", "ctrl+z", "ctrl+y")  # while one types, Ctrl+Y is redo
         assert prompt.value == "xy" and app.clipboard == copied
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_a_conversation_longer_than_the_context_goes_on_without_its_oldest_turns(
+    host: ServedHost, transport: str, tmp_path
+) -> None:
+    """A chat ended after a few exchanges. Over P2P the whole history counted against spec
+    000's 8 KB prompt bound (BAD_MESSAGE); over either transport, a history past the model's
+    context (1,024 tokens here) was refused (CONTEXT_OVERFLOW) with no way on but a new chat.
+    Now the oldest exchanges are left out until the question fits, as Ollama does."""
+    from infertui.core.client.chats import ChatStore
+    from infertui.core.protocol import ChatMessage
+
+    filler = "The sea is wide and the sky is grey. " * 80  # ~3 KB, ~800 tokens
+    turns = []
+    for i in range(3):  # 9 KB: over the 8 KB bound, and twice the context
+        turns.append(ChatMessage(role="user", content=f"Part {i}. {filler}"))
+        turns.append(ChatMessage(role="assistant", content=f"Noted part {i}."))
+    app = app_for(host, transport)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.store = ChatStore(tmp_path / "chats")
+        chat.history = list(turns)
+        view = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: view.stats is not None, 60)
+        assert view.body.source, view.query_one(Static).render()
+        assert chat.left_out == 4  # two exchanges left out; the third and the question fit
+        assert view.stats is not None and view.stats.tokens_in is not None
+        assert 800 < view.stats.tokens_in < 1024
+        assert len(chat.history) == 8  # nothing is lost from the conversation itself
+        follow = await ask(pilot, app, "And another?")  # goes from there at once
+        await until(pilot, lambda: follow.stats is not None, 60)
+        assert follow.body.source and chat.left_out == 4

@@ -51,3 +51,13 @@ def test_a_chat_id_is_never_a_path(tmp_path) -> None:
     for bad in ("../secret", "a/b", ""):
         with pytest.raises(ValueError, match="not a chat id"):
             store.load(bad)
+
+
+def test_without_oldest_turn_steps_to_the_next_question_and_keeps_the_last() -> None:
+    from infertui.core.client.chats import without_oldest_turn
+
+    roles = ["user", "assistant", "user", "assistant", "assistant", "user"]
+    history = [ChatMessage(role=r, content=str(i)) for i, r in enumerate(roles)]  # type: ignore[arg-type]
+    assert without_oldest_turn(history, 0) == 2
+    assert without_oldest_turn(history, 2) == 5  # an exchange goes whole, however long
+    assert without_oldest_turn(history, 5) is None  # the question asked now always stays

@@ -85,6 +85,22 @@ def test_chat_start_prompt_exceeds_max_size_is_bad_message() -> None:
     assert "8192" in err.message
 
 
+def test_the_8_kb_bound_is_the_turn_asked_now_not_the_conversation_before_it() -> None:
+    """Prompt exceeds max size, with infertui's `messages`: the newest message is the prompt;
+    the earlier turns (a long conversation) are bounded by the line cap and the context."""
+    limit = p2p.MAX_PROMPT_BYTES
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": "a" * (limit // 2)}
+        for i in range(9)  # 36 KB of conversation so far, then a 4 KB question
+    ]
+    line = {"type": "chat_start", "payload": {"messages": turns}, "request_id": "r"}
+    _, payload = p2p.decode_line(json.dumps(line))
+    assert isinstance(payload, p2p.ChatStart) and len(payload.messages or ()) == 9
+    turns[-1]["content"] = "a" * (limit + 1)
+    err = bad_message(json.dumps(line))
+    assert "8192" in err.message
+
+
 def test_a_line_over_the_framing_cap_is_bad_message() -> None:
     bad_message(b'{"type":"x","payload":{"p":"' + b"a" * p2p.MAX_LINE_BYTES + b'"}}')
 

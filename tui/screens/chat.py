@@ -12,7 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from infertui.core.client import ChatReply, explain
-from infertui.core.client.chats import ChatStore, SavedChat, title_of
+from infertui.core.client.chats import ChatStore, SavedChat, title_of, without_oldest_turn
 from infertui.core.protocol import ChatMessage, ErrorKind, InferError
 
 from ..base import infertui_app
@@ -68,6 +68,7 @@ class ChatScreen(Screen[None]):
     def __init__(self, store: ChatStore | None = None) -> None:
         super().__init__()
         self.history: list[ChatMessage] = []
+        self.left_out = 0  # the history's first messages, no longer sent: past the context
         self.saved: SavedChat | None = None  # where this conversation is kept, once it has a reply
         self.store = store or ChatStore()
         self.reply: ChatReply | None = None
@@ -210,10 +211,17 @@ class ChatScreen(Screen[None]):
             return
         history = self.history  # this conversation's, even if a new chat starts meanwhile
         saved = self.saved
-        system = [ChatMessage(role="system", content=options.system_prompt)]
-        messages = [*system, *history] if options.system_prompt else list(history)
-        reply = client.chat(messages, model=options.model, **options.sampling())
-        self.reply = reply
+        prompt = options.system_prompt
+        system = [ChatMessage(role="system", content=prompt)] if prompt else []
+        start = min(self.left_out, len(history) - 1)
+
+        def send() -> ChatReply:
+            self.reply = client.chat(
+                [*system, *history[start:]], model=options.model, **options.sampling()
+            )
+            return self.reply
+
+        reply = send()
         self.refresh_bindings()
         stream = view.stream()
         status = self.query_one("#reply-status", Static)
@@ -222,18 +230,36 @@ class ChatScreen(Screen[None]):
         started = shown = time.monotonic()
         try:
             await self.show_queue_position()
-            async for piece in reply:
-                if not parts:
-                    queue_timer.stop()
-                    view.note("")
-                parts.append(piece)
-                stream.write(piece)
-                now = time.monotonic()
-                if now - shown >= STATUS_EVERY_S:
-                    rate = len(parts) / (now - started)
-                    text = f"Generating · {len(parts)} tokens · {rate:.0f} tok/s · Esc stops"
-                    status.update(text, layout=False)  # one fixed line: no layout pass
-                    shown = now
+            while True:
+                try:
+                    async for piece in reply:
+                        if not parts:
+                            queue_timer.stop()
+                            view.note("")
+                        parts.append(piece)
+                        stream.write(piece)
+                        now = time.monotonic()
+                        if now - shown >= STATUS_EVERY_S:
+                            rate = len(parts) / (now - started)
+                            text = (
+                                f"Generating · {len(parts)} tokens · {rate:.0f} tok/s · Esc stops"
+                            )
+                            status.update(text, layout=False)  # one fixed line: no layout pass
+                            shown = now
+                    break
+                except InferError as err:
+                    overflow = err.kind is ErrorKind.CONTEXT_OVERFLOW and not parts
+                    later = without_oldest_turn(history, start) if overflow else None
+                    if later is None:
+                        raise
+                    start = later  # the oldest exchange is left out, and asked again
+                    if history is self.history:
+                        self.left_out = start
+                    self.notify(
+                        f"The conversation is longer than the model's context: its first "
+                        f"{start} messages are no longer sent."
+                    )
+                    reply = send()
             await stream.close()  # the whole text first, then the stats under it
             view.finished(reply.stats)
         except InferError as err:
@@ -385,7 +411,7 @@ class ChatScreen(Screen[None]):
     async def start_over(self, *, welcome: bool = True) -> None:
         """A new conversation: a new history (a reply still ending keeps to its own)."""
         self.end_edit()
-        self.history, self.saved = [], None
+        self.history, self.saved, self.left_out = [], None, 0
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
         if welcome:
