@@ -13,7 +13,16 @@ import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .common import MAX_MESSAGES, MAX_PATH, MAX_PROMPTS, ChatMessage, SamplingParams, Stop, Stops
 from .errors import InferError
@@ -364,6 +373,14 @@ class ChunkChoice(BaseModel):
     delta: Delta
     finish_reason: OpenAIFinish = None
     logprobs: ChatLogprobs | None = None
+
+    @model_serializer(mode="wrap")
+    def _with_finish_reason(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every chunk names its finish_reason, null until the last (spec 004's stream, as
+        OpenAI's): a client that reads `choice["finish_reason"]` must find the key."""
+        data: dict[str, Any] = handler(self)
+        data.setdefault("finish_reason", None)
+        return data
 
 
 class ChatCompletionChunk(BaseModel):

@@ -118,6 +118,10 @@ async def test_spec_004_sse_framing_headers_and_done(host: Host) -> None:
     assert events[-1] == "data: [DONE]"
     first = json.loads(events[0][6:])
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    # every chunk names its finish_reason, null until the last (as spec 004's example)
+    choices = [json.loads(e[6:])["choices"][0] for e in events[:-1]]
+    assert [c["finish_reason"] for c in choices[:-1]] == [None] * (len(choices) - 1)
+    assert choices[-1]["finish_reason"] in ("stop", "length")
 
 
 @pytest.mark.parametrize(
