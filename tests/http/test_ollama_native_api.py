@@ -71,6 +71,8 @@ async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
     shown = await client.show(MODEL)
     assert shown.details is not None and shown.details.family == "gemma3"
     assert shown.modelfile and "gemma-3-270m" in shown.modelfile
+    assert shown.capabilities == ["completion", "tools", "embedding"]  # what clients offer
+    assert shown.modelinfo is not None and shown.modelinfo["gemma3.context_length"] > 0
     running = await client.ps()
     assert [m.model for m in running.models] == [MODEL]
     assert running.models[0].size and running.models[0].size > 0

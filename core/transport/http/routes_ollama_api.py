@@ -188,8 +188,12 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         "model_info": {
             "general.architecture": entry.details.family,
             "general.file_type": entry.details.quantization_level,
+            f"{entry.details.family}.context_length": status.parameters.n_ctx,
         },
-        "capabilities": ["completion"],
+        # Ollama's clients offer tools only where "tools" is listed; every engine here takes
+        # them (/api/chat's `tools`). Embeddings come from local engines, not upstream ones.
+        "capabilities": ["completion", "tools"]
+        + ([] if status.model_path.startswith(("http://", "https://")) else ["embedding"]),
         "modified_at": entry.modified_at,
     }
 
