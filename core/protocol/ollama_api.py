@@ -127,6 +127,21 @@ class ApiGenerateRequest(_Generation):
         return suffix
 
 
+class ApiEmbeddingsRequest(BaseModel):
+    """Ollama's older `/api/embeddings`: one `prompt`, one `embedding` back."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    keep_alive: str | int | float | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _untagged(cls, model: str) -> str:
+        return model.removesuffix(":latest")
+
+
 class ApiEmbedRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

@@ -47,6 +47,10 @@ async def test_ollama_embed(host: Host) -> None:
         one = await client.embed(model=f"{MODEL}:latest", input=TEXTS[0])
         assert np.allclose(one.embeddings[0], reply.embeddings[0], atol=1e-6)
         assert reply.prompt_eval_count and reply.prompt_eval_count > 8
+        older = await client.embeddings(model=MODEL, prompt=TEXTS[0])  # /api/embeddings
+        assert np.allclose(older.embedding, reply.embeddings[0], atol=1e-6)
+        empty = await host.client.post("/api/embeddings", json={"model": MODEL, "prompt": ""})
+        assert empty.status_code == 400 and set(empty.json()) == {"error"}  # Ollama's shape
     finally:
         await client._client.aclose()
 

@@ -20,6 +20,7 @@ from ...protocol.common import ChatMessage
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama_api import (
     ApiChatRequest,
+    ApiEmbeddingsRequest,
     ApiEmbedRequest,
     ApiError,
     ApiGenerateRequest,
@@ -145,6 +146,12 @@ async def embed(body: ApiEmbedRequest, request: Request) -> dict[str, Any]:
         "load_duration": 0,
         "prompt_eval_count": sum(job.tokens_in for job in jobs),
     }
+
+
+@router.post("/embeddings", summary="One embedding, as Ollama's older endpoint gives it")
+async def embeddings(body: ApiEmbeddingsRequest, request: Request) -> dict[str, Any]:
+    vectors, _ = await embed_texts(request, body.model, [body.prompt])
+    return {"embedding": vectors[0]}
 
 
 @router.get("/tags", summary="The engines, as Ollama lists its models")
