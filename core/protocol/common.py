@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 Role = Literal["system", "user", "assistant"]
 MAX_STOPS = 16  # stop strings per request
@@ -36,6 +36,17 @@ class ChatMessage(BaseModel):
 Stop = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 Stops = Annotated[list[Stop], Field(max_length=MAX_STOPS)]
 Messages = Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
+
+_SEEDS = 2**32 - 1  # llama.cpp's seeds are 32 bits, and 0xFFFFFFFF means "draw one"
+
+
+def _seed(value: int | None) -> int | None:
+    """A negative seed (llama.cpp's clients send -1) draws a random one; one past 32 bits
+    (OpenAI takes any integer) is folded into llama.cpp's range, still reproducible."""
+    return None if value is None or value < 0 else value % _SEEDS
+
+
+Seed = Annotated[int | None, AfterValidator(_seed)]
 
 
 class SamplingParams(BaseModel):

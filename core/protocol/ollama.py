@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import Messages, SamplingParams, Stops
+from .common import Messages, SamplingParams, Seed, Stops
 from .errors import InferError
 
 SSE_END = "[END]"
@@ -26,7 +26,7 @@ class OllamaChatRequest(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
-    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    seed: Seed = None
     max_tokens: int | None = Field(None, ge=1)
     stop: Stops | None = None
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .common import MAX_MESSAGES, ChatMessage, SamplingParams, Stops
+from .common import MAX_MESSAGES, ChatMessage, SamplingParams, Seed, Stops
 from .snapshots import FinishReason, TimingStats
 from .structured import JSON_OBJECT, checked_schema
 from .tools import MAX_TOOLS, RichMessage, Tool, conversation
@@ -37,7 +37,7 @@ class Options(BaseModel):
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    seed: Seed = None
     num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full")
     stop: Stops | None = None
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)

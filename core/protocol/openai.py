@@ -24,7 +24,16 @@ from pydantic import (
     model_validator,
 )
 
-from .common import MAX_MESSAGES, MAX_PATH, MAX_PROMPTS, ChatMessage, SamplingParams, Stop, Stops
+from .common import (
+    MAX_MESSAGES,
+    MAX_PATH,
+    MAX_PROMPTS,
+    ChatMessage,
+    SamplingParams,
+    Seed,
+    Stop,
+    Stops,
+)
 from .errors import InferError
 from .events import TokenLogprob
 from .snapshots import EngineParameters, EngineState, FinishReason
@@ -90,7 +99,7 @@ class _Sampling(BaseModel):
     )
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, ge=0.0, le=1.0)
-    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    seed: Seed = None
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     stop: Stop | Stops | None = None

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .common import MAX_PATH, Messages, SamplingParams, Stops
+from .common import MAX_PATH, Messages, SamplingParams, Seed, Stops
 from .errors import InferError
 from .snapshots import MetricsSnapshot, PoolState
 
@@ -43,7 +43,7 @@ class TaskRequest(BaseModel):
     temperature: float = Field(0.8, ge=0.0, le=2.0)
     top_p: float = Field(0.95, ge=0.0, le=1.0)
     top_k: int = Field(40, ge=0)
-    seed: int | None = Field(None, ge=0, le=2**32 - 2)
+    seed: Seed = None
     stop: Stops | None = None
     output_mode: OutputMode | None = Field(
         None, description="a hint, recorded; unknown values are ignored (OC-CTRL-2063)"

@@ -124,6 +124,21 @@ async def test_spec_004_sse_framing_headers_and_done(host: Host) -> None:
     assert choices[-1]["finish_reason"] in ("stop", "length")
 
 
+async def test_a_seed_of_minus_one_draws_one_and_a_wide_seed_is_folded_in(host: Host) -> None:
+    """llama.cpp's clients send `seed: -1` for a random seed, and OpenAI takes any integer:
+    both were 400s. -1 now draws a seed; one past 32 bits is folded into llama.cpp's range,
+    as reproducible as any."""
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 8, "temperature": 1.0}
+    drawn = await host.client.post("/v1/chat/completions", json={**body, "seed": -1})
+    assert drawn.status_code == 200, drawn.text
+    texts = []
+    for _ in range(2):
+        wide = await host.client.post("/v1/chat/completions", json={**body, "seed": 2**40 + 7})
+        assert wide.status_code == 200, wide.text
+        texts.append(wide.json()["choices"][0]["message"]["content"])
+    assert texts[0] and texts[0] == texts[1]
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
