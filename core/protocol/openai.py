@@ -63,20 +63,23 @@ class JsonSchemaFormat(BaseModel):
 
 
 class ResponseFormat(BaseModel):
-    """`{"type": "json_object"}` (any JSON object) or `{"type": "json_schema", "json_schema":
+    """`{"type": "json_object"}` (any JSON object; with a `schema`, as llama-server and
+    llama-cpp-python take it, JSON of that schema) or `{"type": "json_schema", "json_schema":
     {"name": ..., "schema": {...}}}`: the reply is generated under a grammar that admits only
     such JSON. A schema keyword the grammar cannot enforce is refused, by name."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
+    object_schema: dict[str, Any] | None = Field(None, alias="schema")
     _schema: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _check(self) -> ResponseFormat:
         if self.type == "json_object":
-            self._schema = JSON_OBJECT
+            given = self.object_schema
+            self._schema = JSON_OBJECT if given is None else checked_schema(given)
         elif self.type == "json_schema":
             if self.json_schema is None:
                 raise ValueError('"json_schema" is required with type "json_schema"')

@@ -76,6 +76,17 @@ async def test_json_mode_replies_with_one_json_object(sdk: openai.AsyncOpenAI) -
         assert (reply.choices[0].message.content or "").startswith("{")
 
 
+async def test_json_mode_with_a_schema_follows_it(sdk: openai.AsyncOpenAI) -> None:
+    """`{"type": "json_object", "schema": ...}`, as llama-server and llama-cpp-python take
+    it: the schema was read past, and the reply was any JSON object."""
+    reply = await sdk.chat.completions.create(
+        model=MODEL, messages=ASK, max_tokens=160, temperature=0,
+        response_format={"type": "json_object", "schema": PET},  # type: ignore[typeddict-unknown-key]
+    )  # fmt: skip
+    assert reply.choices[0].finish_reason == "stop", reply
+    jsonschema.validate(json.loads(reply.choices[0].message.content or ""), PET)
+
+
 @pytest.mark.parametrize(
     ("schema", "named"),
     [
