@@ -118,6 +118,14 @@ class ApiGenerateRequest(_Generation):
     system: str | None = None
     raw: bool = False  # the prompt as is, without the chat template
     suffix: str | None = None
+    images: list[str] | None = None
+
+    @field_validator("images")
+    @classmethod
+    def _no_images(cls, images: list[str] | None) -> list[str] | None:
+        if images:  # as /api/chat refuses them: read past, the reply would be about nothing
+            raise ValueError("images are not supported: the host's engines read text only")
+        return images
 
     @field_validator("suffix")
     @classmethod

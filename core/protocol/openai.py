@@ -112,6 +112,14 @@ class _Sampling(BaseModel):
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
     response_format: ResponseFormat | None = None
+    logit_bias: dict[str, float] | None = Field(None, description="refused unless empty")
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        if bias:  # refused, not read past: a reply that ignored it would look like a good one
+            raise ValueError("logit_bias is not supported")
+        return bias
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         schema = self.response_format.schema_text if self.response_format else None
@@ -225,6 +233,22 @@ class CompletionRequest(_Sampling):
     max_tokens: int = Field(16, ge=1)
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices per prompt, side by side")
     logprobs: int | None = Field(None, ge=0, le=5, description="alternatives per token")
+    suffix: str | None = Field(None, description="refused unless empty")
+    echo: bool = Field(False, description="refused if true")
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, suffix: str | None) -> str | None:
+        if suffix:
+            raise ValueError("fill-in-the-middle ('suffix') is not supported")
+        return suffix
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, echo: bool) -> bool:
+        if echo:
+            raise ValueError("echo is not supported: the reply holds the completion only")
+        return echo
 
     def alternatives(self) -> int | None:
         return self.logprobs

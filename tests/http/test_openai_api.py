@@ -162,6 +162,33 @@ async def test_spec_004_out_of_range_parameters_are_400(
     assert field in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "field", "value", "said"),
+    [
+        ("/v1/chat/completions", "logit_bias", {"50256": -100}, "logit_bias is not supported"),
+        ("/v1/completions", "logit_bias", {"7": 5}, "logit_bias is not supported"),
+        ("/v1/completions", "suffix", "}", "'suffix') is not supported"),
+        ("/v1/completions", "echo", True, "echo is not supported"),
+        ("/api/generate", "images", ["AAAA"], "images are not supported"),
+    ],
+)
+async def test_what_the_host_cannot_do_is_refused_by_name_not_read_past(
+    host: Host, path: str, field: str, value: object, said: str
+) -> None:
+    """A reply that ignored logit_bias, a suffix, echo or an image would look like a good
+    one: each is a 400 naming it (they were read past). Empty or false values pass."""
+    body: dict[str, object] = {"model": MODEL, "max_tokens": 2}
+    body.update({"messages": CHAT} if "chat" in path else {"prompt": "Hello"})
+    refused = await host.client.post(path, json={**body, field: value, "stream": False})
+    assert refused.status_code == 400, refused.text
+    assert said in refused.text
+    if path.startswith("/v1/"):
+        assert refused.json()["error"]["param"] == field
+    empty = {"logit_bias": {}, "suffix": "", "echo": False, "images": []}[field]
+    served = await host.client.post(path, json={**body, field: empty, "stream": False})
+    assert served.status_code == 200, served.text
+
+
 async def test_spec_004_missing_model_invalid_json_and_context_overflow_are_400(host: Host) -> None:
     missing = await host.client.post("/v1/chat/completions", json={"messages": CHAT})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
