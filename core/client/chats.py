@@ -9,7 +9,6 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -50,16 +49,6 @@ class SavedChat(BaseModel):
             )
             parts += [f"## {who}", "", message.content, ""]
         return "\n".join(parts)
-
-
-def without_oldest_turn(history: Sequence[ChatMessage], start: int) -> int | None:
-    """Where the conversation sent as `history[start:]` starts once its oldest exchange is
-    left out: at its next user turn. None where only the question asked now is left. A chat
-    longer than the model's context goes on this way, as Ollama's does, rather than end."""
-    for at in range(start + 1, len(history)):
-        if history[at].role == "user":
-            return at
-    return None
 
 
 def title_of(words: str) -> str:

@@ -5,7 +5,7 @@ job events and the snapshots every face serves. Each dialect's own wire models s
 module (`openai`, `ollama`, `orchestrator`, `p2p`), for the face that speaks it.
 """
 
-from .common import ChatMessage, SamplingParams
+from .common import ChatMessage, SamplingParams, without_oldest_turn
 from .errors import ErrorKind, InferError
 from .events import Admitted, Finished, JobEvent, TokenText
 from .openai import AddEngineRequest
@@ -50,4 +50,5 @@ __all__ = [
     "SnapshotKind",
     "TimingStats",
     "TokenText",
+    "without_oldest_turn",
 ]

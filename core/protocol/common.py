@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Sequence
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -37,6 +38,7 @@ Stop = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 Stops = Annotated[list[Stop], Field(max_length=MAX_STOPS)]
 Messages = Annotated[list[ChatMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
 
+T = TypeVar("T")
 _SEEDS = 2**32 - 1  # llama.cpp's seeds are 32 bits, and 0xFFFFFFFF means "draw one"
 
 
@@ -47,6 +49,33 @@ def _seed(value: int | None) -> int | None:
 
 
 Seed = Annotated[int | None, AfterValidator(_seed)]
+
+
+NO_SUFFIX = "fill-in-the-middle ('suffix') is not supported"
+NO_IMAGES = "images are not supported: the host's engines read text only"
+
+
+def refused(reason: str) -> AfterValidator:
+    """A field the host cannot honour: an empty or false value passes, any other is refused
+    with `reason` (a 400 naming the field). Read past, the reply would look like a good one."""
+
+    def check(value: T) -> T:
+        if value:
+            raise ValueError(reason)
+        return value
+
+    return AfterValidator(check)
+
+
+def without_oldest_turn(history: Sequence[ChatMessage], start: int) -> int | None:
+    """Where the conversation sent as `history[start:]` starts once its oldest exchange is
+    left out: at its next user turn. None where only the question asked now is left. A chat
+    longer than the model's context goes on this way, as Ollama's does, rather than end (the
+    chat app, and /api/chat for Ollama's clients)."""
+    for at in range(start + 1, len(history)):
+        if history[at].role == "user":
+            return at
+    return None
 
 
 class SamplingParams(BaseModel):

@@ -12,14 +12,31 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from .common import MAX_MESSAGES, ChatMessage, SamplingParams, Seed, Stops
+from .common import (
+    MAX_MESSAGES,
+    NO_IMAGES,
+    NO_SUFFIX,
+    ChatMessage,
+    SamplingParams,
+    Seed,
+    Stops,
+    refused,
+)
 from .snapshots import FinishReason, TimingStats
 from .structured import JSON_OBJECT, checked_schema
 from .tools import MAX_TOOLS, RichMessage, Tool, conversation
 
 NS_PER_MS = 1_000_000
+
+
+def _untagged(model: str) -> str:
+    """`name:latest` is how Ollama's clients name a model; engines have no tags."""
+    return model.removesuffix(":latest")
+
+
+ModelName = Annotated[str, Field(min_length=1), AfterValidator(_untagged)]
 
 
 class ApiError(BaseModel):
@@ -49,17 +66,11 @@ class Options(BaseModel):
 class _Generation(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: ModelName
     stream: bool = True  # Ollama streams unless told not to
     format: Literal["json", ""] | dict[str, Any] | None = None
     options: Options | None = None
     keep_alive: str | int | float | None = None  # engines stay loaded: accepted, not used
-
-    @field_validator("model")
-    @classmethod
-    def _untagged(cls, model: str) -> str:
-        """`name:latest` is how Ollama's clients name a model; engines have no tags."""
-        return model.removesuffix(":latest")
 
     @field_validator("format")
     @classmethod
@@ -92,7 +103,7 @@ class ApiMessage(BaseModel):
 
     def rich(self) -> RichMessage:
         if self.images:
-            raise ValueError("images are not supported: the host's engines read text only")
+            raise ValueError(NO_IMAGES)
         return RichMessage(
             role=self.role, content=self.content, tool_calls=self.tool_calls, name=self.tool_name
         )
@@ -117,22 +128,8 @@ class ApiGenerateRequest(_Generation):
     prompt: str = ""
     system: str | None = None
     raw: bool = False  # the prompt as is, without the chat template
-    suffix: str | None = None
-    images: list[str] | None = None
-
-    @field_validator("images")
-    @classmethod
-    def _no_images(cls, images: list[str] | None) -> list[str] | None:
-        if images:  # as /api/chat refuses them: read past, the reply would be about nothing
-            raise ValueError("images are not supported: the host's engines read text only")
-        return images
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, suffix: str | None) -> str | None:
-        if suffix:
-            raise ValueError("fill-in-the-middle ('suffix') is not supported")
-        return suffix
+    suffix: Annotated[str | None, refused(NO_SUFFIX)] = None
+    images: Annotated[list[str] | None, refused(NO_IMAGES)] = None  # as /api/chat's
 
 
 class ApiEmbeddingsRequest(BaseModel):
@@ -140,28 +137,18 @@ class ApiEmbeddingsRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: ModelName
     prompt: str = Field(min_length=1)
     keep_alive: str | int | float | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _untagged(cls, model: str) -> str:
-        return model.removesuffix(":latest")
 
 
 class ApiEmbedRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: ModelName
     input: str | Annotated[list[str], Field(min_length=1, max_length=256)]
     truncate: bool = True  # inputs beyond the context are refused, never cut: see the README
     keep_alive: str | int | float | None = None
-
-    @field_validator("model")
-    @classmethod
-    def _untagged(cls, model: str) -> str:
-        return model.removesuffix(":latest")
 
     @property
     def texts(self) -> list[str]:

@@ -3,7 +3,8 @@
 Request defaults and ranges are the spec's (temperature 1.0 in 0..2, top_p 1.0 in 0..1,
 penalties in -2..2, max_tokens ≥ 1 with 128 for chat and 16 for completions). Fields OpenAI
 clients send that the spec does not name (`user`, `metadata`, later ones) are ignored rather
-than refused, as OpenAI does. `response_format` constrains the output with a grammar
+than refused, as OpenAI does; those the host cannot honour (`logit_bias`, `suffix`, `echo`)
+are refused by name. `response_format` constrains the output with a grammar
 (structured.py); message content may be a list of parts, whose text parts are joined.
 """
 
@@ -28,11 +29,13 @@ from .common import (
     MAX_MESSAGES,
     MAX_PATH,
     MAX_PROMPTS,
+    NO_SUFFIX,
     ChatMessage,
     SamplingParams,
     Seed,
     Stop,
     Stops,
+    refused,
 )
 from .errors import InferError
 from .events import TokenLogprob
@@ -51,6 +54,8 @@ from .tools import (
 
 OpenAIFinish = Literal["stop", "length", "tool_calls"] | None
 MAX_CHOICES = 16  # n: choices in one chat completion
+NO_LOGIT_BIAS = "logit_bias is not supported"
+NO_ECHO = "echo is not supported: the reply holds the completion only"
 
 
 class JsonSchemaFormat(BaseModel):
@@ -112,14 +117,7 @@ class _Sampling(BaseModel):
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
     response_format: ResponseFormat | None = None
-    logit_bias: dict[str, float] | None = Field(None, description="refused unless empty")
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _no_logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
-        if bias:  # refused, not read past: a reply that ignored it would look like a good one
-            raise ValueError("logit_bias is not supported")
-        return bias
+    logit_bias: Annotated[dict[str, float] | None, refused(NO_LOGIT_BIAS)] = None
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         schema = self.response_format.schema_text if self.response_format else None
@@ -233,22 +231,8 @@ class CompletionRequest(_Sampling):
     max_tokens: int = Field(16, ge=1)
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices per prompt, side by side")
     logprobs: int | None = Field(None, ge=0, le=5, description="alternatives per token")
-    suffix: str | None = Field(None, description="refused unless empty")
-    echo: bool = Field(False, description="refused if true")
-
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, suffix: str | None) -> str | None:
-        if suffix:
-            raise ValueError("fill-in-the-middle ('suffix') is not supported")
-        return suffix
-
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, echo: bool) -> bool:
-        if echo:
-            raise ValueError("echo is not supported: the reply holds the completion only")
-        return echo
+    suffix: Annotated[str | None, refused(NO_SUFFIX)] = None
+    echo: Annotated[bool, refused(NO_ECHO)] = False
 
     def alternatives(self) -> int | None:
         return self.logprobs

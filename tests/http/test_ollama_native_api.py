@@ -124,3 +124,27 @@ async def test_chat_with_tools_in_ollamas_shape(client: ollama.AsyncClient) -> N
                                options={"temperature": 0, "num_predict": 8})  # fmt: skip
     assert answer.done and answer.prompt_eval_count
     assert answer.prompt_eval_count > (whole.prompt_eval_count or 0)
+
+
+async def test_a_chat_past_the_context_loses_its_oldest_turns_as_ollamas_does(
+    host: Host, client: ollama.AsyncClient
+) -> None:
+    """Open WebUI and other Ollama clients send the whole conversation; past the context
+    (1,024 tokens here) Ollama drops the oldest turns, and so does /api/chat (it was a 400).
+    The system prompt stays. A single question past the context is still refused."""
+    filler = "The sea is wide and the sky is grey. " * 80  # ~800 tokens
+    messages = [{"role": "system", "content": "Answer in one word."}]
+    for i in range(3):
+        messages.append({"role": "user", "content": f"Part {i}. {filler}"})
+        messages.append({"role": "assistant", "content": f"Noted part {i}."})
+    messages.append({"role": "user", "content": "Name a colour."})
+    reply = await client.chat(
+        model=MODEL, messages=messages, stream=False, options={"num_predict": 4}
+    )
+    assert reply.done and reply.prompt_eval_count is not None
+    assert 800 < reply.prompt_eval_count < 1024  # one exchange of the three kept, and the rest
+    lone = [{"role": "user", "content": filler * 2}]
+    too_long = await host.client.post(
+        "/api/chat", json={"model": MODEL, "messages": lone, "stream": False}
+    )
+    assert too_long.status_code == 400 and "context" in too_long.json()["error"]

@@ -54,7 +54,7 @@ def test_a_chat_id_is_never_a_path(tmp_path) -> None:
 
 
 def test_without_oldest_turn_steps_to_the_next_question_and_keeps_the_last() -> None:
-    from infertui.core.client.chats import without_oldest_turn
+    from infertui.core.protocol.common import without_oldest_turn
 
     roles = ["user", "assistant", "user", "assistant", "assistant", "user"]
     history = [ChatMessage(role=r, content=str(i)) for i, r in enumerate(roles)]  # type: ignore[arg-type]

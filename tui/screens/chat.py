@@ -12,8 +12,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from infertui.core.client import ChatReply, explain
-from infertui.core.client.chats import ChatStore, SavedChat, title_of, without_oldest_turn
-from infertui.core.protocol import ChatMessage, ErrorKind, InferError
+from infertui.core.client.chats import ChatStore, SavedChat, title_of
+from infertui.core.protocol import ChatMessage, ErrorKind, InferError, without_oldest_turn
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar

@@ -1,4 +1,5 @@
-"""Ollama's own API: /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version.
+"""Ollama's own API: /api/chat, /api/generate, /api/embed(dings), /api/tags, /api/show,
+/api/ps, /api/version.
 
 Mounted under /api so that it never meets spec 001's /chat/*. Generation goes through the same
 submit (queue, admission, cancel on disconnect) as every other face.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from importlib.metadata import version
@@ -16,7 +18,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ...protocol.common import ChatMessage
+from ...protocol.common import ChatMessage, without_oldest_turn
+from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama_api import (
     ApiChatRequest,
@@ -45,6 +48,8 @@ router = APIRouter(
     responses=documented_errors(ApiError),
 )  # fmt: skip
 
+log = logging.getLogger(__name__)
+
 NDJSON = "application/x-ndjson"
 NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_alive expiry
 
@@ -53,10 +58,24 @@ NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_ali
 async def chat(body: ApiChatRequest, request: Request) -> Any:
     tool_format = service_of(request).tool_format(body.model) if body.tools else GENERIC_FORMAT
     tools = [t.model_dump() for t in body.tools or []] if tool_format != GENERIC_FORMAT else None
-    job = await submit(
-        request, model=body.model, messages=body.turns(tool_format), params=body.sampling(),
-        tools=tools,
-    )  # fmt: skip
+    turns = body.turns(tool_format)
+    system = next((i for i, m in enumerate(turns) if m.role != "system"), len(turns))
+    start = system
+    while True:  # as Ollama does, a conversation past the context loses its oldest turns
+        sent = [*turns[:system], *turns[start:]]
+        try:
+            job = await submit(
+                request, model=body.model, messages=sent, params=body.sampling(), tools=tools
+            )
+            break
+        except InferError as err:
+            overflow = err.kind is ErrorKind.CONTEXT_OVERFLOW
+            later = without_oldest_turn(turns, start) if overflow else None
+            if later is None:
+                raise
+            start = later
+    if start > system:
+        log.info("/api/chat: %d oldest messages left out to fit the context", start - system)
     names = {t.function.name for t in body.tools or []}
     return await reply(request, job, "message", stream=body.stream, tool_names=names)
 
