@@ -157,6 +157,23 @@ class LlamaEngine:
         """A plain completion prompt: no template, and control tokens are not parsed."""
         return self.model.tokenize(prompt, add_bos=self.model.add_bos, parse_special=False)
 
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        """Control tokens written out (`<start_of_turn>`) are read as such, as llama-server's
+        /tokenize does; `add_special` adds the model's BOS where it has one."""
+        return self.model.tokenize(
+            text, add_bos=add_special and self.model.add_bos, parse_special=True
+        )
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        n_vocab = self.model.n_vocab
+        if bad := [t for t in tokens if not 0 <= t < n_vocab]:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"token {bad[0]} is not in the model's vocabulary (0 to {n_vocab - 1})",
+                param="tokens",
+            )
+        return self.model.detokenize(tokens)
+
     # ---- jobs --------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> None:

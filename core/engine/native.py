@@ -154,6 +154,10 @@ class LlamaModel:
         size = 8 * len(tokens) + 16
         buf = ctypes.create_string_buffer(size)
         n = llama.llama_detokenize(self.vocab, array, len(tokens), buf, size, True, False)
+        if n < 0:  # the buffer was too small (long pieces); -n is the size needed
+            size = -n
+            buf = ctypes.create_string_buffer(size)
+            n = llama.llama_detokenize(self.vocab, array, len(tokens), buf, size, True, False)
         return buf.raw[: max(0, n)].decode("utf-8", "replace")
 
     def piece(self, token: int) -> bytes:

@@ -196,6 +196,20 @@ class UpstreamEngine:
     def text_prompt(self, prompt: str) -> list[int]:
         return []
 
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        raise self._no_tokens()
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        raise self._no_tokens()
+
+    def _no_tokens(self) -> InferError:
+        return InferError(
+            ErrorKind.INVALID_PARAMS,
+            f"engine '{self.spec.engine_id}' is an upstream server: it tokenizes there",
+            param="model",
+            engine_id=self.spec.engine_id,
+        )
+
     # ---- jobs --------------------------------------------------------------------------------
 
     def submit(self, request: GenerationRequest) -> None:

@@ -238,6 +238,15 @@ class HostService:
         engine = self._registry.resolve(model).engine
         return engine.chat_format.tools if engine is not None else GENERIC_FORMAT
 
+    async def tokenize(self, model: str | None, text: str, *, add_special: bool) -> list[int]:
+        """`text` as the tokens of the engine `model` names (the default one for None), off
+        the event loop: a megabyte of text takes most of a second."""
+        pool = self._registry.resolve(model)
+        return await asyncio.to_thread(pool.tokenize, text, add_special=add_special)
+
+    def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
+        return self._registry.resolve(model).detokenize(tokens)
+
     def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
         if pool_id is None:
             return self._registry.resolve(model)

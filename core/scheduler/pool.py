@@ -176,6 +176,13 @@ class Pool:
             return engine.text_prompt(prompt)
         raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")
 
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        """The text as the model's tokens (any thread: a long text is worth running on one)."""
+        return self._ready_engine().tokenize(text, add_special=add_special)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._ready_engine().detokenize(tokens)
+
     def _ready_engine(self) -> Engine:
         engine = self.engine
         if self.state is not PoolState.READY or engine is None:

@@ -106,6 +106,9 @@ async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
         assert task["pool_id"] == "up"
         events = (await http.get(f"/v1/tasks/{task['task_id']}/stream")).text
         assert "event: end" in events and '"tokens_out":12' in events.replace(" ", "")
+        # /tokenize: the upstream tokenizes on its own server, and a 400 says so
+        refused = await http.post("/tokenize", json={"content": "hi"})
+        assert refused.status_code == 400 and "upstream server" in refused.text
 
     # Hyperswarm (spec 000), through the client library
     client = await connect(front.server_id, bootstrap=front.bootstrap, seed=CLIENT_SEED)

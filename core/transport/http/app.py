@@ -21,6 +21,7 @@ from . import (
     routes_openai,
     routes_pools,
     routes_tasks,
+    routes_tokens,
 )
 from .access import Access
 from .errors import install_error_handlers
@@ -95,6 +96,7 @@ def create_app(
             routes_tasks,
             routes_pools,
             routes_host,
+            routes_tokens,
             metrics,
         )
     ]

@@ -1,0 +1,35 @@
+"""`POST /tokenize` and `POST /detokenize`, as llama-server serves them: a client counts a
+prompt's tokens, or reads tokens back, with the engine's own vocabulary. An upstream engine
+tokenizes on its own server: a 400 says so."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from ...protocol.openai import ErrorEnvelope
+from ...protocol.tokens import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from .deps import service_of
+from .families import documented_errors
+from .routing import StrictJSONRoute
+
+router = APIRouter(
+    tags=["Tokens (llama-server's)"], route_class=StrictJSONRoute,
+    responses=documented_errors(ErrorEnvelope),
+)  # fmt: skip
+
+
+@router.post("/tokenize", summary="Text as the engine's tokens")
+async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+    service = service_of(request)
+    tokens = await service.tokenize(body.model, body.content, add_special=body.add_special)
+    return TokenizeResponse(tokens=tokens)
+
+
+@router.post("/detokenize", summary="The engine's tokens as text")
+async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+    return DetokenizeResponse(content=service_of(request).detokenize(body.model, body.tokens))
