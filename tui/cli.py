@@ -408,7 +408,10 @@ def list_hosts(args: argparse.Namespace) -> int:
     from infertui.core.protocol import InferError
     from infertui.core.transport.p2p.discovery import find_hosts
 
-    bootstrap = args.bootstrap or config.load_settings().bootstrap
+    try:
+        bootstrap = args.bootstrap or config.load_settings().bootstrap
+    except Exception as exc:  # a malformed config file or variable, as for the other commands
+        return settings_failed(exc)
     try:
         found = asyncio.run(find_hosts(args.topic, bootstrap=bootstrap, wait_s=args.wait))
     except InferError as exc:

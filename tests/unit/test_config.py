@@ -105,6 +105,10 @@ def test_a_bad_setting_is_one_sentence_not_a_pydantic_dump(
     with pytest.raises(SystemExit):
         main(["host", "--parallel", "0"])  # argparse's own one line
     assert "needs at least 1 slot" in capsys.readouterr().err
+    monkeypatch.setenv("INFERTUI_BOOTSTRAP", "[1")  # `hosts` said it with a traceback
+    assert main(["hosts", "--topic", "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("infertui: invalid settings") and err.count("\n") == 1, err
 
 
 def test_connect_and_ask_take_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
