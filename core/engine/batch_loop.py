@@ -251,10 +251,9 @@ class BatchLoop:
         choices = [reuse[0]] if reuse else [i for i in free if i not in self._kept] or free
         try:
             index, chain = self._place(choices, request.params)
-        except ValueError as err:  # a schema whose grammar llama.cpp cannot build
-            error = InferError(
-                ErrorKind.INVALID_PARAMS, f"response_format: {err}", param="response_format"
-            )
+        except ValueError as err:  # a grammar (given, or a schema's) llama.cpp cannot build
+            param = "response_format" if request.params.grammar is None else "grammar"
+            error = InferError(ErrorKind.INVALID_PARAMS, f"{param}: {err}", param=param)
             timings = TimingStats(tokens_in=len(request.prompt_tokens))
             events.append((request, Finished("error", timings, error)))
             return
@@ -341,7 +340,7 @@ class BatchLoop:
         """A free sequence and the chain that samples it: in the graph where it can run there
         (a grammar cannot, nor a job that wants logprobs: they come from the logits), else on
         the host."""
-        if self._graph is not None and params.json_schema is None and params.logprobs is None:
+        if self._graph is not None and not params.constrained and params.logprobs is None:
             return self._graph.place(free, params)
         index = self._graph.place_on_host(free) if self._graph is not None else free[0]
         return index, SamplerChain(params, self._model.n_vocab, self._model.vocab)

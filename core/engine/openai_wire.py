@@ -61,6 +61,8 @@ def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str,
             "type": "json_schema",
             "json_schema": {"name": "output", "schema": schema, "strict": True},
         }
+    if p.grammar is not None:
+        body["grammar"] = p.grammar  # llama-server's and llama-cpp-python's field
     return ("chat/completions" if chat else "completions"), body
 
 

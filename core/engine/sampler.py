@@ -53,10 +53,10 @@ def chain_key(params: SamplingParams) -> tuple[object, ...]:
         if params.uses_penalties else None
     )  # fmt: skip
     if params.temperature <= 0.0:
-        return ("greedy", penalties, params.json_schema, params.json_wrap)
+        return ("greedy", penalties, params.json_schema, params.json_wrap, params.grammar)
     return (
         params.temperature, params.top_k, params.top_p, params.min_p, params.seed, penalties,
-        params.json_schema, params.json_wrap,
+        params.json_schema, params.json_wrap, params.grammar,
     )  # fmt: skip
 
 
@@ -66,7 +66,7 @@ class SamplerChain:
     def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:
         self.key = chain_key(params)
         self.n_vocab = n_vocab
-        constrained = params.json_schema is not None
+        constrained = params.constrained
         self.greedy = params.temperature <= 0.0 and not params.uses_penalties and not constrained
         self.stateful = params.uses_penalties  # must see every token, wherever it was sampled
         # a plain top-k chain can be run on a prefiltered candidate set (StepSampler)
@@ -79,12 +79,14 @@ class SamplerChain:
         # lift one from below. 0: the whole vocabulary.
         keeps = 1 if params.temperature <= 0.0 else params.top_k
         self.narrow = keeps if 0 < keeps <= _NARROW and not params.uses_penalties else 0
+        gbnf = params.grammar
         if params.json_schema is not None:
-            self._every_token = np.arange(n_vocab, dtype=np.int32)  # made once, not per token
             gbnf = schema_grammar(params.json_schema, params.json_wrap)
+        if gbnf is not None:
+            self._every_token = np.arange(n_vocab, dtype=np.int32)  # made once, not per token
             self.grammar = llama.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
             if not self.grammar:
-                raise ValueError("llama.cpp cannot parse the schema's grammar")
+                raise ValueError("llama.cpp cannot parse the grammar")
         self.on_backend = False  # installed in a context's graph (see LlamaContext.set_sampler)
         chain_params = llama.llama_sampler_chain_default_params()
         chain_params.no_perf = True

@@ -109,6 +109,9 @@ class SamplingParams(BaseModel):
     json_wrap: tuple[str, str] | None = Field(
         None, description="literal text before and after that JSON (a tool-call format's tags)"
     )
+    grammar: str | None = Field(
+        None, max_length=MAX_SCHEMA_CHARS, description="a GBNF grammar the reply follows"
+    )
 
     @classmethod
     def of(cls, request: BaseModel, **overrides: object) -> SamplingParams:
@@ -123,6 +126,11 @@ class SamplingParams(BaseModel):
         if stop is not None:
             values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
         return cls.model_validate({k: v for k, v in values.items() if v is not None})
+
+    @property
+    def constrained(self) -> bool:
+        """Whether a grammar (a schema's, or one given) decides what may come out."""
+        return self.json_schema is not None or self.grammar is not None
 
     @property
     def uses_penalties(self) -> bool:

@@ -29,6 +29,7 @@ from .common import (
     MAX_MESSAGES,
     MAX_PATH,
     MAX_PROMPTS,
+    MAX_SCHEMA_CHARS,
     NO_SUFFIX,
     ChatMessage,
     SamplingParams,
@@ -118,6 +119,21 @@ class _Sampling(BaseModel):
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
     response_format: ResponseFormat | None = None
     logit_bias: Annotated[dict[str, float] | None, refused(NO_LOGIT_BIAS)] = None
+    grammar: str | None = Field(
+        None, max_length=MAX_SCHEMA_CHARS, description="GBNF the reply follows (llama-server's)"
+    )
+
+    @field_validator("grammar")
+    @classmethod
+    def _grammar(cls, grammar: str | None) -> str | None:
+        return grammar or None  # an empty one constrains nothing, as llama-server reads it
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> _Sampling:
+        form = self.response_format
+        if self.grammar is not None and form is not None and form.schema_text is not None:
+            raise ValueError("give a grammar or a JSON response_format, not both")
+        return self
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         schema = self.response_format.schema_text if self.response_format else None
@@ -170,6 +186,8 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError(f"tool_choice names '{self.tool_choice.name}', not in tools")
         if self.forced and self.response_format and self.response_format.schema_text:
             raise ValueError("a forced tool call and response_format cannot both shape the reply")
+        if self.forced and self.grammar is not None:
+            raise ValueError("a forced tool call and a grammar cannot both shape the reply")
         return self
 
     def sampling(self, max_tokens: int, tool_format: str = GENERIC_FORMAT) -> SamplingParams:

@@ -234,3 +234,30 @@ async def test_completion_logprobs(sdk: openai.AsyncOpenAI) -> None:
     assert all(lp <= 0 for lp in logprobs.token_logprobs or [])
     assert logprobs.text_offset == sorted(logprobs.text_offset or [])
     assert all(1 <= len(top) <= 2 for top in logprobs.top_logprobs or [])
+
+
+async def test_a_gbnf_grammar_decides_the_reply_as_llama_servers_does(host: Host) -> None:
+    """`grammar` (llama-server's and llama-cpp-python's field) was read past: the reply was
+    free text. Sampled, on both endpoints, it can only be one of the grammar's words; a
+    grammar llama.cpp cannot parse is a 400 naming it; with a JSON response_format, too."""
+    grammar = 'root ::= ("yes" | "no" | "maybe") "."'
+    for seed in (1, 2, 3):
+        chat = await host.client.post("/v1/chat/completions", json={
+            "model": MODEL, "messages": ASK, "max_tokens": 8, "temperature": 1.0, "seed": seed,
+            "grammar": grammar,
+        })  # fmt: skip
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["content"] in ("yes.", "no.", "maybe.")
+    text = await host.client.post("/v1/completions", json={
+        "model": MODEL, "prompt": "Is the sky blue?", "max_tokens": 8, "grammar": grammar,
+    })  # fmt: skip
+    assert text.json()["choices"][0]["text"] in ("yes.", "no.", "maybe."), text.text
+    broken = await host.client.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": ASK, "max_tokens": 8, "grammar": "root ::= (",
+    })  # fmt: skip
+    assert broken.status_code == 400 and broken.json()["error"]["param"] == "grammar"
+    both = await host.client.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": ASK, "grammar": grammar,
+        "response_format": {"type": "json_object"},
+    })  # fmt: skip
+    assert both.status_code == 400 and "not both" in both.json()["error"]["message"]

@@ -105,6 +105,10 @@ def test_a_job_as_a_request_sends_only_what_it_sets() -> None:
     text = GenerationRequest("j", [], SamplingParams(logprobs=2), 9, prompt_text="Once")
     path, body = request_body(text, "m")
     assert path == "completions" and body["prompt"] == "Once" and body["logprobs"] == 2
+    assert "grammar" not in body
+    gbnf = 'root ::= "yes"'
+    ruled = GenerationRequest("j", [], SamplingParams(grammar=gbnf), 9, prompt_text="Once")
+    assert request_body(ruled, "m")[1]["grammar"] == gbnf  # llama-server's field
 
 
 async def test_sse_batches_follow_network_reads_and_join_lines_split_between_them() -> None:
