@@ -47,7 +47,7 @@ from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
 from .kept_cells import KeptCells, window_intact
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
-from .sampler import SamplerChain, StepSampler, token_logprob
+from .sampler import SamplerChain, StepSampler, UnusableParam, token_logprob
 from .slot import Slot
 from .step_plan import admission_order, fillers, last_tokens_apart, prompt_shares
 from .types import EngineEvent, GenerationRequest, Publisher
@@ -238,7 +238,13 @@ class BatchLoop:
         self._waiting.extendleft(reversed(passed))
         # Shortest prompt on the lowest free sequence: see step_plan.admission_order.
         for k in admission_order([len(r.prompt_tokens) for r in admitted]):
-            self._admit(free, admitted[k], events)
+            try:
+                self._admit(free, admitted[k], events)
+            except Exception:  # a defect met by one job must not end the others, nor the loop
+                log.exception("job %s could not start", admitted[k].job_id)
+                error = InferError(ErrorKind.GENERATION_FAILED, "the engine could not start it")
+                timings = TimingStats(tokens_in=len(admitted[k].prompt_tokens))
+                events.append((admitted[k], Finished("error", timings, error)))
 
     def _admit(self, free: list[int], request: GenerationRequest, events: Events) -> None:
         # A sequence whose kept cells this prompt begins with, else one that keeps nothing. Not
@@ -251,9 +257,8 @@ class BatchLoop:
         choices = [reuse[0]] if reuse else [i for i in free if i not in self._kept] or free
         try:
             index, chain = self._place(choices, request.params)
-        except ValueError as err:  # a grammar (given, or a schema's) llama.cpp cannot build
-            param = "response_format" if request.params.grammar is None else "grammar"
-            error = InferError(ErrorKind.INVALID_PARAMS, f"{param}: {err}", param=param)
+        except UnusableParam as err:  # an unparsable grammar, a biased token not in the vocabulary
+            error = InferError(ErrorKind.INVALID_PARAMS, str(err), param=err.param)
             timings = TimingStats(tokens_in=len(request.prompt_tokens))
             events.append((request, Finished("error", timings, error)))
             return

@@ -21,7 +21,9 @@ _DEFAULTS = SamplingParams()
 # llama.cpp's and vLLM's sampling extensions, sent only where a job sets them: a strictly
 # OpenAI server may refuse fields it does not know. vLLM names the repeat penalty its own way.
 _EXTENSIONS = {"top_k": ("top_k",), "min_p": ("min_p",), "ignore_eos": ("ignore_eos",),
-               "repeat_penalty": ("repeat_penalty", "repetition_penalty")}  # fmt: skip
+               "repeat_penalty": ("repeat_penalty", "repetition_penalty"),
+               "typical_p": ("typical_p",), "mirostat": ("mirostat",),
+               "mirostat_tau": ("mirostat_tau",), "mirostat_eta": ("mirostat_eta",)}  # fmt: skip
 
 
 def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str, Any]]:
@@ -50,6 +52,8 @@ def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str,
     for field, names in _EXTENSIONS.items():
         if getattr(p, field) != getattr(_DEFAULTS, field):
             body.update(dict.fromkeys(names, getattr(p, field)))
+    if p.logit_bias:  # OpenAI's own field: the ids are the upstream model's tokens
+        body["logit_bias"] = {str(token): bias for token, bias in p.logit_bias}
     if p.logprobs is not None:
         if chat:
             body.update(logprobs=True, top_logprobs=p.logprobs)

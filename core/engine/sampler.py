@@ -1,8 +1,10 @@
 """Choosing each sequence's next token: llama.cpp's native sampler chains, on the device or on
 the host.
 
-A chain follows llama.cpp's common order: penalties, top-k, top-p, min-p, temperature, then a
-seeded draw (or greedy at temperature 0). It runs in one of two places:
+A chain follows llama.cpp's common order: logit biases, penalties, top-k, typical-p, top-p,
+min-p, temperature, then a seeded draw (or greedy at temperature 0); Mirostat, when asked for,
+takes the place of everything after the penalties but the temperature. It runs in one of two
+places:
 
 - **In the graph** (`backend`): the chain is installed in the context (`llama_set_sampler`) and
   llama.cpp samples on the device that decoded, so only a token id per sequence comes back.
@@ -52,46 +54,70 @@ def chain_key(params: SamplingParams) -> tuple[object, ...]:
          params.presence_penalty)
         if params.uses_penalties else None
     )  # fmt: skip
+    constraint = (params.json_schema, params.json_wrap, params.grammar, params.logit_bias)
     if params.temperature <= 0.0:
-        return ("greedy", penalties, params.json_schema, params.json_wrap, params.grammar)
+        return ("greedy", penalties, *constraint)
+    mirostat = (params.mirostat, params.mirostat_tau, params.mirostat_eta)
     return (
-        params.temperature, params.top_k, params.top_p, params.min_p, params.seed, penalties,
-        params.json_schema, params.json_wrap, params.grammar,
+        params.temperature, params.top_k, params.typical_p, params.top_p, params.min_p,
+        mirostat if params.mirostat else None, params.seed, penalties, *constraint,
     )  # fmt: skip
+
+
+class UnusableParam(ValueError):
+    """A sampling parameter llama.cpp cannot take for this model (a 400 naming it)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(f"{param}: {message}")
+        self.param = param
 
 
 class SamplerChain:
     """One native sampler chain for one sequence."""
 
     def __init__(self, params: SamplingParams, n_vocab: int, vocab: object = None) -> None:
+        if outside := [t for t, _ in params.logit_bias if not 0 <= t < n_vocab]:
+            message = f"token {outside[0]} is not in the model's vocabulary (0 to {n_vocab - 1})"
+            raise UnusableParam("logit_bias", message)
         self.key = chain_key(params)
         self.n_vocab = n_vocab
-        constrained = params.constrained
-        self.greedy = params.temperature <= 0.0 and not params.uses_penalties and not constrained
-        self.stateful = params.uses_penalties  # must see every token, wherever it was sampled
+        plain = params.plain
+        self.greedy = params.temperature <= 0.0 and plain
+        # must see every token, wherever it was sampled: penalties count them, Mirostat
+        # learns from each draw's surprise
+        self.stateful = params.uses_penalties or params.mirostat != 0
         # a plain top-k chain can be run on a prefiltered candidate set (StepSampler)
-        plain = not params.uses_penalties and not constrained
-        plain_top_k = plain and params.temperature > 0 and 0 < params.top_k <= 256
+        top_k_first = params.temperature > 0 and not params.mirostat
+        plain_top_k = plain and top_k_first and 0 < params.top_k <= 256
         self.top_k = params.top_k if plain_top_k else 0
         self.grammar = None
         # A grammar's picks look at the best _NARROW tokens only, where that is exact: a chain
-        # that keeps at most `narrow` tokens (greedy: 1, top-k: k) and no penalty that could
-        # lift one from below. 0: the whole vocabulary.
-        keeps = 1 if params.temperature <= 0.0 else params.top_k
-        self.narrow = keeps if 0 < keeps <= _NARROW and not params.uses_penalties else 0
+        # that keeps at most `narrow` tokens (greedy: 1, top-k: k) and nothing that could
+        # lift one from below (a penalty, a bias). 0: the whole vocabulary.
+        keeps = 1 if params.temperature <= 0.0 else params.top_k if top_k_first else 0
+        lifted = params.uses_penalties or params.logit_bias
+        self.narrow = keeps if 0 < keeps <= _NARROW and not lifted else 0
         gbnf = params.grammar
         if params.json_schema is not None:
-            gbnf = schema_grammar(params.json_schema, params.json_wrap)
+            try:
+                gbnf = schema_grammar(params.json_schema, params.json_wrap)
+            except ValueError as err:
+                raise UnusableParam("response_format", str(err)) from err
         if gbnf is not None:
             self._every_token = np.arange(n_vocab, dtype=np.int32)  # made once, not per token
             self.grammar = llama.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
             if not self.grammar:
-                raise ValueError("llama.cpp cannot parse the grammar")
+                param = "grammar" if params.grammar is not None else "response_format"
+                raise UnusableParam(param, "llama.cpp cannot parse the grammar")
         self.on_backend = False  # installed in a context's graph (see LlamaContext.set_sampler)
         chain_params = llama.llama_sampler_chain_default_params()
         chain_params.no_perf = True
         self.ptr = llama.llama_sampler_chain_init(chain_params)
         add = self._add
+        if params.logit_bias:  # first, as llama.cpp's common chain has it
+            entries = [llama.llama_logit_bias(t, b) for t, b in params.logit_bias]
+            bias = (llama.llama_logit_bias * len(entries))(*entries)
+            add(llama.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), bias))
         if params.uses_penalties:
             add(
                 llama.llama_sampler_init_penalties(
@@ -105,14 +131,26 @@ class SamplerChain:
         if params.temperature <= 0.0:
             add(llama.llama_sampler_init_greedy())
             return
+        seed = RANDOM_SEED if params.seed is None else params.seed
+        if params.mirostat:  # in place of the truncations and the draw, as in llama.cpp
+            add(llama.llama_sampler_init_temp(params.temperature))
+            tau, eta = params.mirostat_tau, params.mirostat_eta
+            add(
+                llama.llama_sampler_init_mirostat(n_vocab, seed, tau, eta, 100)
+                if params.mirostat == 1
+                else llama.llama_sampler_init_mirostat_v2(seed, tau, eta)
+            )
+            return
         if params.top_k > 0:
             add(llama.llama_sampler_init_top_k(params.top_k))
+        if params.typical_p < 1.0:
+            add(llama.llama_sampler_init_typical(params.typical_p, 1))
         if params.top_p < 1.0:
             add(llama.llama_sampler_init_top_p(params.top_p, 1))
         if params.min_p > 0.0:
             add(llama.llama_sampler_init_min_p(params.min_p, 1))
         add(llama.llama_sampler_init_temp(params.temperature))
-        add(llama.llama_sampler_init_dist(RANDOM_SEED if params.seed is None else params.seed))
+        add(llama.llama_sampler_init_dist(seed))
 
     def _add(self, sampler: object) -> None:
         llama.llama_sampler_chain_add(self.ptr, sampler)

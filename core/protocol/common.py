@@ -14,6 +14,7 @@ MAX_MESSAGES = 1024  # turns in one conversation
 MAX_PATH = 4096  # bytes in a model path (Linux PATH_MAX)
 MAX_PROMPTS = 128  # prompts in one completion request
 MAX_SCHEMA_CHARS = 64 * 1024  # a JSON Schema for structured output
+MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 
 
 class ChatMessage(BaseModel):
@@ -95,6 +96,15 @@ class SamplingParams(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repeat_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0 disables")
     repeat_last_n: int = Field(64, ge=0, le=4096)
+    typical_p: float = Field(1.0, ge=0.0, le=1.0, description="locally typical; 1.0 disables")
+    mirostat: Literal[0, 1, 2] = Field(
+        0, description="1 or 2: Mirostat (v1, v2) aims at a perplexity in place of top-k/p"
+    )
+    mirostat_tau: float = Field(5.0, ge=0.0, le=100.0, description="Mirostat's target surprise")
+    mirostat_eta: float = Field(0.1, ge=0.0, le=1.0, description="Mirostat's learning rate")
+    logit_bias: tuple[tuple[int, float], ...] = Field(
+        (), max_length=MAX_LOGIT_BIAS, description="(token, bias added to its logit)"
+    )
     stop: tuple[Stop, ...] = Field(
         (), max_length=MAX_STOPS, description="never emitted, not even in part"
     )
@@ -131,6 +141,12 @@ class SamplingParams(BaseModel):
     def constrained(self) -> bool:
         """Whether a grammar (a schema's, or one given) decides what may come out."""
         return self.json_schema is not None or self.grammar is not None
+
+    @property
+    def plain(self) -> bool:
+        """Whether the raw logits decide alone: no bias, penalty or grammar shifts them. The
+        host's fast paths (one argmax, the top-k prefilter) need it."""
+        return not (self.logit_bias or self.uses_penalties or self.constrained)
 
     @property
     def uses_penalties(self) -> bool:

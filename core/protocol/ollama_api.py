@@ -3,7 +3,7 @@ send and read it: the `ollama` Python and JavaScript packages, Open WebUI, edito
 
 Not spec 001 (the Ollama-*style* `/chat/*`), whose shapes differ. Durations are nanoseconds,
 times RFC 3339, and every error is `{"error": "..."}`, as Ollama has them. Options Ollama
-knows but llama.cpp sampling does not use here (`num_ctx`, `mirostat`, ...) are accepted and
+knows that do not apply to a running engine here (`num_ctx`, `num_gpu`, ...) are accepted and
 ignored, as Ollama does with options a model does not take.
 """
 
@@ -61,6 +61,10 @@ class Options(BaseModel):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_last_n: int | None = Field(None, ge=0, le=4096)
+    typical_p: float | None = Field(None, ge=0.0, le=1.0)
+    mirostat: Literal[0, 1, 2] | None = None
+    mirostat_tau: float | None = Field(None, ge=0.0, le=100.0)
+    mirostat_eta: float | None = Field(None, ge=0.0, le=1.0)
 
 
 class _Generation(BaseModel):

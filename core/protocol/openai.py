@@ -3,8 +3,9 @@
 Request defaults and ranges are the spec's (temperature 1.0 in 0..2, top_p 1.0 in 0..1,
 penalties in -2..2, max_tokens ≥ 1 with 128 for chat and 16 for completions). Fields OpenAI
 clients send that the spec does not name (`user`, `metadata`, later ones) are ignored rather
-than refused, as OpenAI does; those the host cannot honour (`logit_bias`, `suffix`, `echo`)
-are refused by name. `response_format` constrains the output with a grammar
+than refused, as OpenAI does; those the host cannot honour (`suffix`, `echo`) are refused by
+name. llama.cpp's own sampling knobs (`top_k`, `min_p`, `typical_p`, `mirostat`, `grammar`...)
+are taken as llama-server takes them. `response_format` constrains the output with a grammar
 (structured.py); message content may be a list of parts, whose text parts are joined.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,6 +28,7 @@ from pydantic import (
 )
 
 from .common import (
+    MAX_LOGIT_BIAS,
     MAX_MESSAGES,
     MAX_PATH,
     MAX_PROMPTS,
@@ -55,7 +58,19 @@ from .tools import (
 
 OpenAIFinish = Literal["stop", "length", "tool_calls"] | None
 MAX_CHOICES = 16  # n: choices in one chat completion
-NO_LOGIT_BIAS = "logit_bias is not supported"
+
+
+def _token_ids(bias: dict[str, float]) -> dict[str, float]:
+    if bad := [key for key in bias if not key.isdigit()]:
+        raise ValueError(f"logit_bias keys are token ids: {bad[0]!r} is not one")
+    return bias
+
+
+LogitBias = Annotated[
+    dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]],
+    Field(max_length=MAX_LOGIT_BIAS),
+    AfterValidator(_token_ids),
+]
 NO_ECHO = "echo is not supported: the reply holds the completion only"
 
 
@@ -116,9 +131,15 @@ class _Sampling(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    typical_p: float | None = Field(None, ge=0.0, le=1.0)
+    mirostat: Literal[0, 1, 2] | None = None
+    mirostat_tau: float | None = Field(None, ge=0.0, le=100.0)
+    mirostat_eta: float | None = Field(None, ge=0.0, le=1.0)
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
     response_format: ResponseFormat | None = None
-    logit_bias: Annotated[dict[str, float] | None, refused(NO_LOGIT_BIAS)] = None
+    logit_bias: LogitBias | None = Field(
+        None, description='{"token id": bias from -100 to 100}, added to the token\'s logit'
+    )
     grammar: str | None = Field(
         None, max_length=MAX_SCHEMA_CHARS, description="GBNF the reply follows (llama-server's)"
     )
@@ -137,13 +158,23 @@ class _Sampling(BaseModel):
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         schema = self.response_format.schema_text if self.response_format else None
+        bias = tuple((int(token), value) for token, value in (self.logit_bias or {}).items())
         return SamplingParams.of(
-            self, max_tokens=max_tokens, json_schema=schema, logprobs=self.alternatives()
+            self,
+            max_tokens=max_tokens,
+            json_schema=schema,
+            logprobs=self.alternatives(),
+            logit_bias=bias,
         )
 
     def alternatives(self) -> int | None:
         """Top alternatives per token when logprobs are asked for; None when they are not."""
         return None
+
+    @property
+    def include_usage(self) -> bool:
+        """Whether a stream ends with a chunk holding the usage."""
+        return bool((self.stream_options or {}).get("include_usage"))
 
 
 class ChatCompletionRequest(_Sampling):

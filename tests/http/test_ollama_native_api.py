@@ -51,6 +51,20 @@ async def test_generate_with_a_system_prompt_and_raw(client: ollama.AsyncClient)
     assert loaded.done and loaded.done_reason == "load"
 
 
+async def test_mirostat_and_typical_p_options_are_used(client: ollama.AsyncClient) -> None:
+    """Ollama's `mirostat`, `mirostat_tau`, `mirostat_eta` and `typical_p` options reach the
+    sampler (they were read past): Mirostat 2 aiming at no surprise at all is greedy."""
+    greedy = await client.chat(model=MODEL, messages=HELLO, stream=False,
+                               options={"temperature": 0, "num_predict": 12})  # fmt: skip
+    sure = {"temperature": 0.9, "num_predict": 12, "mirostat": 2, "mirostat_tau": 0.0,
+            "mirostat_eta": 0.2, "typical_p": 0.9}  # fmt: skip
+    mirostat = await client.chat(model=MODEL, messages=HELLO, stream=False, options=sure)
+    assert mirostat.message.content == greedy.message.content
+    with pytest.raises(ollama.ResponseError) as refused:
+        await client.chat(model=MODEL, messages=HELLO, options={"mirostat": 3})
+    assert refused.value.status_code == 400 and "mirostat" in refused.value.error
+
+
 async def test_format_constrains_the_reply(client: ollama.AsyncClient) -> None:
     schema = {
         "type": "object",

@@ -165,8 +165,6 @@ async def test_spec_004_out_of_range_parameters_are_400(
 @pytest.mark.parametrize(
     ("path", "field", "value", "said"),
     [
-        ("/v1/chat/completions", "logit_bias", {"50256": -100}, "logit_bias is not supported"),
-        ("/v1/completions", "logit_bias", {"7": 5}, "logit_bias is not supported"),
         ("/v1/completions", "suffix", "}", "'suffix') is not supported"),
         ("/v1/completions", "echo", True, "echo is not supported"),
         ("/api/generate", "images", ["AAAA"], "images are not supported"),
@@ -175,8 +173,8 @@ async def test_spec_004_out_of_range_parameters_are_400(
 async def test_what_the_host_cannot_do_is_refused_by_name_not_read_past(
     host: Host, path: str, field: str, value: object, said: str
 ) -> None:
-    """A reply that ignored logit_bias, a suffix, echo or an image would look like a good
-    one: each is a 400 naming it (they were read past). Empty or false values pass."""
+    """A reply that ignored a suffix, echo or an image would look like a good one: each is a
+    400 naming it (they were read past). Empty or false values pass."""
     body: dict[str, object] = {"model": MODEL, "max_tokens": 2}
     body.update({"messages": CHAT} if "chat" in path else {"prompt": "Hello"})
     refused = await host.client.post(path, json={**body, field: value, "stream": False})
@@ -184,9 +182,31 @@ async def test_what_the_host_cannot_do_is_refused_by_name_not_read_past(
     assert said in refused.text
     if path.startswith("/v1/"):
         assert refused.json()["error"]["param"] == field
-    empty = {"logit_bias": {}, "suffix": "", "echo": False, "images": []}[field]
+    empty = {"suffix": "", "echo": False, "images": []}[field]
     served = await host.client.post(path, json={**body, field: empty, "stream": False})
     assert served.status_code == 200, served.text
+
+
+async def test_logit_bias_from_the_official_client_steers_the_tokens(
+    host: Host, sdk: openai.AsyncOpenAI
+) -> None:
+    """OpenAI's `logit_bias` (token id → bias in -100..100) is applied, as llama-server does;
+    a token outside the vocabulary, or a key that is not a token id, is a 400 naming it."""
+    tokens = (await host.client.post("/tokenize", json={"content": " banana"})).json()["tokens"]
+    reply = await sdk.chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=3, temperature=0, logit_bias={tokens[0]: 100}
+    )
+    assert reply.choices[0].message.content == " banana" * 3
+    streamed = await sdk.completions.create(
+        model=MODEL, prompt="Hello", max_tokens=2, temperature=0,
+        logit_bias={str(tokens[0]): 100}, stream=True,
+    )  # fmt: skip
+    assert "".join([c.choices[0].text async for c in streamed]) == " banana" * 2
+    for bias in ({"99999999": 1}, {"banana": 1}, {str(tokens[0]): 101}):
+        body = {"model": MODEL, "messages": CHAT, "max_tokens": 2, "logit_bias": bias}
+        refused = await host.client.post("/v1/chat/completions", json=body)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "logit_bias"
 
 
 async def test_spec_004_missing_model_invalid_json_and_context_overflow_are_400(host: Host) -> None:

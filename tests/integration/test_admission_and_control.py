@@ -229,3 +229,31 @@ async def test_a_model_bigger_than_free_memory_is_refused_before_loading(
         await Pool.start(EngineSpec(str(model_path), "tight"))
     assert failed.value.kind is ErrorKind.OUT_OF_MEMORY
     assert "64 MiB" in failed.value.message
+
+
+async def test_a_job_the_engine_cannot_start_ends_alone_and_the_loop_serves_on(
+    make_pool, monkeypatch
+) -> None:
+    """A defect met while one job takes its slot (here injected into its sampler chain) ends
+    that job with an error; the jobs admitted beside it and later ones are served. It used to
+    end the batch loop, and jobs taken from the queue with it waited forever."""
+    from infertui.core.engine import batch_loop
+
+    real = batch_loop.SamplerChain
+
+    def chain(params: SamplingParams, *args: object, **kwargs: object) -> object:
+        if params.seed == 666:
+            raise RuntimeError("injected defect")
+        return real(params, *args, **kwargs)
+
+    monkeypatch.setattr(batch_loop, "SamplerChain", chain)
+    pool = await make_pool(parallel=2, backend_sampling=False)
+    bad = pool.submit(prompt="Hello", params=LONG.model_copy(update={"seed": 666}))
+    good = pool.submit(prompt="Hello there", params=SHORT)
+    _, end = await asyncio.wait_for(bad.text(), 60)  # it hung before
+    assert end.finish_reason == "error" and end.error is not None
+    assert end.error.kind is ErrorKind.GENERATION_FAILED
+    text, end = await good.text()
+    assert text and end.finish_reason in ("stop", "length")
+    text, end = await pool.submit(prompt="Hello again", params=SHORT).text()
+    assert text and end.finish_reason in ("stop", "length")

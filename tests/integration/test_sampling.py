@@ -100,7 +100,10 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path) -> None:
             batch.add(token, pos, seq, pos == len(tokens) - 1)
     assert ctx.decode(batch) == 0
     rows = [i for i in range(batch.n) if batch.logits[i]]
-    kinds = [GREEDY, SEEDED, PENALISED, SEEDED.model_copy(update={"top_k": 5}), GREEDY] * 2
+    typical = SEEDED.model_copy(update={"typical_p": 0.5})  # still on the top-k prefilter
+    biased = GREEDY.model_copy(update={"logit_bias": ((236772, 4.0), (107, -100.0))})
+    kinds = [GREEDY, SEEDED, PENALISED, typical, biased, SEEDED.model_copy(update={"top_k": 5})]
+    kinds = kinds * 2
     params = [kinds[i].model_copy(update={"seed": 100 + i}) for i in range(len(rows))]
     expected = [
         SamplerChain(p, model.n_vocab).sample(ctx.ptr, r) for p, r in zip(params, rows, strict=True)
@@ -215,3 +218,44 @@ async def test_a_grammar_picks_the_same_from_the_best_tokens_as_from_all(
     monkeypatch.setattr(sampler, "_NARROW", 10**9)  # every pick over the whole vocabulary
     whole = (await pool.submit(prompt=PROMPTS[1], params=shaped).text())[0]
     assert narrow == whole and narrow.startswith("{")
+
+
+@pytest.mark.parametrize("backend", [False, True], ids=["host", "graph"])
+async def test_llama_servers_other_knobs_shape_the_draw(make_pool, backend: bool) -> None:
+    """typical_p, Mirostat and logit_bias, as llama-server, Ollama and OpenAI take them, each
+    seen in what it does to the text, in the graph (where a chain starts there) and on the
+    host."""
+    pool = await make_pool(parallel=2, backend_sampling=backend)
+    greedy = await one_by_one(pool, GREEDY)
+    # typical_p this small keeps one token a step: the seed no longer matters
+    typical = [SEEDED.model_copy(update={"typical_p": 1e-6, "seed": s}) for s in (1, 2)]
+    assert await one_by_one(pool, typical[0]) == await one_by_one(pool, typical[1])
+    # Mirostat 2 with a target surprise of 0 keeps only the likeliest token: greedy text
+    sure = SEEDED.model_copy(update={"mirostat": 2, "mirostat_tau": 0.0})
+    assert await one_by_one(pool, sure) == greedy
+    # Mirostat 1 learns from each draw; a fixed seed still repeats it
+    v1 = SEEDED.model_copy(update={"mirostat": 1, "mirostat_tau": 3.0})
+    assert await one_by_one(pool, v1) == await one_by_one(pool, v1)
+    # a bias of +100 makes a token the only greedy pick; -100 takes the greedy one away
+    model = pool.engine.model
+    banana = model.tokenize(" banana", add_bos=False, parse_special=False)[0]
+    forced = GREEDY.model_copy(update={"logit_bias": ((banana, 100.0),), "max_tokens": 3})
+    text, _ = await pool.submit(prompt=PROMPTS[0], params=forced).text()
+    assert text == model.detokenize([banana] * 3)
+    first = model.tokenize(greedy[0], add_bos=False, parse_special=False)[0]
+    banned = GREEDY.model_copy(update={"logit_bias": ((first, -100.0),)})
+    text, _ = await pool.submit(prompt=PROMPTS[0], params=banned).text()
+    assert text and text != greedy[0]
+
+
+async def test_a_bias_on_a_token_outside_the_vocabulary_is_refused_by_name(make_pool) -> None:
+    from infertui.core.protocol.errors import ErrorKind
+
+    pool = await make_pool(parallel=1)
+    n_vocab = pool.engine.model.n_vocab
+    outside = GREEDY.model_copy(update={"logit_bias": ((n_vocab, 5.0),)})
+    _, end = await pool.submit(prompt=PROMPTS[0], params=outside).text()
+    assert end.finish_reason == "error" and end.error is not None
+    assert end.error.kind is ErrorKind.INVALID_PARAMS and end.error.param == "logit_bias"
+    assert str(n_vocab) in end.error.message
+    assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0]  # still serving

@@ -109,6 +109,11 @@ def test_a_job_as_a_request_sends_only_what_it_sets() -> None:
     gbnf = 'root ::= "yes"'
     ruled = GenerationRequest("j", [], SamplingParams(grammar=gbnf), 9, prompt_text="Once")
     assert request_body(ruled, "m")[1]["grammar"] == gbnf  # llama-server's field
+    assert not {"typical_p", "mirostat", "logit_bias"} & set(body)
+    knobs = SamplingParams(typical_p=0.7, mirostat=2, mirostat_tau=3.0, logit_bias=((5, -1.0),))
+    _, body = request_body(GenerationRequest("j", [], knobs, 9, prompt_text="Once"), "m")
+    assert body["typical_p"] == 0.7 and body["mirostat"] == 2 and body["mirostat_tau"] == 3.0
+    assert body["logit_bias"] == {"5": -1.0} and "mirostat_eta" not in body
 
 
 async def test_sse_batches_follow_network_reads_and_join_lines_split_between_them() -> None:

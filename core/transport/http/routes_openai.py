@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,9 @@ _SSE = {
 }
 
 
+UsageOf = Callable[[], Usage]  # a stream's usage, read when it ends
+
+
 def n_choices(params: SamplingParams, n: int) -> list[SamplingParams]:
     """The sampling of `n` choices: each its own seed when one is set. Their prompt is read
     once: the engine copies its KV cells to the others."""
@@ -70,10 +73,13 @@ def n_choices(params: SamplingParams, n: int) -> list[SamplingParams]:
     ]
 
 
-def usage_of(jobs: list[Job]) -> Usage:
-    tokens_in = sum(job.tokens_in for job in jobs)
+def usage_of(jobs: list[Job], n: int) -> Usage:
+    """What the jobs of a request of `n` choices per prompt used. Each prompt counts once, as
+    OpenAI counts it, and so do the tokens it found cached: its other choices copy its cells."""
+    prompts = jobs[::n]
+    tokens_in = sum(job.tokens_in for job in prompts)
     tokens_out = sum(job.result.timings.tokens_out if job.result else 0 for job in jobs)
-    cached = sum(job.result.timings.tokens_cached if job.result else 0 for job in jobs)
+    cached = sum(job.result.timings.tokens_cached if job.result else 0 for job in prompts)
     return Usage(
         prompt_tokens=tokens_in,
         completion_tokens=tokens_out,
@@ -106,8 +112,8 @@ async def chat_completions(
     model, created = jobs[0].pool_id, int(time.time())
     use = ToolUse({t.function.name for t in body.offered}, body.forced)
     if body.stream:
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return sse_response(chat_chunks(jobs, model, created, include_usage, use))
+        usage = (lambda: usage_of(jobs, body.n)) if body.include_usage else None
+        return sse_response(chat_chunks(jobs, model, created, usage, use))
     results = await collect(request, *jobs)
     choices = []
     for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True)):
@@ -126,7 +132,7 @@ async def chat_completions(
         model=model,
         system_fingerprint=FINGERPRINT,
         choices=choices,
-        usage=usage_of(jobs),
+        usage=usage_of(jobs, body.n),
     )
 
 
@@ -151,7 +157,7 @@ class ToolUse:
 
 
 async def chat_chunks(
-    jobs: list[Job], model: str, created: int, include_usage: bool, tools: ToolUse
+    jobs: list[Job], model: str, created: int, usage: UsageOf | None, tools: ToolUse
 ) -> AsyncIterator[str]:
     def chunk(index: int, delta: Delta, finish: Any = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(
@@ -215,8 +221,8 @@ async def chat_chunks(
                 break
             yield json_line(chunk(index, Delta(content=""), openai_finish(event.finish_reason)))
     else:
-        if include_usage:
-            final = chunk(0, Delta()).model_copy(update={"choices": [], "usage": usage_of(jobs)})
+        if usage is not None:
+            final = chunk(0, Delta()).model_copy(update={"choices": [], "usage": usage()})
             yield final.model_dump_json()
     yield DONE
 
@@ -240,8 +246,8 @@ async def completions(body: CompletionRequest, request: Request) -> TextCompleti
     model, created = jobs[0].pool_id if jobs else body.model, int(time.time())
     cid = f"cmpl-{jobs[0].id}" if jobs else f"cmpl-{created}"
     if body.stream:
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return sse_response(completion_chunks(jobs, cid, model, created, include_usage))
+        usage = (lambda: usage_of(jobs, body.n)) if body.include_usage else None
+        return sse_response(completion_chunks(jobs, cid, model, created, usage))
     results = await collect(request, *jobs)
     return TextCompletion(
         id=cid,
@@ -256,12 +262,12 @@ async def completions(body: CompletionRequest, request: Request) -> TextCompleti
             )
             for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True))
         ],
-        usage=usage_of(jobs),
+        usage=usage_of(jobs, body.n),
     )
 
 
 async def completion_chunks(
-    jobs: list[Job], cid: str, model: str, created: int, include_usage: bool = False
+    jobs: list[Job], cid: str, model: str, created: int, usage: UsageOf | None = None
 ) -> AsyncIterator[str]:
     def chunk(index: int, text: str, finish: Any) -> TextCompletion:
         choice = CompletionChoice(index=index, text=text, finish_reason=finish)
@@ -287,9 +293,9 @@ async def completion_chunks(
                 break
             yield json_line(chunk(index, "", openai_finish(event.finish_reason)))
     else:
-        if include_usage:
+        if usage is not None:
             final = TextCompletion(id=cid, created=created, model=model, choices=[])
-            yield final.model_copy(update={"usage": usage_of(jobs)}).model_dump_json()
+            yield final.model_copy(update={"usage": usage()}).model_dump_json()
     yield DONE
 
 
