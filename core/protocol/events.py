@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import InferError
+from .errors import ErrorKind, InferError
 from .snapshots import FinishReason, TimingStats
 
 
@@ -49,6 +49,22 @@ class Finished:
     timings: TimingStats
     error: InferError | None = None
     embedding: tuple[float, ...] | None = None  # an embedding job's vector
+
+    @property
+    def failure(self) -> InferError | None:
+        """What a client that reads a reply to its end must be told instead of a whole reply:
+        the error, or that the host cut it short (a drain's deadline, the engine removed or
+        reloaded, the host stopping). A client's own cancel ends as "abort" too, but that
+        client has stopped reading. Faces without a finish reason of their own for it (HTTP's
+        OpenAI and Ollama dialects) report it so; P2P and tasks say "abort"."""
+        if self.error is not None or self.finish_reason != "abort":
+            return self.error
+        return InferError(ErrorKind.ABORTED, "the host stopped this reply before it was complete")
+
+    @property
+    def whole(self) -> bool:
+        """Whether the reply came to its end (see `failure`)."""
+        return self.error is None and self.finish_reason != "abort"
 
 
 JobEvent = Admitted | TokenText | Finished

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import re
 import uuid
@@ -231,3 +232,52 @@ async def test_a_queued_sse_stream_gets_keepalive_comments(
     assert ": ping" in before_first_token
     assert parse_sse(raw)[-1][0] == "end"
     await host.client.post(f"/v1/tasks/{busy['task_id']}/cancel")
+
+
+async def test_a_reply_the_host_cuts_short_is_not_passed_off_as_whole(
+    start_host: HostFactory,
+) -> None:
+    """A drain's deadline (likewise an engine removed, the host stopping) ends a reply a client
+    still reads. OpenAI's and Ollama's dialects have no finish reason for it: the stream ends
+    with an error saying so, and a whole reply is an error. It used to end as "stop"."""
+    host = await start_host(parallel=3)  # all three under way when the drain comes
+    endless = {**CHAT, "max_tokens": 900, "ignore_eos": True}
+    openai_stream = host.client.stream(
+        "POST", "/v1/chat/completions", json={**endless, "stream": True}
+    )
+    ollama_body = {"model": MODEL, "messages": CHAT["messages"], "options": {"num_predict": 900}}
+    whole = asyncio.create_task(
+        host.client.post("/v1/chat/completions", json={**endless, "stream": False})
+    )
+    async with openai_stream as response:
+        lines = aiter(response.aiter_lines())
+        assert (await anext(lines)).startswith("data: ")  # under way
+        async with host.client.stream("POST", "/api/chat", json=ollama_body) as ollama:
+            ollama_lines = aiter(ollama.aiter_lines())
+            await anext(ollama_lines)
+            await host.service.drain_engine(MODEL, deadline_ms=0)
+            rest = [line async for line in ollama_lines]
+        events = [line[6:] async for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and '"finish_reason":"stop"' not in "".join(events)
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "aborted" and "before it was complete" in error["message"]
+    assert "before it was complete" in json.loads(rest[-1])["error"]
+    cut = await whole
+    assert cut.status_code >= 400 and "before it was complete" in cut.text
+
+
+async def test_a_body_not_sent_as_json_is_refused_saying_so(host: Host) -> None:
+    """`curl -d` sends a form's Content-Type. Read as JSON anyway, a web page could drive a
+    host on localhost without a CORS preflight; refused, the answer says what to send
+    instead of listing the fields as missing."""
+    body = json.dumps(CHAT).encode()
+    for path in ("/v1/chat/completions", "/api/chat"):
+        for kind in ("application/x-www-form-urlencoded", "text/plain", None):
+            headers = {"content-type": kind} if kind else {}
+            refused = await host.client.post(path, content=body, headers=headers)
+            assert refused.status_code == 400, refused.text
+            assert "Content-Type: application/json" in refused.text
+    typed = await host.client.post(
+        "/api/chat", content=body, headers={"content-type": "application/json"}
+    )
+    assert typed.status_code == 200

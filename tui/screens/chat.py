@@ -134,7 +134,9 @@ class ChatScreen(Screen[None]):
         client = infertui_app(self).client
         assert client is not None
         view = AssistantMessage(infertui_app(self).options.model or client.info.model)
-        await self.query_one("#transcript", VerticalScroll).mount(view)
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.mount(view)
+        transcript.anchor()  # a question asked brings the view back down, following the reply
         self.history.append(ChatMessage(role="user", content=question.text))
         question.in_history = True
         self.stream_reply(question, view)
@@ -374,6 +376,9 @@ class ChatScreen(Screen[None]):
         transcript = self.query_one("#transcript", VerticalScroll)
         if pages < 0:
             transcript.scroll_page_up()
+        elif transcript.scroll_target_y + transcript.size.height >= transcript.max_scroll_y:
+            # the last page: follow the reply again (paging lands short of a growing end)
+            transcript.scroll_end(animate=False)
         else:
             transcript.scroll_page_down()
 

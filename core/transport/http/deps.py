@@ -66,8 +66,8 @@ async def collect(request: Request, *jobs: Job) -> list[tuple[str, Finished]]:
     finally:
         watcher.cancel()
     for _, final in results:
-        if final.error is not None:
-            raise final.error
+        if final.failure is not None:
+            raise final.failure
     return results
 
 

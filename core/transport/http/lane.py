@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .routing import StrictJSONRequest
+from .routing import StrictJSONRequest, json_typed
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +165,11 @@ async def _body(request: StrictJSONRequest) -> bytes:
 
 
 def _json_typed(scope: Scope) -> bool:
-    """Content-Type application/json or application/*+json, the bodies FastAPI parses as
-    JSON (it refuses others, and a missing type, with its own error: the app answers them)."""
+    """A body typed as JSON, which the lane takes (others, and a missing type, are refused:
+    the app answers them, see routing.py)."""
     for name, value in scope["headers"]:
         if name == b"content-type":
-            media: bytes = value.split(b";", 1)[0].strip().lower()
-            return media.count(b"/") == 1 and (  # email.message reads a/b/c as text/plain
-                media == b"application/json"
-                or (media.startswith(b"application/") and media.endswith(b"+json"))
-            )
+            return json_typed(value.decode("latin-1"))
     return False
 
 

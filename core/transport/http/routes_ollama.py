@@ -83,8 +83,8 @@ async def ndjson_lines(job: Job) -> AsyncIterator[str]:
         if isinstance(item, str):
             yield item
             index += 1
-        elif item.error is not None:
-            yield json_line(OllamaStreamError(error=error_body(item.error)))
+        elif item.failure is not None:
+            yield json_line(OllamaStreamError(error=error_body(item.failure)))
         else:
             last = OllamaStreamChunk(message=AssistantTurn(content=""), done=True, index=index)
             yield json_line(last)
@@ -107,6 +107,6 @@ async def sse_events(job: Job) -> AsyncIterator[str | SseEvent]:
     async for item in chunks(job):
         if isinstance(item, str):
             yield item
-        elif item.error is not None:
-            yield SseEvent(error_body(item.error).model_dump_json(), "error")
+        elif item.failure is not None:
+            yield SseEvent(error_body(item.failure).model_dump_json(), "error")
     yield SSE_END

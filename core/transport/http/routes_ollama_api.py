@@ -148,8 +148,8 @@ async def lines(
             text = json.dumps(event_text, ensure_ascii=False)
             yield f'{prefix}{open_piece}{text}{close_piece}, "done": false}}'
         elif isinstance(event, Finished):
-            if event.error is not None:
-                yield json.dumps({"error": event.error.message})
+            if event.failure is not None:
+                yield json.dumps({"error": event.failure.message})
                 return
             yield json.dumps(finished(head, field, "".join(held or []), event, tool_names))
 

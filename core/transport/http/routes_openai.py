@@ -201,7 +201,7 @@ async def chat_chunks(
             else:
                 held[index] = None
                 yield held_text(index, kept)
-        elif isinstance(event, Finished) and (kept := held[index]) is not None and not event.error:
+        elif isinstance(event, Finished) and (kept := held[index]) is not None and event.whole:
             text = "".join(piece.text for piece in kept)
             whole = tools.calls(text)
             if not calls[index].started:
@@ -216,8 +216,8 @@ async def chat_chunks(
         elif isinstance(event, TokenText):
             yield text_chunk(index, event.text, event.logprobs)
         elif isinstance(event, Finished):
-            if event.error is not None:
-                yield error_envelope(event.error).model_dump_json()
+            if event.failure is not None:
+                yield error_envelope(event.failure).model_dump_json()
                 break
             yield json_line(chunk(index, Delta(content=""), openai_finish(event.finish_reason)))
     else:
@@ -288,8 +288,8 @@ async def completion_chunks(
                 yield tokens[index].render(event.text)
             offsets[index] += len(event.text)
         elif isinstance(event, Finished):
-            if event.error is not None:
-                yield error_envelope(event.error).model_dump_json()
+            if event.failure is not None:
+                yield error_envelope(event.failure).model_dump_json()
                 break
             yield json_line(chunk(index, "", openai_finish(event.finish_reason)))
     else:
