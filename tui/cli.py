@@ -344,8 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("ask", "connect"):
         try:
             settings = config.load_settings(**client_overrides(args))
-        except Exception as exc:  # a malformed config file or variable: say so, no traceback
-            return settings_failed(exc)
+        except Exception as exc:  # a bad flag, config file or variable: say so, no traceback
+            return settings_failed(exc, args)
         if args.command == "ask":
             return run_ask(args, settings)
         from .app import run_client_app
@@ -354,8 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "host":
         try:
             settings = config.load_settings(**host_overrides(args))
-        except Exception as exc:  # a malformed config file or variable: say so, no traceback
-            return settings_failed(exc)
+        except Exception as exc:  # a bad flag, config file or variable: say so, no traceback
+            return settings_failed(exc, args)
         if args.headless or not sys.stdout.isatty():
             from .headless import run_headless
 
@@ -366,9 +366,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def settings_failed(exc: Exception) -> int:
+def settings_failed(exc: Exception, args: argparse.Namespace | None = None) -> int:
+    """Say which setting is wrong: the flag, where a flag gave it, else the settings."""
     from pydantic import ValidationError
 
+    if isinstance(exc, ValidationError) and args is not None:
+        first = exc.errors()[0]
+        name = str(first["loc"][-1]) if first["loc"] else ""
+        given = getattr(args, name, None)
+        if given is not None:
+            flag = "--" + name.replace("_", "-")
+            sys.stderr.write(f"infertui: {flag} {given}: {first['msg'].lower()}\n")
+            return 2
     problem = config.first_problem(exc) if isinstance(exc, ValidationError) else str(exc)
     sys.stderr.write(f"infertui: invalid settings: {problem} (see `infertui config path`)\n")
     return 2

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -72,10 +74,43 @@ def error_from_exception(err: httpx.HTTPError, *, streaming: bool = False) -> In
     if isinstance(err, httpx.TimeoutException):
         return InferError(ErrorKind.TIMEOUT_NO_RESPONSE, "the host did not answer in time")
     if isinstance(err, httpx.ConnectError):
-        return InferError(ErrorKind.HOST_OFFLINE, f"nothing is listening there ({err})")
+        return _not_connected(err)
     if streaming:
         return InferError(ErrorKind.HOST_DISCONNECTED, "the host went away mid-reply")
     return InferError(ErrorKind.CONNECT_FAILED, str(err) or type(err).__name__)
+
+
+def _check_url(url: str) -> None:
+    """A URL no connection could use is said so before trying (a port past 65535 was a
+    traceback from deep in the socket layer)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as err:
+        raise InferError(ErrorKind.CONNECT_FAILED, f"{url} is not a usable URL ({err})") from None
+    if not parsed.host:
+        raise InferError(ErrorKind.CONNECT_FAILED, f"{url} names no host")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise InferError(ErrorKind.CONNECT_FAILED, f"port {parsed.port} is not 1 to 65535")
+
+
+def _not_connected(err: httpx.ConnectError) -> InferError:
+    """Why a connection was not made, told apart: no such name, a TLS handshake with a
+    server that speaks plain HTTP, or nobody listening."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, socket.gaierror | ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, socket.gaierror):
+        return InferError(ErrorKind.CONNECT_FAILED, f"no host has that name ({cause.strerror})")
+    if isinstance(cause, ssl.SSLError):
+        plain = "WRONG_VERSION_NUMBER" in str(cause)
+        why = "it answers in plain HTTP: use http://" if plain else str(cause)
+        return InferError(ErrorKind.CONNECT_FAILED, f"no HTTPS connection ({why})")
+    return InferError(ErrorKind.HOST_OFFLINE, f"nothing is listening there ({err})")
+
+
+def _closed() -> InferError:
+    """What a call on a connection already closed (the host went away) gets."""
+    return InferError(ErrorKind.HOST_DISCONNECTED, "the connection to the host was closed")
 
 
 class HttpReply(ChatReply):
@@ -114,11 +149,18 @@ class HttpReply(ChatReply):
             self._items.put_nowait(err)
         except httpx.HTTPError as err:
             self._items.put_nowait(error_from_exception(err, streaming=True))
+        except RuntimeError:
+            if not http.is_closed:
+                raise
+            self._items.put_nowait(_closed())
 
     def _on_event(self, event: dict[str, Any]) -> None:
         if "error" in event:
             error = event["error"]
             kind = kind_for_openai_code(error.get("code"))
+            if kind is ErrorKind.ABORTED:  # the host cut the reply short: it ends as over P2P
+                self._finish = "abort"
+                return
             raise InferError(kind, str(error.get("message") or "generation failed"))
         if event.get("usage"):
             self._usage = event["usage"]
@@ -183,6 +225,7 @@ class HttpHostClient(Client):
     async def connect(
         cls, url: str, *, api_key: str | None = None, connect_timeout: float = 10.0
     ) -> HttpHostClient:
+        _check_url(url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         http = httpx.AsyncClient(
             base_url=url.rstrip("/"),
@@ -291,6 +334,10 @@ async def _call(
         response = await http.request(method, path, json=body, timeout=timeout)
     except httpx.HTTPError as err:
         raise error_from_exception(err) from None
+    except RuntimeError:  # the connection was closed (the host went away) under a caller
+        if not http.is_closed:
+            raise
+        raise _closed() from None
     if response.status_code >= 400:
         raise error_from_response(response.status_code, response.content, response.headers)
     try:

@@ -186,3 +186,47 @@ async def test_reconnector_says_so_and_recovers_when_the_host_returns(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_reply_the_host_cuts_short_ends_as_aborted(
+    client: Client, host: ServedHost
+) -> None:
+    """A drain's deadline (or the engine removed, the host stopping) mid-reply: over either
+    transport the reply ends as "abort", not as a whole one (over HTTP it said "stop")."""
+    reply = client.chat(HELLO, temperature=0, max_tokens=400, ignore_eos=True)
+    pieces = 0
+    async for _ in reply:
+        pieces += 1
+        if pieces == 3:
+            await host.service.drain_engine("gemma-3-270m", deadline_ms=0)
+    assert reply.stats is not None and reply.stats.finish_reason == "abort"
+    assert pieces < 50
+
+
+async def test_calls_on_a_closed_http_connection_are_host_errors(host: ServedHost) -> None:
+    """The app's metrics and engine pollers may call after the connection was closed (the
+    host went away): that is a HOST_DISCONNECTED error they handle, not a RuntimeError that
+    crashed the app, and a chat on it ends with the error instead of waiting forever."""
+    client = await connect(host.target("http"))
+    await client.close()
+    with pytest.raises(InferError) as closed:
+        await client.metrics()
+    assert closed.value.kind is ErrorKind.HOST_DISCONNECTED
+    with pytest.raises(InferError) as chat:
+        await asyncio.wait_for(client.chat(HELLO, max_tokens=4).text(), 10)
+    assert chat.value.kind is ErrorKind.HOST_DISCONNECTED
+
+
+async def test_a_url_no_connection_could_use_is_refused_before_trying() -> None:
+    """A port past 65535 was an OverflowError traceback from the socket layer."""
+    with pytest.raises(InferError) as refused:
+        await connect("http://127.0.0.1:99999")
+    assert refused.value.kind is ErrorKind.CONNECT_FAILED and "99999" in refused.value.message
+
+
+async def test_https_to_a_host_that_speaks_plain_http_says_to_use_http(host: ServedHost) -> None:
+    """It said "nothing is listening there", though something answered."""
+    with pytest.raises(InferError) as refused:
+        await connect(host.target("http").replace("http://", "https://"))
+    assert refused.value.kind is ErrorKind.CONNECT_FAILED
+    assert "use http://" in refused.value.message

@@ -111,6 +111,19 @@ def test_a_bad_setting_is_one_sentence_not_a_pydantic_dump(
     assert err.startswith("infertui: invalid settings") and err.count("\n") == 1, err
 
 
+def test_a_bad_flag_value_names_the_flag_not_the_config_file(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from infertui.tui.cli import main
+
+    monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
+    assert main(["ask", "http://127.0.0.1:1", "hi", "--max-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "infertui: --max-tokens 0: input should be greater than or equal to 1\n"
+    assert main(["host", "--headless", "--no-p2p", "--queue", "0"]) == 2
+    assert capsys.readouterr().err.startswith("infertui: --queue 0: input should be")
+
+
 def test_connect_and_ask_take_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     from infertui.tui.cli import build_parser, client_overrides
 
