@@ -272,3 +272,34 @@ async def test_a_conversation_longer_than_the_context_goes_on_without_its_oldest
         follow = await ask(pilot, app, "And another?")  # goes from there at once
         await until(pilot, lambda: follow.stats is not None, 60)
         assert follow.body.source and chat.left_out == 4
+
+
+async def test_asking_again_after_scrolling_up_follows_the_new_reply(host: ServedHost) -> None:
+    """Paging up mid-reply stops the view following it, and it stays where it was put. The
+    next question brings it back down to follow its reply: it used to stay out of sight."""
+    from textual.containers import VerticalScroll
+
+    app = app_for(host, "http")
+    app.options = app.options.model_copy(update={"max_tokens": 400, "temperature": 0})
+    async with app.run_test(size=(48, 16)) as pilot:  # narrow: the reply outgrows it soon
+        await until(pilot, lambda: app.client is not None)
+        transcript = app.screen.query_one("#transcript", VerticalScroll)
+
+        def at_end() -> bool:
+            return transcript.max_scroll_y > 0 and transcript.scroll_y >= transcript.max_scroll_y
+
+        view = await ask(pilot, app, "Write a long story about the sea.")
+        await until(pilot, lambda: transcript.max_scroll_y > transcript.size.height, 60)
+        await pilot.press("pageup", "pageup")
+        await until(pilot, lambda: "tokens" in stats_of(view), 120)
+        assert not at_end()  # left where the reader put it
+        app.options = app.options.model_copy(update={"max_tokens": 8})
+        await ask(pilot, app, "And a short one?")
+        await until(pilot, at_end, 10)
+        for _ in range(20):  # paging down to the end follows again
+            await pilot.press("pageup")
+        for _ in range(40):
+            await pilot.press("pagedown")
+            if at_end():
+                break
+        assert at_end()
