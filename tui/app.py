@@ -62,16 +62,21 @@ class InfertuiApp(BaseApp):
             yield SystemCommand(title, f"Switch to the {title.lower()} screen", self._go(mode))
         app_wide = {command.title for command in self.app_commands()}
         yield from self.app_commands()
+        seen: set[str] = set()  # one entry per action (Esc and Ctrl+C both stop a reply)
         for binding in screen.BINDINGS:
             if (
-                isinstance(binding, Binding)
-                and binding.show
-                and binding.description
-                and binding.description not in app_wide
+                not isinstance(binding, Binding)
+                or not binding.description
+                or binding.description in app_wide
+                or binding.action in seen
+                or screen.check_action(binding.action, ()) is False  # not now (as the footer)
             ):
-                help_text = binding.tooltip or f"{binding.description} ({binding.key})"
-                action = partial(self.run_action, binding.action, screen)
-                yield SystemCommand(binding.description, help_text, action)
+                continue
+            seen.add(binding.action)
+            keys = self.get_key_display(binding)
+            help_text = f"{binding.tooltip or binding.description} ({keys})"
+            action = partial(self.run_action, binding.action, screen)
+            yield SystemCommand(binding.description, help_text, action)
 
     def app_commands(self) -> list[SystemCommand]:
         """Palette entries that work on every screen."""

@@ -59,6 +59,13 @@ class InfertuiApp(App[int]):
             self.collect_metrics(state.client)
             self.follow_engines(state.client)
 
+    def not_connected(self) -> str:
+        """Why there is no host to ask now, for a notification."""
+        state = self.connection
+        if state.phase == "waiting":
+            return "The host cannot be reached now; retrying (Reconnect, in Ctrl+P, tries at once)."
+        return "Not connected to a host yet."
+
     @work(exclusive=True, group="engines")
     async def follow_engines(self, client: Client) -> None:
         """Engines come and go (the engine manager, another admin): the host bar, the model
@@ -74,6 +81,13 @@ class InfertuiApp(App[int]):
             return
         with contextlib.suppress(InferError):
             if await client.update_info() and self.client is client:
+                chosen = self.options.model
+                if chosen and chosen not in client.info.models:  # removed: the default answers
+                    self.options = self.options.model_copy(update={"model": None})
+                    self.notify(
+                        f"The host no longer serves {chosen}: chats go to {client.info.model}.",
+                        severity="warning",
+                    )
                 self.connection = self.connection  # always_update: the watchers redraw
 
     @work(exclusive=True, group="metrics")

@@ -128,6 +128,13 @@ async def test_the_model_picker_chooses_the_engine_that_answers(
         view = await ask(pilot, app, "Name a colour.")
         await until(pilot, lambda: "tokens" in stats_of(view), 60)
         assert stats_of(view).startswith("second · ")
+        # the chosen engine removed: the bar and the chat go back to the host's default
+        await host.service.remove_engine("second")
+        await app.update_host_info()
+        await until(pilot, lambda: app.options.model is None and "second" not in bar_text(app))
+        view = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: "tokens" in stats_of(view), 60)
+        assert stats_of(view).startswith("gemma-3-270m · "), stats_of(view)
 
 
 @pytest.mark.parametrize("transport", ["p2p", "http"])

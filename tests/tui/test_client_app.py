@@ -186,7 +186,9 @@ async def test_host_down_is_said_in_plain_words_and_recovers(
         prompt = app.screen.query_one("#prompt", PromptArea)
         prompt.value = "hello?"
         await pilot.press("enter")  # said plainly; the words stay for when the host is back
-        await until(pilot, lambda: any("Not connected" in n.message for n in app._notifications))
+        await until(
+            pilot, lambda: any("cannot be reached now" in n.message for n in app._notifications)
+        )
         assert prompt.value == "hello?" and not app.screen.query(AssistantMessage)
         port = int(host.url.rsplit(":", 1)[1])
         await start_served_host(seed=host.seed, port=port)

@@ -82,8 +82,9 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
         await until(pilot, lambda: table.row_count == 0, 10)
         await client.close()
 
-        await pilot.press("g")  # no P2P in this test: the QR key says so instead of failing
+        await pilot.press("g")  # no P2P in this test: no QR code, and the footer offers none
         assert not isinstance(app.screen, QrModal)
+        assert "g" not in app.active_bindings and "c" not in app.active_bindings
         shown = app.active_bindings["q"].binding  # in the footer
         assert shown.description == "Quit" and shown.show
         await pilot.press("q")  # as the README says (and the footer shows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from textual.widgets import Input
 
 from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
@@ -28,7 +29,11 @@ async def test_the_palette_lists_the_screens_and_the_current_screens_actions() -
     async with app.run_test(size=(80, 24)) as pilot:
         chat = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Chat", "Queue", "Metrics", "Engines", "Options", "Reconnect"} <= chat
-        assert {"Stop reply", "New chat"} <= chat
+        assert {"New chat", "Model", "Chats", "Copy"} <= chat  # shown or not in the footer
+        # what cannot be done now is left out, as the footer leaves it out
+        assert not {"Stop reply", "Stop", "Cancel edit", "Again"} & chat
+        help_texts = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert "^n" in help_texts["New chat"]  # the key, as the footer shows it
         await pilot.press("f5")
         assert isinstance(app.screen, EnginesScreen)
         engines = {c.title for c in app.get_system_commands(app.screen)}
@@ -153,6 +158,8 @@ async def test_a_refused_engine_form_comes_back_as_typed(monkeypatch: pytest.Mon
         await pilot.pause()
         modal = app.screen
         assert isinstance(modal, AddEngineModal) and modal.draft == typed
+        await pilot.press(*"theirs")  # the first field is selected: typing replaces it
+        assert modal.query_one("#engine_id", Input).value == "theirs"
 
 
 def test_id_and_hosts_say_what_they_do_and_httpx_stays_quiet(capsys, tmp_path) -> None:

@@ -112,7 +112,7 @@ class ChatScreen(Screen[None]):
         if not text:
             return
         if infertui_app(self).client is None:
-            self.notify("Not connected to a host yet.", severity="warning")
+            self.notify(infertui_app(self).not_connected(), severity="warning")
             return
         if self.generating:
             self.notify("A reply is still coming: Esc stops it.", severity="warning")
@@ -386,7 +386,7 @@ class ChatScreen(Screen[None]):
         app = infertui_app(self)
         client = app.client
         if client is None:
-            self.notify("Not connected to a host yet.", severity="warning")
+            self.notify(app.not_connected(), severity="warning")
             return
 
         def chosen(choice: ModelChoice | None) -> None:

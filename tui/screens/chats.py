@@ -13,6 +13,7 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from infertui.core.client.chats import ChatStore, SavedChat
 
+from ..widgets.tables import cleared
 from .forms import ConfirmModal, FormModal
 
 
@@ -46,7 +47,7 @@ class ChatsModal(FormModal[SavedChat | None]):
     def show(self) -> None:
         table = self.query_one("#chats", DataTable)
         row = table.cursor_row
-        table.clear()
+        cleared(table)
         self.chats = self.store.list()
         for chat in self.chats:
             when = time.strftime("%m-%d %H:%M", time.localtime(chat.updated))

@@ -19,6 +19,7 @@ from infertui.core.protocol import AddEngineRequest, InferError, MemoryUsage
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar
+from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
 from .forms import ConfirmModal, FormModal
 
@@ -54,7 +55,7 @@ class EnginesScreen(DashboardScreen):
         engines = await client.engines()
         table = self.query_one("#engines", DataTable)
         row = table.cursor_row
-        table.clear()
+        cleared(table)
         for e in engines:
             p, m, perf = e.parameters, e.memory_usage, e.performance
             memory = f"{m.model_size_mb + m.context_size_mb:,.0f} MB" if m else "–"
@@ -197,6 +198,9 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
             for name, value in self.draft.model_dump(exclude_unset=True).items():
                 for field in self.query(f"#{name}").results(Input):
                     field.value = str(value)
+            first = self.query(Input).first()
+            first.focus()
+            first.select_all()  # typing replaces the refused value, not appends to it
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):

@@ -9,6 +9,7 @@ from textual.widgets import DataTable, Footer, Static
 from infertui.core.client import Client
 
 from ..widgets.host_bar import HostBar, short_id
+from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
 
 
@@ -28,7 +29,7 @@ class HostsScreen(DashboardScreen):
     async def refresh_data(self, client: Client) -> None:
         hosts = await client.hosts()
         table = self.query_one("#hosts", DataTable)
-        table.clear()
+        cleared(table)
         for h in hosts:
             table.add_row(
                 h.host_name, short_id(h.address), ", ".join(h.models), h.slots, h.free_slots,

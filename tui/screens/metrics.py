@@ -11,6 +11,7 @@ from infertui.core.client import Client
 from ..base import infertui_app
 from ..metrics_history import COUNTS, PLOTS
 from ..widgets.host_bar import HostBar
+from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
 
 
@@ -49,7 +50,7 @@ class MetricsScreen(DashboardScreen):
                 figure = "–"  # upstreams only, or a single snapshot so far
             self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {figure}")
         table = self.query_one("#totals", DataTable)
-        table.clear()
+        cleared(table)
         for p in history.latest:
             table.add_row(
                 p.pool_id, p.completed, p.cancelled, p.failed + p.rejected, p.tokens_out_total,

@@ -11,10 +11,11 @@ from infertui.core.client import Client
 
 from ..base import infertui_app
 from ..widgets.host_bar import HostBar
+from ..widgets.tables import cleared, tail_cells
 from .dashboard import DashboardScreen
 from .qr import QrModal
 
-TAIL_CHARS = 40
+TAIL_CELLS = 40  # of the latest text: a wide character takes two
 
 
 class StreamsScreen(DashboardScreen):
@@ -37,6 +38,11 @@ class StreamsScreen(DashboardScreen):
             "job", "client", "state", "tokens", "tok/s", "latest text", "engine"
         )
         super().on_mount()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("copy_id", "qr"):  # a host with --no-p2p has no server ID to give
+            return self.server_id() is not None
+        return True
 
     def server_id(self) -> str | None:
         source = infertui_app(self).live
@@ -65,9 +71,9 @@ class StreamsScreen(DashboardScreen):
         lines.append(models)
         self.query_one("#addresses", Static).update(lines)
         table = self.query_one("#streams", DataTable)
-        table.clear()
+        cleared(table)
         for job in source.live_jobs():
-            tail = job.text_tail.replace("\n", " ⏎ ")[-TAIL_CHARS:]
+            tail = tail_cells(job.text_tail.replace("\n", " ⏎ "), TAIL_CELLS)
             table.add_row(
                 job.job_id, job.client, job.state, job.tokens_out,
                 f"{job.tokens_per_s:.1f}" if job.state == "running" else "", tail, job.engine,

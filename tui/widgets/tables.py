@@ -1,0 +1,27 @@
+"""What the dashboards' tables need on each refresh: rows refilled with columns that fit them."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from textual.widgets import DataTable
+
+
+def cleared(table: DataTable[object]) -> DataTable[object]:
+    """The table without its rows, each column as narrow as its label again. DataTable only
+    ever widens a column, so one long cell (an engine since removed, a line of CJK text)
+    kept it wide for good and pushed the columns after it out of sight."""
+    table.clear()
+    for column in table.columns.values():
+        if column.auto_width:
+            column.content_width = column.label.cell_len
+    return table
+
+
+def tail_cells(text: str, cells: int) -> str:
+    """The end of `text` that fits in `cells` terminal cells (a CJK character takes two)."""
+    width = 0
+    for start in range(len(text) - 1, -1, -1):
+        width += cell_len(text[start])
+        if width > cells:
+            return text[start + 1 :]
+    return text
