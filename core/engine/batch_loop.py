@@ -47,9 +47,10 @@ from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .graph_samplers import GraphSamplers
 from .kept_cells import KeptCells, window_intact
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
-from .sampler import SamplerChain, StepSampler, UnusableParam, token_logprob
+from .sampler import SamplerChain, UnusableParam, token_logprob
 from .slot import Slot
 from .step_plan import admission_order, fillers, last_tokens_apart, prompt_shares
+from .step_sampler import StepSampler
 from .types import EngineEvent, GenerationRequest, Publisher
 
 log = logging.getLogger(__name__)

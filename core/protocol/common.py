@@ -52,6 +52,13 @@ def _seed(value: int | None) -> int | None:
 Seed = Annotated[int | None, AfterValidator(_seed)]
 
 
+# llama.cpp's typical-p and Mirostat, with the ranges every dialect takes them in
+TypicalP = Annotated[float, Field(ge=0.0, le=1.0)]
+MirostatVersion = Literal[0, 1, 2]  # 0: off
+MirostatTau = Annotated[float, Field(ge=0.0, le=100.0)]
+MirostatEta = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
 NO_SUFFIX = "fill-in-the-middle ('suffix') is not supported"
 NO_IMAGES = "images are not supported: the host's engines read text only"
 
@@ -96,12 +103,12 @@ class SamplingParams(BaseModel):
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repeat_penalty: float = Field(1.0, gt=0.0, le=2.0, description="1.0 disables")
     repeat_last_n: int = Field(64, ge=0, le=4096)
-    typical_p: float = Field(1.0, ge=0.0, le=1.0, description="locally typical; 1.0 disables")
-    mirostat: Literal[0, 1, 2] = Field(
+    typical_p: TypicalP = Field(1.0, description="locally typical; 1.0 disables")
+    mirostat: MirostatVersion = Field(
         0, description="1 or 2: Mirostat (v1, v2) aims at a perplexity in place of top-k/p"
     )
-    mirostat_tau: float = Field(5.0, ge=0.0, le=100.0, description="Mirostat's target surprise")
-    mirostat_eta: float = Field(0.1, ge=0.0, le=1.0, description="Mirostat's learning rate")
+    mirostat_tau: MirostatTau = Field(5.0, description="Mirostat's target surprise")
+    mirostat_eta: MirostatEta = Field(0.1, description="Mirostat's learning rate")
     logit_bias: tuple[tuple[int, float], ...] = Field(
         (), max_length=MAX_LOGIT_BIAS, description="(token, bias added to its logit)"
     )

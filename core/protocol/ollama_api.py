@@ -19,9 +19,13 @@ from .common import (
     NO_IMAGES,
     NO_SUFFIX,
     ChatMessage,
+    MirostatEta,
+    MirostatTau,
+    MirostatVersion,
     SamplingParams,
     Seed,
     Stops,
+    TypicalP,
     refused,
 )
 from .snapshots import FinishReason, TimingStats
@@ -61,10 +65,10 @@ class Options(BaseModel):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repeat_last_n: int | None = Field(None, ge=0, le=4096)
-    typical_p: float | None = Field(None, ge=0.0, le=1.0)
-    mirostat: Literal[0, 1, 2] | None = None
-    mirostat_tau: float | None = Field(None, ge=0.0, le=100.0)
-    mirostat_eta: float | None = Field(None, ge=0.0, le=1.0)
+    typical_p: TypicalP | None = None
+    mirostat: MirostatVersion | None = None
+    mirostat_tau: MirostatTau | None = None
+    mirostat_eta: MirostatEta | None = None
 
 
 class _Generation(BaseModel):

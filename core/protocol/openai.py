@@ -35,10 +35,14 @@ from .common import (
     MAX_SCHEMA_CHARS,
     NO_SUFFIX,
     ChatMessage,
+    MirostatEta,
+    MirostatTau,
+    MirostatVersion,
     SamplingParams,
     Seed,
     Stop,
     Stops,
+    TypicalP,
     refused,
 )
 from .errors import InferError
@@ -131,10 +135,10 @@ class _Sampling(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
-    typical_p: float | None = Field(None, ge=0.0, le=1.0)
-    mirostat: Literal[0, 1, 2] | None = None
-    mirostat_tau: float | None = Field(None, ge=0.0, le=100.0)
-    mirostat_eta: float | None = Field(None, ge=0.0, le=1.0)
+    typical_p: TypicalP | None = None
+    mirostat: MirostatVersion | None = None
+    mirostat_tau: MirostatTau | None = None
+    mirostat_eta: MirostatEta | None = None
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
     response_format: ResponseFormat | None = None
     logit_bias: LogitBias | None = Field(

@@ -14,7 +14,8 @@ import llama_cpp as llama
 import pytest
 
 from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
-from infertui.core.engine.sampler import SamplerChain, StepSampler
+from infertui.core.engine.sampler import SamplerChain
+from infertui.core.engine.step_sampler import StepSampler
 from infertui.core.protocol.common import SamplingParams
 
 pytestmark = pytest.mark.model
