@@ -312,6 +312,11 @@ class ChatScreen(Screen[None]):
         except InferError:
             return
         status = self.query_one("#reply-status", Static)
+        # the asked engine's queue alone, where the chat names one (the host's default is
+        # resolved on the host, so then every engine's queue counts)
+        asked = [q for q in queues if q.pool_id == infertui_app(self).options.model]
+        queues = asked or queues
+        where = f"on {asked[0].pool_id}" if asked else "on the host"
         entries = [e for q in queues for e in q.waiting]
         me = client.queue_client_id
         mine = [e for e in entries if me and (e.client_id or "").partition("/")[0] == me]
@@ -324,11 +329,11 @@ class ChatScreen(Screen[None]):
         elif entries:
             eta = max(e.predicted_start_ms for e in entries)
             status.update(
-                f"Queued on the host · {len(entries)} waiting · start in ≤ {eta / 1000:.1f} s"
+                f"Queued {where} · {len(entries)} waiting · start in ≤ {eta / 1000:.1f} s"
             )
         else:
             busy = sum(1 for q in queues for s in q.slots if s.phase != "idle")
-            status.update(f"Starting · {busy} slot(s) busy on the host")
+            status.update(f"Starting · {busy} slot(s) busy {where}")
 
     def action_abort(self) -> None:
         if self.reply is not None:
