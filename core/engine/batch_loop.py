@@ -7,11 +7,10 @@ chain is installed there, see graph_samplers.py, else on the host), and publish 
 events to the event loop in one call. A sequence that is cancelled or fails frees its KV
 cells at once; one that finishes keeps them for a prompt that goes on from them (below).
 
-A job whose prompt is the same as a running one's (the `n` choices of one request, or the
-same question asked twice at once) is not prefilled again: it takes a copy of that sequence's
-cells but the last prompt token, waiting for the prefill if it is under way, and decodes only
-that last token itself, so that each sequence gets a logits row of its own to sample (in the
-graph or on the host).
+A job whose prompt begins as a running one's (the `n` choices of one request, chats with
+one system prompt) does not prefill that head again: it takes a copy of that sequence's cells,
+waiting for the prefill if it is under way, and decodes the rest itself, at least its last
+token, so that each sequence gets a logits row of its own (shared_prefix.py).
 
 A finished job's cells stay in its sequence until another job needs the sequence: a job whose
 prompt begins with those tokens (the next turn of a chat, which repeats the whole history)
@@ -48,6 +47,7 @@ from .graph_samplers import GraphSamplers
 from .kept_cells import KeptCells, window_intact
 from .native import Batch, LlamaContext, LlamaModel, release_freed_heap
 from .sampler import SamplerChain, UnusableParam, token_logprob
+from .shared_prefix import best_donor
 from .slot import Slot
 from .step_plan import admission_order, fillers, last_tokens_apart, prompt_shares
 from .step_sampler import StepSampler
@@ -269,43 +269,38 @@ class BatchLoop:
         slot = Slot(index, request, chain, self._steps)
         keep = self._kept.take(index, reuse[1] if reuse else 0)
         slot.prompt_pos = slot.n_past = slot.cached = keep
-        if not slot.cached:
-            slot.donor = self._donor_for(request)
+        if donor := self._donor_for(request, keep):
+            slot.donor, slot.shared = donor
         self._slots[index] = slot
-        if slot.donor is not None and not slot.donor.prefilling:
-            self._take_prompt(slot.donor, slot)  # copied now; else when its prefill is done
+        if slot.donor is not None:
+            self._take_prompt(slot.donor, slot)  # now, or once its prefill reaches the head
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
 
-    def _donor_for(self, request: GenerationRequest) -> Slot | None:
-        """A running slot with the same prompt, whose cells this job can copy instead of
-        decoding the prompt. Not in deterministic mode: the last prompt token would be decoded
-        in another batch."""
-        prompt, n_swa = request.prompt_tokens, self._model.n_swa
+    def _donor_for(self, request: GenerationRequest, have: int) -> tuple[Slot, int] | None:
+        """A running slot whose prompt begins as this one's, and how many of its cells to
+        copy (see shared_prefix.py). Not in deterministic mode: a job's cells must be decoded
+        as they would be alone."""
+        prompt = request.prompt_tokens
         if self._options.deterministic or len(prompt) < 2 or not self._model.can_trim:
             return None
-        for slot in self._slots:
-            if (
-                slot is not None
-                and slot.donor is None
-                and len(slot.request.prompt_tokens) == len(prompt)
-                and slot.request.prompt_tokens == prompt
-                and (slot.prefilling or window_intact(n_swa, slot.n_past - 1, len(prompt) - 1))
-            ):
-                return slot
-        return None
+        return best_donor(prompt, self._slots, have, self._model.n_swa)
 
     def _take_prompt(self, donor: Slot, slot: Slot | None = None) -> None:
-        """Copy the donor's prompt, all but its last token, to the slots waiting for it (or to
-        the one given); the donor's prompt is in its cells."""
-        n = len(donor.request.prompt_tokens) - 1
+        """Copy the donor's cells to the slots waiting for them (or to the one given) whose
+        shared head the donor has read. One whose window the donor's cells no longer hold
+        reads its prompt itself."""
         for other in self._slots if slot is None else [slot]:
-            if other is None or other.donor is not donor:
+            if other is None or other.donor is not donor or donor.prompt_pos < other.shared:
                 continue
-            other.donor = None
+            other.donor, n = None, other.shared
+            if not window_intact(self._model.n_swa, donor.n_past - 1, n):
+                continue
             if self._ctx.copy_prefix(donor.index, other.index, n):
                 other.prompt_pos = other.n_past = other.cached = n
+            else:  # its own cells went with the attempt
+                other.prompt_pos = other.n_past = other.cached = 0
 
     def _take_embeddings(self) -> list[GenerationRequest]:
         """Embedding jobs need no slot: this step takes, in queue order, as many as one decode
@@ -378,10 +373,32 @@ class BatchLoop:
         remaining = [len(s.request.prompt_tokens) - s.prompt_pos for s in prefilling]
         waited = [self._steps - s.admitted_step for s in prefilling]
         shares = prompt_shares(remaining, waited, n_batch)
-        chunks = [(s, n) for s, n in zip(prefilling, shares, strict=True) if n > 0]
+        chunks = [
+            (s, self._stop_at_shared_head(s, n))
+            for s, n in zip(prefilling, shares, strict=True)
+            if n > 0
+        ]
         chunks = self._prefill_bodies(decoding, chunks, events)
         if decoding or chunks:  # nothing left when the bodies' decode failed alone
             self._decode(decoding, chunks, use_fillers=True, events=events)
+
+    def _stop_at_shared_head(self, slot: Slot, n: int) -> int:
+        """A chunk cut where a job waiting for this slot's cells can copy them: a model with
+        sliding-window layers drops the cells a head's end attends to once the prompt is
+        read far past it (window_intact)."""
+        n_swa = self._model.n_swa
+        if not n_swa:
+            return n
+        end = slot.prompt_pos + n
+        for other in self._slots:
+            if (
+                other is not None
+                and other.donor is slot
+                and slot.prompt_pos < other.shared < end
+                and not window_intact(n_swa, end - 1, other.shared)
+            ):
+                end = other.shared
+        return end - slot.prompt_pos
 
     def _prefill_bodies(
         self, decoding: Sequence[Slot], chunks: list[tuple[Slot, int]], events: Events
@@ -462,11 +479,13 @@ class BatchLoop:
         for slot in decoding:
             slot.n_past += 1
         now = time.perf_counter()
+        waited_on = {id(s.donor) for s in self._slots if s is not None and s.donor is not None}
         for slot, n in chunks:
             slot.prompt_pos += n
             slot.n_past += n
             if not slot.prefilling:
                 slot.prefill_done_at = now
+            if id(slot) in waited_on:
                 self._take_prompt(slot)
         ranks = list(range(len(rows)))  # each row's place among the batch's outputs
         if self._pending:

@@ -22,7 +22,7 @@ class Slot:
     __slots__ = (
         "admitted_at", "admitted_step", "cached", "chain", "chunks", "donor", "first_token_at",
         "generated", "index", "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos",
-        "request", "stops", "utf8",
+        "request", "shared", "stops", "utf8",
     )  # fmt: skip
 
     def __init__(
@@ -34,7 +34,10 @@ class Slot:
         self.chain = chain
         self.prompt_pos = 0  # prompt tokens already decoded
         self.n_past = 0  # tokens in this sequence's KV cells
-        self.donor: Slot | None = None  # prefilling the same prompt: wait, then copy its cells
+        # a running slot whose prompt begins as this one's: wait until its cells hold the
+        # first `shared` tokens, then copy them (shared_prefix.py)
+        self.donor: Slot | None = None
+        self.shared = 0
         self.cached = 0  # prompt tokens whose cells came from elsewhere (a donor, kept cells)
         self.generated: list[int] = []  # every token sampled, in order
         self.last_token = -1

@@ -233,6 +233,55 @@ async def test_a_prompt_already_running_is_copied_where_its_cells_are_intact(
     assert (await first.text())[0] == solo_text
 
 
+async def test_a_prompt_that_begins_as_a_running_one_copies_that_head(make_pool) -> None:
+    """Chats with one system prompt: a job whose prompt begins as a running job's copies the
+    cells of that head and decodes only its own question. It computes what a host computes
+    from its own kept cells of that head (the prompt cache of the next turn of a chat)."""
+    pool = await make_pool(parallel=2, batch=512)
+    head = prompt_of(pool, 300, 11)
+    first = pool.submit(prompt=head + " Question: where does it go?", params=TURN)
+    while first.tokens_out < 3:  # decoding, past its prompt
+        await asyncio.sleep(0.005)
+    asked = head + " Question: who built the mill?"
+    probe = SamplingParams(temperature=0.0, max_tokens=1, logprobs=5)
+    copied = pool.submit(prompt=asked, params=probe)
+    end = (await copied.text())[1]
+    assert 290 <= end.timings.tokens_cached < end.timings.tokens_in - 4, end.timings
+    other = await make_pool(parallel=1, engine_id="other")
+    await other.submit(prompt=head + " Question: where does it go?", params=TURN).text()
+    kept = other.submit(prompt=asked, params=probe)
+    assert (await kept.text())[1].timings.tokens_cached == end.timings.tokens_cached
+    (a,), (b,) = copied.logprobs, kept.logprobs
+    assert [t for t, _ in a.top] == [t for t, _ in b.top]
+    assert all(abs(x - y) < 1e-3 for (_, x), (_, y) in zip(a.top, b.top, strict=True))
+    await first.text()
+
+
+@pytest.mark.parametrize(
+    ("length", "batch"), [(400, 128), (700, 512)], ids=["within the window", "past the window"]
+)
+async def test_prompts_with_one_head_arriving_together_read_it_once(
+    make_pool, length: int, batch: int
+) -> None:
+    """Four jobs with one head and different questions, at once: one reads the head, the
+    others wait for its cells and copy them, then read their own questions. Past Gemma 3's
+    512-token window the reader's chunk stops at the head's end, so that its cells still hold
+    what the questions attend to. The reader gives its solo text (read in the same chunks)."""
+    pool = await make_pool(parallel=4, batch=batch)  # the head takes several steps to read
+    head = prompt_of(pool, length, 12)
+    prompts = [f"{head} Question {k}: what is item {k}?" for k in range(4)]
+    results = await run_all(pool, prompts)
+    cached = [end.timings.tokens_cached for _, end in results]
+    assert sorted(cached)[0] == 0, cached
+    assert all(length - 10 <= c < length + 10 for c in sorted(cached)[1:]), cached
+    assert all(text and end.finish_reason == "length" for text, end in results)
+    reader = cached.index(0)
+    solo = await make_pool(parallel=1, batch=batch, engine_id="solo")
+    alone = await solo.submit(prompt=prompts[reader], params=SHORT).text()
+    if length < 512:  # past the window the reader's chunks are cut at the head, not alone
+        assert alone[0] == results[reader][0]
+
+
 TURN = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 
 
