@@ -17,7 +17,9 @@ _SENTENCES: dict[ErrorKind, str] = {
     ErrorKind.TIMEOUT_NO_RESPONSE: "The host stopped answering.",
     ErrorKind.QUEUE_FULL: "The host is busy: its queue is full.",
     ErrorKind.CLIENT_BUSY: "The host is busy with your other requests.",
-    ErrorKind.POOL_UNREADY: "The model is still loading or is draining.",
+    # every cause: loading, draining or drained, failed, an upstream server out of reach
+    ErrorKind.POOL_UNREADY: "The model is not ready: it may be loading or draining, or its "
+    "server cannot be reached.",
     ErrorKind.MODEL_NOT_FOUND: "The host does not serve that model.",
     ErrorKind.NO_ENGINE: "The host has no model loaded.",
     ErrorKind.CONTEXT_OVERFLOW: "The conversation is longer than the model's context.",

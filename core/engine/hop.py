@@ -21,6 +21,8 @@ import asyncio
 import codecs
 import contextlib
 import json
+import os
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -37,7 +39,25 @@ REFRESH_S = 4.0
 
 
 class HopError(Exception):
-    """The server could not be reached, went silent, or broke off the exchange."""
+    """The server could not be reached, went silent, or broke off the exchange. The message
+    is what the server did, in words that follow its name ("closed the connection mid-reply"),
+    for the sentence the caller makes about it."""
+
+
+def os_reason(exc: BaseException) -> str:
+    """Why a connection failed in the system's words ("connection refused"), found down the
+    exception's causes: asyncio and httpx wrap the OS error in their own, and asyncio's own
+    words name no reason ("Connect call failed")."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return f"unknown host: {cause.strerror}"
+        if isinstance(cause, ssl.SSLError):  # its errno is TLS's, not the system's
+            return f"TLS: {cause.reason or cause}"
+        if isinstance(cause, OSError) and cause.errno and cause.errno > 0:
+            return os.strerror(cause.errno).lower()
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or "no reason given"
 
 
 class _Connection:
@@ -113,7 +133,7 @@ class HopResponse:
             data = await self._read()
             if not data:
                 if left > 0:
-                    raise HopError("the server closed the connection mid-reply")
+                    raise HopError("closed the connection mid-reply")
                 break
             left = max(0, left - len(data)) if left > 0 else left
             yield data
@@ -136,7 +156,7 @@ class HopResponse:
                 if len(buffer) < end + 2:
                     break
                 if buffer[end : end + 2] != b"\r\n":
-                    raise HopError("a malformed chunk in the reply")
+                    raise HopError("sent a malformed chunk")
                 parts.append(buffer[eol + 2 : end])
                 at = end + 2
             buffer = buffer[at:]
@@ -146,7 +166,7 @@ class HopResponse:
                 return
             data = await self._read()
             if not data:
-                raise HopError("the server closed the connection mid-reply")
+                raise HopError("closed the connection mid-reply")
             buffer += data
 
     async def _read(self) -> bytes:
@@ -154,9 +174,9 @@ class HopResponse:
             async with asyncio.timeout(self._silent_s):
                 return await self._connection.reader.read(READ_SIZE)
         except TimeoutError:
-            raise HopError(f"the server sent nothing for {self._silent_s:.0f} s") from None
+            raise HopError(f"sent nothing for {self._silent_s:.0f} s") from None
         except OSError as exc:
-            raise HopError(f"the connection broke: {exc}") from None
+            raise HopError(f"broke off the exchange ({os_reason(exc)})") from None
 
 
 class HopClient:
@@ -340,7 +360,7 @@ class HopClient:
             connection.writer.write(request)
             return await self._reply(connection)
         except _Stale:
-            raise HopError("the server closed the connection without a reply") from None
+            raise HopError("closed the connection without a reply") from None
 
     async def _connect(self) -> _Connection:
         try:
@@ -349,9 +369,11 @@ class HopClient:
                     self._host, self._port, ssl=self._tls_context, limit=READ_SIZE
                 )
         except TimeoutError:
-            raise HopError(f"no connection within {self._connect_s:.0f} s") from None
+            raise HopError(
+                f"cannot be reached (no connection within {self._connect_s:.0f} s)"
+            ) from None
         except OSError as exc:
-            raise HopError(f"cannot connect: {exc.strerror or exc}") from None
+            raise HopError(f"cannot be reached (cannot connect: {os_reason(exc)})") from None
         return _Connection(reader, writer)
 
     async def _reply(self, connection: _Connection) -> HopResponse:
@@ -363,15 +385,15 @@ class HopClient:
             connection.close()
             if not exc.partial:
                 raise _Stale from None
-            raise HopError("the server broke off its reply's headers") from None
+            raise HopError("broke off its reply's headers") from None
         except TimeoutError:
             connection.close()
-            raise HopError(f"the server sent nothing for {self._silent_s:.0f} s") from None
+            raise HopError(f"sent nothing for {self._silent_s:.0f} s") from None
         except (OSError, asyncio.LimitOverrunError) as exc:
             connection.close()
             if isinstance(exc, ConnectionResetError | BrokenPipeError):
                 raise _Stale from None
-            raise HopError(f"the connection broke: {exc}") from None
+            raise HopError(f"broke off the exchange ({os_reason(exc)})") from None
         except BaseException:  # cancelled while the server prepares its reply: it must see
             connection.close()  # the disconnect, and the socket must not outlive the job
             raise
@@ -380,7 +402,7 @@ class HopClient:
             status = int(lines[0].split(" ", 2)[1])
         except (IndexError, ValueError):
             connection.close()
-            raise HopError(f"not an HTTP reply: {lines[0][:80]!r}") from None
+            raise HopError(f"sent something that is not an HTTP reply: {lines[0][:80]!r}") from None
         headers = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -393,7 +415,7 @@ class HopClient:
 def _chunk_size(line: bytes) -> int:
     digits = line.split(b";")[0].strip()
     if not digits or not all(c in b"0123456789abcdefABCDEF" for c in digits):
-        raise HopError(f"a malformed chunk size in the reply: {line[:20]!r}")
+        raise HopError(f"sent a malformed chunk size: {line[:20]!r}")
     return int(digits, 16)
 
 

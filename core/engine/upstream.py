@@ -37,7 +37,7 @@ from ..protocol.snapshots import (
 )
 from ..protocol.tools import GENERIC_FORMAT
 from .chat_format import ChatFormat
-from .hop import HopClient, HopError, Sent
+from .hop import HopClient, HopError, Sent, os_reason
 from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_batches
 from .types import EngineEvent, GenerationRequest, Publisher, UpstreamSpec
 
@@ -385,7 +385,7 @@ class UpstreamEngine:
     def _lost(self, exc: httpx.HTTPError | HopError) -> InferError:
         return InferError(
             ErrorKind.POOL_UNREADY,
-            f"the upstream {self.spec.url} does not answer: {type(exc).__name__} {exc}".rstrip(),
+            f"the upstream {self.spec.url} {_failure(exc)}",
             retry_after_ms=int(self.spec.health_interval_s * 1000),
             engine_id=self.spec.engine_id,
         )
@@ -464,6 +464,20 @@ def _proxy_for(url: str) -> str | None:
     if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
         return proxy
     return None
+
+
+def _failure(exc: httpx.HTTPError | HopError) -> str:
+    """What the server did, in words that follow its name: people read this, so never a
+    class name ("ConnectError All connection attempts failed" said nothing to them)."""
+    if isinstance(exc, HopError):
+        return str(exc)  # already such words
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "cannot be reached (no connection in time)"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot be reached ({os_reason(exc)})"
+    if isinstance(exc, httpx.TimeoutException):
+        return "did not answer in time"
+    return f"broke off the exchange ({os_reason(exc)})"
 
 
 def _count(usage: dict[str, Any], key: str, default: int) -> int:

@@ -41,6 +41,12 @@ from .metrics import MetricsRecorder
 log = logging.getLogger(__name__)
 
 DEFAULT_QUEUE_CAPACITY = 64
+# what a pool that takes no job is doing, after "engine 'x'" (FAILED says why in its own way)
+_STATE_WORDS = {
+    PoolState.LOADING: "is still loading",
+    PoolState.DRAINING: "is draining",
+    PoolState.DRAINED: "is drained until an admin resumes it",
+}
 
 
 class Pool:
@@ -188,14 +194,21 @@ class Pool:
         if self.state is not PoolState.READY or engine is None:
             raise InferError(
                 ErrorKind.POOL_UNREADY,
-                f"engine '{self.id}' is {self.state.value}, not ready"
-                + (f": {self.error}" if self._unreachable else ""),
+                self._why_unready(),
                 engine_id=self.id,
                 retry_after_ms=1000
                 if self.state is PoolState.LOADING or self._unreachable
                 else None,
             )
         return engine
+
+    def _why_unready(self) -> str:
+        """Why the pool takes no job now, as a sentence about its engine."""
+        if self.state is PoolState.FAILED and self._unreachable:
+            return f"engine '{self.id}' is not ready: {self.error}"
+        if self.state is PoolState.FAILED:
+            return f"engine '{self.id}' failed to load" + (f": {self.error}" if self.error else "")
+        return f"engine '{self.id}' {_STATE_WORDS.get(self.state, 'is not ready')}"
 
     def _admit(
         self,
@@ -412,10 +425,9 @@ class Pool:
         if self.state is PoolState.READY:
             return
         if self.state is not PoolState.DRAINED or self.engine is None:
-            raise InferError(
-                ErrorKind.POOL_UNREADY,
-                f"engine {self.id} is {self.state.value}; it can resume once drained",
-            )
+            closed = self.state is PoolState.DRAINED  # drained with no engine: closed
+            why = f"engine '{self.id}' is closed" if closed else self._why_unready()
+            raise InferError(ErrorKind.POOL_UNREADY, f"{why}; only a drained engine can resume")
         self.state = PoolState.FAILED if self._unreachable else PoolState.READY
         log.info("pool %s resumed", self.id)
 

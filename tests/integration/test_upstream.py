@@ -377,7 +377,7 @@ async def test_a_host_started_before_its_upstream_serves_once_the_upstream_is_up
         start_served_host, f"http://127.0.0.1:{port}/v1", concurrency=2, health_s=0.3
     )
     health = front.service.pool_health("up")
-    assert not health.ready and "does not answer" in (health.last_error or "")
+    assert not health.ready and "cannot be reached" in (health.last_error or "")
     killable.append(await asyncio.to_thread(infertui_host, port))
     await wait_until(lambda: front.service.pool_health("up").ready, seconds=10)
     assert (
@@ -441,7 +441,7 @@ async def test_an_unreachable_upstream_drains_and_resumes_unready() -> None:
     spec = UpstreamSpec(url=f"http://127.0.0.1:{free_port()}/v1", engine_id="up")
     pool = await Pool.start(spec)
     try:
-        assert pool.state is PoolState.FAILED and "does not answer" in (pool.error or "")
+        assert pool.state is PoolState.FAILED and "cannot be reached" in (pool.error or "")
         await pool.drain(0)
         assert pool.state is PoolState.DRAINED
         pool.resume()

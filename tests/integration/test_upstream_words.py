@@ -1,0 +1,127 @@
+"""What people read when an upstream server fails.
+
+The upstream is fake_upstream.py's small server: no model is loaded, the words and the figures
+are the front's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+
+from infertui.core.client import explain
+from infertui.core.engine import UpstreamSpec
+from infertui.core.protocol.common import SamplingParams
+from infertui.core.protocol.errors import ErrorKind, InferError
+from infertui.core.protocol.snapshots import PoolState
+from infertui.core.scheduler import Pool
+
+from ..conftest import wait_until
+from .fake_upstream import FakeUpstream
+
+CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b")  # HopError, ConnectError...
+HEADLINE = "The model is not ready: it may be loading or draining, or its server cannot be reached."
+ASK = SamplingParams(temperature=0, max_tokens=8)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeUpstream]:
+    upstream = FakeUpstream({"id": "far-model", "object": "model"})
+    await upstream.start()
+    yield upstream
+    await upstream.stop()
+
+
+@pytest.fixture
+async def pools() -> AsyncIterator[list[Pool]]:
+    started: list[Pool] = []
+    yield started
+    for pool in started:
+        await pool.close()
+
+
+async def start_pool(pools: list[Pool], url: str, health_s: float = 0.2) -> Pool:
+    pool = await Pool.start(UpstreamSpec(url=url, engine_id="up", health_interval_s=health_s))
+    pools.append(pool)
+    return pool
+
+
+async def test_an_upstream_that_drops_mid_reply_and_then_goes_is_told_in_plain_words(
+    fake: FakeUpstream, pools: list[Pool]
+) -> None:
+    """The job in flight ends with POOL_UNREADY (what the front knows: the server went; the
+    health check tells unready from back), and no sentence names a Python class."""
+    fake.reply = "break"
+    pool = await start_pool(pools, fake.url)
+    job = pool.submit(params=ASK, prompt="Hi")
+    text, final = await asyncio.wait_for(job.text(), 10)
+    assert text == "Hel" and final.error is not None
+    assert final.error.kind is ErrorKind.POOL_UNREADY
+    assert final.error.message == f"the upstream {fake.url} closed the connection mid-reply"
+    said = explain(final.error)
+    assert said.startswith(HEADLINE) and not CLASS_NAME.search(said), said
+
+    await fake.stop()  # nothing listens there now
+    await wait_until(lambda: pool.state is PoolState.FAILED, seconds=5)
+    with pytest.raises(InferError) as refused:
+        pool.submit(params=ASK, prompt="Hi again")
+    assert refused.value.kind is ErrorKind.POOL_UNREADY
+    assert refused.value.message == (
+        f"engine 'up' is not ready: the upstream {fake.url} cannot be reached (connection refused)"
+    )
+    said = explain(refused.value)
+    assert said.startswith(HEADLINE) and not CLASS_NAME.search(said), said
+
+
+async def test_a_job_sent_while_nothing_listens_says_so_in_plain_words(pools: list[Pool]) -> None:
+    """Before the health check has noticed, a job's own connection fails: the same words."""
+    fake = FakeUpstream({"id": "far-model"})
+    await fake.start()
+    pool = await start_pool(pools, fake.url, health_s=60.0)
+    await fake.stop()
+    _, final = await asyncio.wait_for(pool.submit(params=ASK, prompt="Hi").text(), 10)
+    assert final.error is not None and final.error.kind is ErrorKind.POOL_UNREADY
+    assert final.error.message == (
+        f"the upstream {fake.url} cannot be reached (cannot connect: connection refused)"
+    )
+
+
+async def test_every_unready_state_reads_as_a_sentence(
+    fake: FakeUpstream, pools: list[Pool]
+) -> None:
+    def refusal(pool: Pool) -> str:
+        with pytest.raises(InferError) as refused:
+            pool.submit(params=ASK, prompt="Hi")
+        assert refused.value.kind is ErrorKind.POOL_UNREADY
+        return refused.value.message
+
+    loading = Pool(UpstreamSpec(url=fake.url, engine_id="later"))  # not started yet
+    assert refusal(loading) == "engine 'later' is still loading"
+
+    broken = Pool(UpstreamSpec(url="ftp://nowhere", engine_id="bad"))
+    pools.append(broken)
+    with pytest.raises(InferError):
+        await broken.load()
+    assert refusal(broken) == (
+        "engine 'bad' failed to load: an upstream URL starts with http:// or https://, "
+        "not 'ftp://nowhere'"
+    )
+
+    fake.reply = "hang"
+    pool = await start_pool(pools, fake.url)
+    job = pool.submit(params=ASK, prompt="Hi")
+    await wait_until(lambda: job.tokens_published > 0)
+    drain = asyncio.create_task(pool.drain(10_000))
+    await wait_until(lambda: pool.state is PoolState.DRAINING)
+    assert refusal(pool) == "engine 'up' is draining"
+    with pytest.raises(InferError) as early:
+        pool.resume()
+    assert early.value.message == "engine 'up' is draining; only a drained engine can resume"
+    job.cancel()
+    await asyncio.wait_for(drain, 10)
+    assert refusal(pool) == "engine 'up' is drained until an admin resumes it"
+    pool.resume()
+    assert pool.state is PoolState.READY
