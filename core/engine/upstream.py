@@ -21,7 +21,7 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 
@@ -47,7 +47,9 @@ CONNECT_S = 5.0
 SILENT_S = 300.0  # a stream that sends nothing for this long is given up
 WARM_S = 60.0  # after the last job, the hop keeps its connections open this long
 PROBES_TO_UNREADY = 2  # failed reads of the model list in a row before the pool is unready
-UNKNOWN_CTX = 32768  # the server checks the real bound; this one only caps max_tokens here
+# Where the server does not say its context, admission caps max_tokens at this (the server
+# checks the real bound); the engine's status says 0, not known, rather than this made-up one.
+UNKNOWN_CTX = 32768
 _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop"}
 
 
@@ -171,7 +173,8 @@ class UpstreamEngine:
 
     @property
     def parameters(self) -> EngineParameters:
-        return EngineParameters(n_ctx=self.n_ctx, n_gpu_layers=0, n_parallel=self.n_parallel)
+        # n_ctx 0: not known (as UpstreamSpec.planned says before the server is reached)
+        return EngineParameters(n_ctx=self._n_ctx, n_gpu_layers=0, n_parallel=self.n_parallel)
 
     @property
     def memory(self) -> MemoryUsage | None:
@@ -183,9 +186,10 @@ class UpstreamEngine:
 
     def placement(self) -> str:
         state = f"unreachable ({self.problem})" if self.problem else "reachable"
+        context = f"{self._n_ctx} tokens" if self._n_ctx else "not known"
         return (
-            f"upstream {self.spec.url}, model {self.model or 'not known yet'}, "
-            f"{self.n_parallel} jobs at a time, {state}"
+            f"upstream {self.spec.url}, model {self.model or 'not known yet'}, context "
+            f"{context}, {self.n_parallel} jobs at a time, {state}"
         )
 
     def chat_prompt(
@@ -410,9 +414,12 @@ class UpstreamEngine:
         if self.model is None and listed:
             self.model = listed[0]["id"]
             log.info("engine %s: the upstream serves %s", self.spec.engine_id, self.model)
+        # vLLM and infertui say the context per sequence as max_model_len. llama-server's
+        # meta.n_ctx_train is the model's training length, not what the server was started
+        # with (-c), so it is not taken: better not known than wrong.
         for entry in listed:
-            n_ctx = entry.get("max_model_len")  # vLLM says it
-            if entry["id"] == self.model and not self.spec.n_ctx and isinstance(n_ctx, int):
+            n_ctx = entry.get("max_model_len")
+            if entry["id"] == self.model and not self.spec.n_ctx and _positive(n_ctx):
                 self._n_ctx = n_ctx
 
     async def _watch_health(self) -> None:
@@ -478,6 +485,10 @@ def _failure(exc: httpx.HTTPError | HopError) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "did not answer in time"
     return f"broke off the exchange ({os_reason(exc)})"
+
+
+def _positive(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _count(usage: dict[str, Any], key: str, default: int) -> int:

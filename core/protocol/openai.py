@@ -494,6 +494,10 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "infertui"
+    # vLLM's field: an infertui in front of this one learns the real context from it
+    max_model_len: int | None = Field(
+        None, description="tokens one request may use (prompt and reply); absent: not known"
+    )
 
 
 class ModelList(BaseModel):

@@ -1,4 +1,4 @@
-"""What people read when an upstream server fails.
+"""What people read when an upstream server fails, and what its engine says of its context.
 
 The upstream is fake_upstream.py's small server: no model is loaded, the words and the figures
 are the front's own.
@@ -125,3 +125,33 @@ async def test_every_unready_state_reads_as_a_sentence(
     assert refusal(pool) == "engine 'up' is drained until an admin resumes it"
     pool.resume()
     assert pool.state is PoolState.READY
+
+
+async def test_an_upstream_that_does_not_say_its_context_shows_none_as_fact(
+    fake: FakeUpstream, pools: list[Pool]
+) -> None:
+    """The engine's status says 0 (not known), as before the server was reached, never a
+    made-up 32768; a job without max_tokens is still admitted (the server bounds it)."""
+    pool = await start_pool(pools, fake.url)
+    assert pool.engine is not None and pool.engine.parameters.n_ctx == 0
+    assert "context not known" in pool.engine.placement()
+    text, final = await asyncio.wait_for(
+        pool.submit(params=SamplingParams(temperature=0), prompt="Hi").text(), 10
+    )
+    assert text == "Hello" and final.error is None
+
+
+@pytest.mark.parametrize(
+    ("listed", "n_ctx"),
+    [(4096, 4096), (0, 0), (True, 0), ("4096", 0)],  # only a positive int is a context
+)
+async def test_an_upstream_context_is_learned_from_max_model_len(
+    pools: list[Pool], listed: object, n_ctx: int
+) -> None:
+    fake = FakeUpstream({"id": "far-model", "object": "model", "max_model_len": listed})
+    await fake.start()
+    try:
+        pool = await start_pool(pools, fake.url)
+        assert pool.engine is not None and pool.engine.parameters.n_ctx == n_ctx
+    finally:
+        await fake.stop()

@@ -330,19 +330,41 @@ def _encoded(vector: list[float], encoding: str) -> list[float] | str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
 
 
-@router.get("/v1/models", response_model=ModelList, summary="The engines, as OpenAI models")
+@router.get(
+    "/v1/models",
+    response_model=ModelList,
+    response_model_exclude_none=True,
+    summary="The engines, as OpenAI models",
+)
 async def models(request: Request) -> ModelList:
+    return ModelList(data=_model_cards(request))
+
+
+@router.get(
+    "/v1/models/{model_id}",
+    response_model=ModelCard,
+    response_model_exclude_none=True,
+    responses={404: _ERRORS[404]},
+)
+async def model(model_id: str, request: Request) -> ModelCard:
+    for card in _model_cards(request):
+        if card.id == model_id:
+            return card
+    raise InferError(ErrorKind.MODEL_NOT_FOUND, f"no model named '{model_id}'", param="model")
+
+
+def _model_cards(request: Request) -> list[ModelCard]:
+    """Every name a request's `model` may use, with the context per sequence of the engine
+    behind it (an engine id is served by "infertui", an upstream's model by its engine)."""
     service = service_of(request)
     created = int(service.started_at)
-    return ModelList(
-        data=[ModelCard(id=i, created=created, owned_by=by) for i, by in service.models()]
-    )
-
-
-@router.get("/v1/models/{model_id}", response_model=ModelCard, responses={404: _ERRORS[404]})
-async def model(model_id: str, request: Request) -> ModelCard:
-    service = service_of(request)
-    served_by = dict(service.models())
-    if model_id not in served_by:
-        raise InferError(ErrorKind.MODEL_NOT_FOUND, f"no model named '{model_id}'", param="model")
-    return ModelCard(id=model_id, created=int(service.started_at), owned_by=served_by[model_id])
+    n_ctx = {s.engine_id: s.parameters.n_ctx or None for s in service.engines()}  # 0: unknown
+    return [
+        ModelCard(
+            id=name,
+            created=created,
+            owned_by=by,
+            max_model_len=n_ctx.get(name if by == "infertui" else by),
+        )
+        for name, by in service.models()
+    ]

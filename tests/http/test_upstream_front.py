@@ -1,0 +1,96 @@
+"""An infertui host in front of an upstream, over HTTP: its context travels in /v1/models
+(vLLM's `max_model_len`).
+
+The upstream is either integration/fake_upstream.py's small server (no model)
+or a second infertui host on the bundled model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import httpx
+import pytest
+
+from infertui.core.config import HostSettings
+from infertui.core.host import HostService
+from infertui.core.transport.http import HttpServer, create_app
+
+from ..integration.fake_upstream import FakeUpstream
+from .conftest import HostFactory
+
+Front = Callable[[str], Coroutine[Any, Any, httpx.AsyncClient]]
+
+
+@pytest.fixture
+async def front() -> AsyncIterator[Front]:
+    """Start (and at teardown stop) hosts whose one engine, "up", is the upstream at a URL."""
+    started: list[tuple[HostService, httpx.AsyncClient]] = []
+
+    async def start(url: str) -> httpx.AsyncClient:
+        settings = HostSettings.model_validate(
+            {"drain_on_stop_ms": 0, "upstream": {"urls": [f"up={url}"], "health_interval_s": 0.2}}
+        )
+        service = HostService(settings)
+        server = HttpServer(create_app(service), "127.0.0.1:0")
+        service.attach(server)
+        await service.start()
+        client = httpx.AsyncClient(base_url=server.url, timeout=30)
+        started.append((service, client))
+        return client
+
+    yield start
+    for service, client in started:
+        await client.aclose()
+        await service.stop()
+
+
+async def cards(http: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    listed = (await http.get("/v1/models")).json()["data"]
+    return {card["id"]: card for card in listed}
+
+
+async def test_the_front_passes_on_the_upstream_context(
+    front: Front,
+) -> None:
+    upstream = FakeUpstream({"id": "far-model", "object": "model", "max_model_len": 8192})
+    await upstream.start()
+    try:
+        http = await front(upstream.url)
+        listed = await cards(http)
+        assert {name: card.get("max_model_len") for name, card in listed.items()} == {
+            "up": 8192, "far-model": 8192,
+        }  # fmt: skip
+        assert (await http.get("/v1/models/far-model")).json()["max_model_len"] == 8192
+        status = (await http.get("/engines/up/status")).json()
+        assert status["parameters"]["n_ctx"] == 8192
+    finally:
+        await upstream.stop()
+
+
+async def test_an_upstream_context_not_known_is_not_advertised(front: Front) -> None:
+    upstream = FakeUpstream({"id": "far-model", "object": "model"})
+    await upstream.start()
+    try:
+        http = await front(upstream.url)
+        listed = await cards(http)
+        assert set(listed) == {"up", "far-model"}
+        assert all("max_model_len" not in card for card in listed.values())
+        assert (await http.get("/engines/up/status")).json()["parameters"]["n_ctx"] == 0
+    finally:
+        await upstream.stop()
+
+
+@pytest.mark.model
+async def test_an_infertui_upstream_tells_the_front_its_context_per_sequence(
+    start_host: HostFactory, front: Front
+) -> None:
+    upstream = await start_host(ctx=1024, parallel=2)
+    direct = await cards(upstream.client)
+    assert direct and all(card["max_model_len"] == 1024 for card in direct.values())
+    http = await front(f"{upstream.url}/v1")
+    status = (await http.get("/engines/up/status")).json()
+    assert status["parameters"]["n_ctx"] == 1024  # was 32768, made up
+    listed = await cards(http)
+    assert listed["up"]["max_model_len"] == 1024
