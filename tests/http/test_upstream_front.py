@@ -1,5 +1,5 @@
 """An infertui host in front of an upstream, over HTTP: its context travels in /v1/models
-(vLLM's `max_model_len`).
+(vLLM's `max_model_len`), and /v1/health names the upstream's model, as the pool's health does.
 
 The upstream is either integration/fake_upstream.py's small server (no model)
 or a second infertui host on the bundled model.
@@ -51,7 +51,7 @@ async def cards(http: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
     return {card["id"]: card for card in listed}
 
 
-async def test_the_front_passes_on_the_upstream_context(
+async def test_the_front_passes_on_the_upstream_context_and_names_its_model_in_health(
     front: Front,
 ) -> None:
     upstream = FakeUpstream({"id": "far-model", "object": "model", "max_model_len": 8192})
@@ -65,6 +65,9 @@ async def test_the_front_passes_on_the_upstream_context(
         assert (await http.get("/v1/models/far-model")).json()["max_model_len"] == 8192
         status = (await http.get("/engines/up/status")).json()
         assert status["parameters"]["n_ctx"] == 8192
+        health = (await http.get("/v1/health")).json()
+        pool = (await http.get("/v1/pools/up/health")).json()
+        assert health["engines_summary"][0]["model_path"] == pool["model_path"] == "far-model"
     finally:
         await upstream.stop()
 
@@ -82,6 +85,16 @@ async def test_an_upstream_context_not_known_is_not_advertised(front: Front) -> 
         await upstream.stop()
 
 
+async def test_health_names_no_model_for_an_upstream_not_reached_yet(front: Front) -> None:
+    upstream = FakeUpstream({"id": "far-model"})
+    await upstream.start()
+    await upstream.stop()  # its port, with nothing listening
+    http = await front(upstream.url)
+    health = (await http.get("/v1/health")).json()
+    (engine,) = health["engines_summary"]
+    assert engine["engine_id"] == "up" and engine["model_path"] is None  # was "v1"
+
+
 @pytest.mark.model
 async def test_an_infertui_upstream_tells_the_front_its_context_per_sequence(
     start_host: HostFactory, front: Front
@@ -94,3 +107,7 @@ async def test_an_infertui_upstream_tells_the_front_its_context_per_sequence(
     assert status["parameters"]["n_ctx"] == 1024  # was 32768, made up
     listed = await cards(http)
     assert listed["up"]["max_model_len"] == 1024
+    health = (await http.get("/v1/health")).json()
+    (engine,) = health["engines_summary"]
+    assert engine["model_path"] == (await http.get("/v1/pools/up/health")).json()["model_path"]
+    assert engine["model_path"] == next(iter(direct))  # the first the upstream lists, not "v1"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import resource
 import time
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -89,9 +88,10 @@ async def engine_status(engine_id: str, request: Request) -> EngineStatus:
     return service_of(request).engine_status(engine_id)
 
 
-def summary(status: EngineStatus, *, file_only: bool = False) -> EngineSummary:
-    path = Path(status.model_path).name if file_only and status.model_path else status.model_path
-    return EngineSummary(engine_id=status.engine_id, status=status.status, model_path=path)
+def summary(status: EngineStatus) -> EngineSummary:
+    return EngineSummary(
+        engine_id=status.engine_id, status=status.status, model_path=status.model_path
+    )
 
 
 class ProcessUsage:
@@ -142,6 +142,14 @@ async def health(request: Request) -> HealthResponse:
             memory_usage_mb=memory,
             cpu_usage_percent=cpu,
         ),
-        # health is open even with an API key: file names, never where they live
-        engines_summary=[summary(s, file_only=True) for s in statuses],
+        # Health is open even with an API key: names, never where models live. The name is
+        # /v1/pools/{id}/health's: a file's, or an upstream's model (None while not known).
+        engines_summary=[
+            EngineSummary(
+                engine_id=s.engine_id,
+                status=s.status,
+                model_path=service.pool_health(s.engine_id).model_path or None,
+            )
+            for s in statuses
+        ],
     )
