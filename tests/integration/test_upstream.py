@@ -301,7 +301,9 @@ async def test_llama_cpp_python_server_as_an_upstream(
             start_process,
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
              "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "2",
-             "--model_alias", "gemma-direct", "--chat_format", "gemma"],
+             "--model_alias", "gemma-direct", "--chat_format", "gemma",
+             # else any request, the front's model-list probe included, ends the running stream
+             "--interrupt_requests", "False"],
             "Uvicorn running",
         )
     )  # fmt: skip
