@@ -70,6 +70,10 @@ async def ask(
         emit("end", request_id=reply.request_id, **(asdict(stats) if stats else {}))
     else:
         out.write("\n")
+    if stats is not None and stats.host_stopped is not None:  # cut short, not by Ctrl-C
+        why = f": {stats.host_stopped}" if stats.host_stopped else ""
+        sys.stderr.write(f"infertui: the host stopped the reply before it was complete{why}\n")
+        return 1
     return 130 if stats is not None and stats.finish_reason == "abort" else 0
 
 

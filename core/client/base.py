@@ -44,6 +44,7 @@ class HostInfo:
     transport: Transport
     admin: bool  # whether this client may add, remove, reload and drain engines
     extra: dict[str, Any] = field(default_factory=dict)
+    unready: tuple[str, ...] = ()  # engines not taking work now: loading, draining, failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,9 @@ class ChatStats:
     tokens_per_s: float
     model: str = ""  # the engine that answered, where the host says
     host: str = ""  # the host that answered, where the client chose among several (a topic)
+    # the host cut the reply short (a drain's deadline, its engine removed, the host stopping),
+    # with its words where it gave any; None when it ended otherwise, or this client stopped it
+    host_stopped: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +101,16 @@ class Client(ABC):
     queue_client_id: str | None = None
 
     async def update_info(self) -> bool:
-        """Follow the host's engines as they are added and removed: `info.models`, and as
-        `info.model` the engine that answers a request naming none. True if either changed."""
+        """Follow the host's engines as they are added, removed, and come and go from ready:
+        `info.models`, `info.unready`, and as `info.model` the engine that answers a request
+        naming none. True if any changed."""
         engines = await self.engines()
         ids = tuple(e.engine_id for e in engines)
         ready = [e.engine_id for e in engines if e.pool_state is PoolState.READY]
+        unready = tuple(i for i in ids if i not in ready)
         default = (ready or [*ids, ""])[0]
-        changed = (ids, default) != (self.info.models, self.info.model)
-        self.info = dataclasses.replace(self.info, models=ids, model=default)
+        changed = (ids, default, unready) != (self.info.models, self.info.model, self.info.unready)
+        self.info = dataclasses.replace(self.info, models=ids, model=default, unready=unready)
         return changed
 
     @abstractmethod

@@ -121,6 +121,7 @@ class HttpReply(ChatReply):
         self._items: asyncio.Queue[Any] = asyncio.Queue()
         self._aborted = False
         self._finish: FinishReason = "stop"
+        self._host_stopped: str | None = None
         self._usage: dict[str, Any] = {}
         self._model = ""
         self._reader = asyncio.create_task(self._read(http, body))
@@ -160,6 +161,7 @@ class HttpReply(ChatReply):
             kind = kind_for_openai_code(error.get("code"))
             if kind is ErrorKind.ABORTED:  # the host cut the reply short: it ends as over P2P
                 self._finish = "abort"
+                self._host_stopped = str(error.get("message") or "")
                 return
             raise InferError(kind, str(error.get("message") or "generation failed"))
         if event.get("usage"):
@@ -198,6 +200,7 @@ class HttpReply(ChatReply):
             ttft_ms=(first - sent) * 1000 if first else None,
             tokens_per_s=(tokens - 1) / (last - first) if tokens > 1 and last > first else 0.0,
             model=self._model,
+            host_stopped=None if self._aborted else self._host_stopped,
         )
 
     def abort(self) -> None:

@@ -16,6 +16,7 @@ class P2PReply(ChatReply):
     def __init__(self, stream: ChatStream) -> None:
         self._stream = stream
         self.request_id = stream.request_id
+        self._aborted = False
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for text in self._stream:
@@ -29,9 +30,11 @@ class P2PReply(ChatReply):
                 ttft_ms=end.ttft_ms,
                 tokens_per_s=end.tokens_per_s or 0.0,
                 model=end.model or "",
+                host_stopped="" if end.finish_reason == "abort" and not self._aborted else None,
             )
 
     def abort(self) -> None:
+        self._aborted = True
         self._stream.abort()
 
 

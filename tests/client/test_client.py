@@ -66,6 +66,7 @@ async def test_abort_stops_the_host_and_frees_its_slot(client: Client, host: Ser
         if pieces == 3:
             reply.abort()
     assert reply.stats is not None and reply.stats.finish_reason == "abort"
+    assert reply.stats.host_stopped is None  # this client stopped it
     assert pieces < 50  # nothing like the 400 asked for
     await wait_until(lambda: host.busy_slots() == 0)
 
@@ -192,7 +193,8 @@ async def test_a_reply_the_host_cuts_short_ends_as_aborted(
     client: Client, host: ServedHost
 ) -> None:
     """A drain's deadline (or the engine removed, the host stopping) mid-reply: over either
-    transport the reply ends as "abort", not as a whole one (over HTTP it said "stop")."""
+    transport the reply ends as "abort", not as a whole one (over HTTP it said "stop"), and
+    says the host stopped it, so that an app does not show it as the user's own abort."""
     reply = client.chat(HELLO, temperature=0, max_tokens=400, ignore_eos=True)
     pieces = 0
     async for _ in reply:
@@ -200,6 +202,7 @@ async def test_a_reply_the_host_cuts_short_ends_as_aborted(
         if pieces == 3:
             await host.service.drain_engine("gemma-3-270m", deadline_ms=0)
     assert reply.stats is not None and reply.stats.finish_reason == "abort"
+    assert reply.stats.host_stopped is not None
     assert pieces < 50
 
 

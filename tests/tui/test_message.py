@@ -8,8 +8,9 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import Markdown
 
+from infertui.core.client import ChatStats
 from infertui.tui.widgets import message
-from infertui.tui.widgets.message import FRAME_S, PacedStream
+from infertui.tui.widgets.message import FRAME_S, AssistantMessage, PacedStream
 
 
 class SlowMarkdown:
@@ -80,3 +81,26 @@ async def test_a_real_markdown_gets_the_whole_reply() -> None:
             await asyncio.sleep(0)
         await stream.close()
         assert body.source == "".join(reply)
+
+
+@pytest.mark.parametrize(
+    ("host_stopped", "said"),
+    [
+        (None, "aborted · gemma · 7 tokens"),  # Esc: the user's own
+        ("", "stopped by the host · gemma · 7 tokens"),  # over P2P: no words
+        ("the engine was removed", "stopped by the host: the engine was removed · gemma · 7"),
+    ],
+)
+async def test_a_reply_the_host_cut_short_is_not_shown_as_the_users_abort(
+    host_stopped: str | None, said: str
+) -> None:
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessage("gemma")
+
+    stats = ChatStats("abort", 5, 7, None, 0.0, "gemma", host_stopped=host_stopped)
+    async with One().run_test() as pilot:
+        view = pilot.app.query_one(AssistantMessage)
+        view.finished(stats)
+        assert str(view.stats_line.render()).startswith(said)
+        assert view.has_class("aborted")

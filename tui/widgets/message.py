@@ -111,7 +111,11 @@ class AssistantMessage(Vertical):
             figures += f" · {stats.tokens_per_s:.1f} tok/s"
         if stats.ttft_ms is not None:
             figures += f" · first token {stats.ttft_ms:.0f} ms"
-        if stats.finish_reason == "abort":
+        if stats.host_stopped is not None:  # not the user: say so, with the host's words
+            self.add_class("aborted")
+            why = f": {stats.host_stopped}" if stats.host_stopped else ""
+            self.note(f"stopped by the host{why} · {figures}")
+        elif stats.finish_reason == "abort":
             self.add_class("aborted")
             self.note(f"aborted · {figures}")
         elif stats.finish_reason == "length":
