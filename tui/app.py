@@ -189,7 +189,13 @@ class HostApp(InfertuiApp):
         "chat": "Chat",
     }
     # its own action: the footer leaves out keys of an action that Ctrl+Q (hidden) also has
-    BINDINGS = [Binding("q", "stop_host", "Quit", id="app.quit"), *mode_keys(MODE_TITLES)]
+    BINDINGS = [
+        Binding("q", "stop_host", "Quit", id="app.quit"),
+        # as a terminal server stops on it (llama-server, `ollama serve`); on the chat screen
+        # while a reply streams, Ctrl-C stops that reply first
+        Binding("ctrl+c", "stop_host", "Quit", show=False, id="app.quit_ctrl_c"),
+        *mode_keys(MODE_TITLES),
+    ]
 
     def __init__(self, settings: Settings, local: LocalClient, *, start: bool = True) -> None:
         super().__init__(settings)

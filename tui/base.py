@@ -63,7 +63,7 @@ class InfertuiApp(App[int]):
         """Why there is no host to ask now, for a notification."""
         state = self.connection
         if state.phase == "waiting":
-            return "The host cannot be reached now; retrying (Reconnect, in Ctrl+P, tries at once)."
+            return "The host cannot be reached now; retrying (Ctrl+R tries at once)."
         return "Not connected to a host yet."
 
     @work(exclusive=True, group="engines")

@@ -66,9 +66,10 @@ async def serve(settings: Settings, stop: asyncio.Event, *, reset_id: bool = Fal
         return 1
     for status in service.engines():
         log.info(
-            "engine %s: %s, %d slots x %d ctx, %s, gpu layers %d",
+            "engine %s: %s, %d slots x %s ctx, %s, gpu layers %d",
             status.engine_id, status.model_path, status.parameters.n_parallel,
-            status.parameters.n_ctx, status.chat_format, status.parameters.n_gpu_layers,
+            status.parameters.n_ctx or "unknown", status.chat_format,
+            status.parameters.n_gpu_layers,
         )  # fmt: skip
     faces = "".join(f", {t.name} on {t.describe()}" for t in service.transports)
     log.info("infertui host ready: serving %s%s", ", ".join(service.engine_ids()), faces)

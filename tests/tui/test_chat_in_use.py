@@ -302,7 +302,7 @@ async def test_asking_again_after_scrolling_up_follows_the_new_reply(host: Serve
         assert not at_end()  # left where the reader put it
         app.options = app.options.model_copy(update={"max_tokens": 8})
         await ask(pilot, app, "And a short one?")
-        await until(pilot, at_end, 10)
+        await until(pilot, at_end, 30)  # a short reply, but a loaded box is slow to lay out
         for _ in range(20):  # paging down to the end follows again
             await pilot.press("pageup")
         for _ in range(40):

@@ -234,7 +234,7 @@ async def test_draining_refuses_new_chats_in_plain_words_until_resumed(host: Ser
         await pilot.press("f2")
         view = await ask(pilot, app, "Hello?")
         await until(pilot, lambda: view.has_class("failed"))
-        assert stats_of(view).startswith("The model is still loading or is draining.")
+        assert stats_of(view).startswith("The model is not ready")
         await pilot.press("f5")
         await until(pilot, lambda: "drained" in str(table.get_row_at(0)[1]), 10)
         await pilot.press("u")

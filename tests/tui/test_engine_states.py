@@ -1,13 +1,24 @@
-"""The chat's word on the queue before a reply starts: the asked engine's, not the host's."""
+"""What the client app says of an engine's state: the chat's word on the queue before a reply
+starts (the asked engine's, not the host's), and the engine manager's on a failed engine."""
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
+from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
-from infertui.core.protocol.snapshots import QueueEntry, QueueSnapshot, SlotSnapshot
+from infertui.core.protocol import AddEngineRequest
+from infertui.core.protocol.snapshots import (
+    EngineStatus,
+    PoolState,
+    QueueEntry,
+    QueueSnapshot,
+    SlotSnapshot,
+)
 from infertui.tui.screens.chat import ChatScreen
+from infertui.tui.screens.engines import AddEngineModal, EnginesScreen
 
+from ..conftest import until
 from .scripted import ScriptedClient, ScriptedClientApp, ScriptedReply
 
 
@@ -53,3 +64,57 @@ async def test_a_chat_on_a_full_engine_sees_that_engines_queue() -> None:
 async def test_the_hosts_default_engine_counts_every_queue() -> None:
     # the host resolves the default itself: the chat cannot tell which queue is its own
     assert (await status_for(None)).startswith("Queued on the host · 2 waiting")
+
+
+class FailedUpstream(ScriptedClient):
+    """An upstream engine whose server does not answer, added through the manager."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added = False
+
+    async def engines(self) -> list[EngineStatus]:
+        engines = await super().engines()
+        if self.added:
+            down = engines[0].model_copy(
+                update={"engine_id": "up", "model_path": "http://127.0.0.1:9/v1",
+                        "pool_state": PoolState.FAILED,
+                        "error": "the upstream http://127.0.0.1:9/v1 cannot be reached"}
+            )  # fmt: skip
+            engines.append(down)
+        return engines
+
+    async def add_engine(self, request: AddEngineRequest) -> None:
+        self.added = True
+
+
+async def test_the_engine_manager_says_an_added_engine_is_not_ready_and_why() -> None:
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.scripted = FailedUpstream()
+        app.set_connection(ConnectionState("connected", "Connected", app.scripted))
+        await pilot.press("f5")
+        screen = app.screen
+        assert isinstance(screen, EnginesScreen)
+        screen.add_engine(AddEngineRequest(engine_id="up", model_path="http://127.0.0.1:9/v1"))
+        outcome = screen.query_one("#outcome", Static)
+        await until(pilot, lambda: "not ready" in str(outcome.render()))
+        assert "done" not in str(outcome.render()) and outcome.has_class("error")
+        table = screen.query_one("#engines", DataTable)
+        await until(pilot, lambda: table.row_count == 3)
+        assert table.get_row("up")[1] == "failed"  # one word: the columns after stay in view
+        table.move_cursor(row=table.get_row_index("up"))
+        detail = screen.query_one("#detail", Static)
+        await until(pilot, lambda: "cannot be reached" in str(detail.render()))
+        assert detail.has_class("error")
+
+
+async def test_an_empty_add_form_names_the_fields_to_fill_in() -> None:
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f5")
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, AddEngineModal))
+        await pilot.click("#load")
+        error = str(app.screen.query_one("#form-error", Static).render())
+        assert error == "Fill in: engine id, GGUF path or server URL."

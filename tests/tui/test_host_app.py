@@ -71,12 +71,12 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
 
         def live_row() -> bool:  # the table refreshes every REFRESH_S: wait for one with text
             return (
-                table.row_count == 1 and len(seen) > 8 and bool(str(table.get_row_at(0)[5]).strip())
+                table.row_count == 1 and len(seen) > 8 and bool(str(table.get_row_at(0)[4]).strip())
             )
 
         await until(pilot, live_row, 30)
         row = table.get_row_at(0)  # the reply's latest text, live, while it is written
-        assert str(row[1]).startswith("http:127.0.0.1") and row[2] == "running"
+        assert str(row[0]).startswith("http:127.0.0.1") and row[1] == "running"
         reply.abort()
         await reader
         await until(pilot, lambda: table.row_count == 0, 10)
@@ -90,6 +90,17 @@ async def test_the_dashboard_shows_a_remote_stream_live_and_stops_the_host_on_qu
         await pilot.press("q")  # as the README says (and the footer shows)
         await until(pilot, lambda: not app.is_running, 20)
     assert service.engine_ids() == []  # quitting stopped the host and freed its engines
+
+
+async def test_ctrl_c_stops_the_host_as_the_readme_says() -> None:
+    settings = host_settings()
+    service = build_service(settings)
+    app = HostApp(settings, LocalClient(service))
+    async with app.run_test(size=(110, 30)) as pilot:
+        await until(pilot, lambda: app.client is not None, 60)
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: not app.is_running, 20)
+    assert service.engine_ids() == []
 
 
 async def test_a_model_that_cannot_load_ends_the_dashboard_with_the_reason(tmp_path) -> None:

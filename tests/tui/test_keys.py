@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import DataTable, Input, Label, Sparkline
 
 from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
 from infertui.tui.screens.engines import EnginesScreen
+from infertui.tui.screens.metrics import MetricsScreen
 from infertui.tui.screens.queue import QueueScreen
 from infertui.tui.widgets.host_bar import HostBar
 
@@ -64,6 +65,41 @@ async def test_the_retry_countdown_moves_while_the_host_is_down(
         await until(pilot, lambda: "Retrying in 3 s" in str(bar.render()))  # its 1 s tick
         app.set_connection(ConnectionState("connecting", "Connecting…"))
         assert "Retrying" not in str(bar.render())
+
+
+async def test_the_bar_says_when_the_engine_a_chat_asks_is_not_ready() -> None:
+    """An upstream that cannot be reached, a drain: the bar says it on every screen, not
+    only the engine manager."""
+    import dataclasses
+
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(120, 24)) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        bar = app.screen.query_one(HostBar)
+        assert "not ready" not in str(bar.render())
+        client = app.client
+        assert client is not None
+        client.info = dataclasses.replace(client.info, unready=("gemma-3-270m",))
+        app.connection = app.connection
+        await until(pilot, lambda: "gemma-3-270m not ready" in str(bar.render()))
+        assert str(bar.render()).startswith("◐")
+        client.info = dataclasses.replace(client.info, unready=("qwen-7b",))  # not the chat's
+        app.connection = app.connection
+        await until(pilot, lambda: "not ready" not in str(bar.render()))
+
+
+async def test_the_metrics_screen_shows_the_apps_history_while_the_host_is_away() -> None:
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(120, 32)) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        app.set_connection(ConnectionState("waiting", "Host offline.", retry_in_s=5.0))
+        await pilot.press("f4")
+        screen = app.screen
+        assert isinstance(screen, MetricsScreen)
+        label = screen.query_one("#label-tps", Label)
+        await until(pilot, lambda: str(label.render()) != "tokens/s")
+        assert any(v > 0 for v in screen.query_one("#plot-tps", Sparkline).data or [])
+        assert screen.query_one("#totals", DataTable).row_count == 1
 
 
 async def test_options_and_theme_persist_to_the_config_file_keeping_its_comments(

@@ -48,6 +48,7 @@ class DashboardScreen(Screen[None]):
         if client is None:  # the host bar says it; the banner is for trouble, not for a start
             trouble.update(app.connection.message)
             trouble.display = app.connection.phase != "connecting"
+            self.show_last()
             return
         try:
             await self.refresh_data(client)
@@ -59,3 +60,7 @@ class DashboardScreen(Screen[None]):
 
     async def refresh_data(self, client: Client) -> None:
         raise NotImplementedError
+
+    def show_last(self) -> None:
+        """While the host is away: what the app still holds, where the screen has any (the
+        tables that were shown stay as they were)."""

@@ -23,6 +23,9 @@ from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
 from .forms import ConfirmModal, FormModal
 
+DONE_FADES_S = 10.0  # an operation's "done" stays this long; a failure until the next one
+REQUIRED = {"engine_id": "engine id", "model_path": "GGUF path or server URL"}  # form labels
+
 
 class EnginesScreen(DashboardScreen):
     REFRESH_S = 1.0
@@ -48,6 +51,7 @@ class EnginesScreen(DashboardScreen):
             "engine", "status", "ctx", "slots", "GPU", "memory", "tok/s", "reqs",
         )  # fmt: skip
         self.files: dict[str, str] = {}
+        self.errors: dict[str, str] = {}
         self.draft: AddEngineRequest | None = None  # a form the host refused, to fix and retry
         super().on_mount()
 
@@ -59,16 +63,15 @@ class EnginesScreen(DashboardScreen):
         for e in engines:
             p, m, perf = e.parameters, e.memory_usage, e.performance
             memory = f"{m.model_size_mb + m.context_size_mb:,.0f} MB" if m else "–"
-            status = e.status.value
-            if e.pool_state.value not in ("ready", "loading"):
-                status = f"{status}, {e.pool_state.value}"  # draining, failed
-            if e.error:
-                status = f"{status}: {e.error}"
+            # one word; why an engine failed goes on the line under the table
+            state = e.pool_state.value
+            status = state if state not in ("ready", "loading") else e.status.value
             table.add_row(
-                e.engine_id, status, p.n_ctx, p.n_parallel, _gpu(p.n_gpu_layers, m), memory,
+                e.engine_id, status, p.n_ctx or "?", p.n_parallel, _gpu(p.n_gpu_layers, m), memory,
                 f"{perf.last_inference_tps:.1f}", perf.total_requests, key=e.engine_id,
             )  # fmt: skip
         self.files = {e.engine_id: _source(e.model_path) for e in engines}
+        self.errors = {e.engine_id: e.error for e in engines if e.error}
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
         self.show_detail()
@@ -90,7 +93,11 @@ class EnginesScreen(DashboardScreen):
     def show_detail(self) -> None:
         engine = self.selected()
         text = f"{engine}: {self.files.get(engine, '')}" if engine else ""
-        self.query_one("#detail", Static).update(text)
+        if engine in self.errors:
+            text += f"\n{self.errors[engine]}"
+        detail = self.query_one("#detail", Static)
+        detail.update(text)
+        detail.set_class(engine in self.errors, "error")
 
     def selected(self) -> str | None:
         table = self.query_one("#engines", DataTable)
@@ -147,27 +154,42 @@ class EnginesScreen(DashboardScreen):
             return
         self.draft = request  # until the host takes it: a failure reopens the form as typed
 
-        async def add(client: Client) -> None:
+        async def add(client: Client) -> str | None:
             await client.add_engine(request)
             self.draft = None
+            added = [e for e in await client.engines() if e.engine_id == request.engine_id]
+            if added and (added[0].error or added[0].pool_state.value == "failed"):
+                return f"added, but not ready: {added[0].error or 'it failed'}"
+            return None
 
         self.operate(f"Loading {request.engine_id} from {request.model_path}…", add)
 
     @work(group="engine-ops")
-    async def operate(self, doing: str, call: Callable[[Client], Awaitable[None]]) -> None:
-        """Run one engine operation on the connected host and say how it went."""
+    async def operate(self, doing: str, call: Callable[[Client], Awaitable[str | None]]) -> None:
+        """Run one engine operation on the connected host and say how it went: done, failed,
+        or what the call itself says came of it (a warning). "done" fades after a while."""
         client = infertui_app(self).client
         if client is None:
             self.say("Not connected.", error=True)
             return
         self.say(doing)
         try:
-            await call(client)
+            warning = await call(client)
         except InferError as err:
             self.say(f"{doing.rstrip('…')} failed: {explain(err)}", error=True)
             return
-        self.say(f"{doing.rstrip('…')}: done.")
+        if warning:
+            self.say(f"{doing.rstrip('…')}: {warning}", error=True)
+        else:
+            said = f"{doing.rstrip('…')}: done."
+            self.say(said)
+            self.set_timer(DONE_FADES_S, lambda: self._fade(said))
         await self._tick()
+
+    def _fade(self, said: str) -> None:
+        outcome = self.query_one("#outcome", Static)
+        if str(outcome.render()) == said:  # nothing newer was said meanwhile
+            self.say("")
 
 
 def _source(model_path: str) -> str:
@@ -237,7 +259,8 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
         try:
             self.dismiss(AddEngineRequest.model_validate(given))
         except ValidationError as err:
-            self.show_error(first_problem(err))
+            missing = [REQUIRED[str(e["loc"][0])] for e in err.errors() if e["type"] == "missing"]
+            self.show_error(f"Fill in: {', '.join(missing)}." if missing else first_problem(err))
 
 
 class DrainModal(FormModal[float | None]):

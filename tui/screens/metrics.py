@@ -41,6 +41,12 @@ class MetricsScreen(DashboardScreen):
         history = infertui_app(self).metrics_history
         if not history.latest:
             history.add(await client.metrics())
+        self.show_last()
+
+    def show_last(self) -> None:
+        """The app's minute of history: kept while the host is away, so it shows then too."""
+        history = infertui_app(self).metrics_history
+        latencies = [p.ttft_ms.p50 for p in history.latest]
         for key, series in history.series.items():
             # a leading zero pins the scale's floor, so a steady load does not draw as flat
             self.query_one(f"#plot-{key}", Sparkline).data = [0.0, *series]
@@ -48,6 +54,8 @@ class MetricsScreen(DashboardScreen):
             figure = f"{latest:,.0f}" if key in COUNTS else f"{latest:,.1f}"
             if key == "decoding" and not history.decoding_known():
                 figure = "–"  # upstreams only, or a single snapshot so far
+            if key.startswith("ttft") and all(v is None for v in latencies):
+                figure = "–"  # no job has finished yet: as the table says
             self.query_one(f"#label-{key}", Label).update(f"{PLOTS[key]}  {figure}")
         table = self.query_one("#totals", DataTable)
         cleared(table)

@@ -25,9 +25,10 @@ class QueueScreen(DashboardScreen):
 
     def on_mount(self) -> None:
         slots = self.query_one("#slots", DataTable)
-        slots.add_columns("engine", "slot", "phase", "job", "client", "in", "out", "tok/s")
+        # figures first, long ids last: at 80 columns the ids are what is cut off
+        slots.add_columns("engine", "slot", "phase", "in", "out", "tok/s", "job", "client")
         waiting = self.query_one("#waiting", DataTable)
-        waiting.add_columns("engine", "#", "job", "client", "tokens in", "waited", "starts in")
+        waiting.add_columns("engine", "#", "starts in", "waited", "tokens in", "job", "client")
         super().on_mount()
 
     async def refresh_data(self, client: Client) -> None:
@@ -38,17 +39,17 @@ class QueueScreen(DashboardScreen):
             for s in pool.slots:
                 busy = s.phase != "idle"
                 slots.add_row(
-                    pool.pool_id, s.slot, s.phase, s.job_id or "", s.client_id or "",
-                    s.tokens_in if busy else "", s.tokens_out if busy else "",
-                    f"{s.tps:.1f}" if busy else "",
+                    pool.pool_id, s.slot, s.phase, s.tokens_in if busy else "",
+                    s.tokens_out if busy else "", f"{s.tps:.1f}" if busy else "",
+                    s.job_id or "", s.client_id or "",
                 )  # fmt: skip
         waiting = self.query_one("#waiting", DataTable)
         waiting.clear()
         for pool in pools:
             for e in pool.waiting:
                 waiting.add_row(
-                    pool.pool_id, e.position + 1, e.job_id, e.client_id or "", e.tokens_in,
-                    f"{e.waited_ms / 1000:.1f} s", f"≈ {e.predicted_start_ms / 1000:.1f} s",
+                    pool.pool_id, e.position + 1, f"≈ {e.predicted_start_ms / 1000:.1f} s",
+                    f"{e.waited_ms / 1000:.1f} s", e.tokens_in, e.job_id, e.client_id or "",
                 )  # fmt: skip
         depth = sum(p.depth for p in pools)
         capacity = sum(p.capacity for p in pools)

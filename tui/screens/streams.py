@@ -35,7 +35,14 @@ class StreamsScreen(DashboardScreen):
 
     def on_mount(self) -> None:
         self.query_one("#streams", DataTable).add_columns(
-            "job", "client", "state", "tokens", "tok/s", "latest text", "engine"
+            # the live text before the long ids: at 80 columns the ids are what is cut off
+            "client",
+            "state",
+            "tokens",
+            "tok/s",
+            "latest text",
+            "engine",
+            "job",
         )
         super().on_mount()
 
@@ -75,8 +82,9 @@ class StreamsScreen(DashboardScreen):
         for job in source.live_jobs():
             tail = tail_cells(job.text_tail.replace("\n", " ⏎ "), TAIL_CELLS)
             table.add_row(
-                job.job_id, job.client, job.state, job.tokens_out,
+                job.client, job.state, job.tokens_out,
                 f"{job.tokens_per_s:.1f}" if job.state == "running" else "", tail, job.engine,
+                job.job_id,
             )  # fmt: skip
         table.border_title = f"{table.row_count} in flight"
 

@@ -72,13 +72,17 @@ class HostBar(Static):
         dot, colour = PHASE_STYLE[state.phase]
         client = state.client
         trouble = self.network_trouble(client)
+        model = ""
+        if client is not None:
+            model = infertui_app(self).options.model or client.info.model  # what a chat asks
+            if model in client.info.unready:
+                trouble = f"{model} not ready" + (f" · {trouble}" if trouble else "")
         if trouble and state.phase == "connected":
             dot, colour = "◐", "yellow"  # serving, but not everyone can reach it
         line = Text.assemble((f"{dot} ", colour))
         if client is not None:
             info = client.info
             line.append(info.host_name, style="bold")
-            model = infertui_app(self).options.model or info.model  # what a chat asks
             line.append(f" · {model or 'no model'}")
             if info.transport != "local":
                 line.append(f" · {info.transport} {short_id(info.address)}", style="dim")

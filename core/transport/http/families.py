@@ -48,7 +48,7 @@ def documented_errors(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]
         400: "invalid parameters (range, missing field, prompt too long for the context)",
         404: "unknown model",
         429: "queue full: Retry-After and X-Backoff-Ms say when to retry",
-        503: "the engine is still loading or is draining",
+        503: "the engine is not ready: loading, draining, or its upstream cannot be reached",
     }
     return {code: {"model": model, "description": text} for code, text in reasons.items()}
 

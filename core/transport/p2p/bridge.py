@@ -306,4 +306,8 @@ def _bridge_error(event: dict[str, Any]) -> InferError:
     message = event.get("message") or "Hyperswarm error"
     if code == "PEER_NOT_FOUND":
         return InferError(ErrorKind.HOST_OFFLINE, "no host is announcing that server ID")
-    return InferError(ErrorKind.CONNECT_FAILED, f"could not connect: {message} ({code or '?'})")
+    if code == "PEER_CONNECTION_FAILED":
+        message = "the host is announced but did not answer: it may have just stopped"
+    else:  # hyperdht's messages begin with their code: said once, at the end
+        message = message.removeprefix(f"{code}: ") if code else message
+    return InferError(ErrorKind.CONNECT_FAILED, f"{message} ({code or 'Hyperswarm'})")
