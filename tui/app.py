@@ -59,9 +59,14 @@ class InfertuiApp(BaseApp):
         """Every action is in the palette: the screens, then what the current screen's keys do."""
         yield from super().get_system_commands(screen)
         for mode, title in self.MODE_TITLES.items():
-            yield SystemCommand(title, f"Switch to the {title.lower()} screen", self._go(mode))
-        app_wide = {command.title for command in self.app_commands()}
-        yield from self.app_commands()
+            help_text = f"Switch to the {title.lower()} screen"
+            keys = self.keys_for(f"switch_mode('{mode}')")
+            yield SystemCommand(title, help_text + keys, self._go(mode))
+        app_wide: set[str] = set()
+        for title, help_text, name in self.app_commands():
+            app_wide.add(title)
+            run = partial(self.run_action, name)
+            yield SystemCommand(title, help_text + self.keys_for(name), run)
         seen: set[str] = set()  # one entry per action (Esc and Ctrl+C both stop a reply)
         for binding in screen.BINDINGS:
             if (
@@ -78,9 +83,19 @@ class InfertuiApp(BaseApp):
             action = partial(self.run_action, binding.action, screen)
             yield SystemCommand(binding.description, help_text, action)
 
-    def app_commands(self) -> list[SystemCommand]:
-        """Palette entries that work on every screen."""
+    def app_commands(self) -> list[tuple[str, str, str]]:
+        """Palette entries that work on every screen: (title, help, action)."""
         return []
+
+    def keys_for(self, action: str) -> str:
+        """' (key)' for an app-wide action, as the keymap has it now (bound on the app, or on
+        the current screen as `app.<action>`); '' where no key has it."""
+        keys = [
+            self.get_key_display(active.binding)
+            for active in self.active_bindings.values()
+            if active.binding.action in (action, f"app.{action}")
+        ]
+        return f" ({', '.join(keys)})" if keys else ""
 
     def action_options(self) -> None:
         """Ctrl+O: the conversation's options, kept in the config file for next time."""
@@ -160,10 +175,10 @@ class ClientApp(InfertuiApp):
     async def keep_connected(self) -> None:
         await self.reconnector.run()
 
-    def app_commands(self) -> list[SystemCommand]:
+    def app_commands(self) -> list[tuple[str, str, str]]:
         return [
-            SystemCommand("Options", "System prompt and sampling", self.action_options),
-            SystemCommand("Reconnect", "Try the host again now", self.action_retry),
+            ("Options", "System prompt and sampling", "options"),
+            ("Reconnect", "Try the host again now", "retry"),
         ]
 
     def action_retry(self) -> None:

@@ -23,6 +23,8 @@ async def test_a_binding_id_remaps_its_key_from_the_config() -> None:
         assert not isinstance(app.screen, QueueScreen)
         await pilot.press("f9")
         assert isinstance(app.screen, QueueScreen)
+        help_texts = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert help_texts["Queue"].endswith("(f9)")  # the palette shows the key as remapped
 
 
 async def test_the_palette_lists_the_screens_and_the_current_screens_actions() -> None:
@@ -35,6 +37,8 @@ async def test_the_palette_lists_the_screens_and_the_current_screens_actions() -
         assert not {"Stop reply", "Stop", "Cancel edit", "Again"} & chat
         help_texts = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert "^n" in help_texts["New chat"]  # the key, as the footer shows it
+        assert help_texts["Queue"].endswith("(f3)") and help_texts["Reconnect"].endswith("(^r)")
+        assert help_texts["Options"].endswith("(^o)")  # a chat screen key for an app action
         await pilot.press("f5")
         assert isinstance(app.screen, EnginesScreen)
         engines = {c.title for c in app.get_system_commands(app.screen)}
