@@ -23,7 +23,7 @@ from .slot import Slot
 def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     """How many leading tokens `a` and `b` share, at most `limit`."""
     n = min(len(a), len(b), limit)
-    if a[:n] == b[:n]:  # one comparison in C for the common case, a whole match
+    if list(a[:n]) == list(b[:n]):  # one comparison in C for the common case, a whole match
         return n
     k = 0
     while a[k] == b[k]:
@@ -38,11 +38,15 @@ def best_donor(
     copy: more than the `have` tokens the job holds already, all of `prompt` but its last token
     at most, and MIN_REUSE at least unless that is all of it but its last token."""
     want = len(prompt) - 1
+    head = list(prompt[: min(MIN_REUSE, want)])  # fewer shared than this rules a slot out
     best: tuple[Slot, int] | None = None
     for slot in slots:
         if slot is None or slot.donor is not None:
             continue  # a slot waiting for a donor has no cells to give yet
-        n = common_prefix(slot.request.prompt_tokens, prompt, want)
+        theirs = slot.request.prompt_tokens
+        if list(theirs[: len(head)]) != head:  # most slots: one comparison in C
+            continue
+        n = common_prefix(theirs, prompt, want)
         if n <= have or (n < MIN_REUSE and n < want) or (best is not None and n <= best[1]):
             continue
         if slot.prompt_pos >= n and not window_intact(n_swa, slot.n_past - 1, n):
