@@ -272,8 +272,8 @@ class BatchLoop:
         if donor := self._donor_for(request, keep):
             slot.donor, slot.shared = donor
         self._slots[index] = slot
-        if slot.donor is not None:
-            self._take_prompt(slot.donor, slot)  # now, or once its prefill reaches the head
+        if slot.donor is not None and not slot.donor.prefilling:
+            self._take_prompt(slot.donor, slot)  # now; else after a step that reads the head
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
@@ -381,6 +381,12 @@ class BatchLoop:
         chunks = self._prefill_bodies(decoding, chunks, events)
         if decoding or chunks:  # nothing left when the bodies' decode failed alone
             self._decode(decoding, chunks, use_fillers=True, events=events)
+        # Jobs waiting for a donor still reading its prompt copy after the step, and read
+        # their rest in the next: joining this step's last decode delayed the first tokens
+        # of all the others (+15 ms p50 TTFT at 64 streams, bench_gpu).
+        donors = {id(s.donor): s.donor for s in self._slots if s is not None and s.donor}
+        for donor in donors.values():
+            self._take_prompt(donor)
 
     def _stop_at_shared_head(self, slot: Slot, n: int) -> int:
         """A chunk cut where a job waiting for this slot's cells can copy them: a model with
@@ -479,14 +485,11 @@ class BatchLoop:
         for slot in decoding:
             slot.n_past += 1
         now = time.perf_counter()
-        waited_on = {id(s.donor) for s in self._slots if s is not None and s.donor is not None}
         for slot, n in chunks:
             slot.prompt_pos += n
             slot.n_past += n
             if not slot.prefilling:
                 slot.prefill_done_at = now
-            if id(slot) in waited_on:
-                self._take_prompt(slot)
         ranks = list(range(len(rows)))  # each row's place among the batch's outputs
         if self._pending:
             # A GPU is decoding this batch now: meanwhile, turn the last step's tokens into
