@@ -68,7 +68,11 @@ class Slot:
         logprobs: tuple[TokenLogprob, ...] = ()
         if self.logprobs:
             logprobs, self.logprobs = tuple(self.logprobs), []
-        event = TokenText(text, self.chunks, self.request.tokens_out, logprobs)
+        prefill = None
+        if self.chunks == 0 and self.prefill_done_at is not None:
+            read = len(self.request.prompt_tokens) - self.cached
+            prefill = (read, self.prefill_done_at - self.admitted_at)
+        event = TokenText(text, self.chunks, self.request.tokens_out, logprobs, prefill)
         self.chunks += 1
         return event
 

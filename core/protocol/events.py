@@ -33,12 +33,16 @@ class TokenLogprob:
 @dataclass(frozen=True, slots=True)
 class TokenText:
     """New text for the job. `index` counts emitted chunks; `n_tokens` the tokens so far;
-    `logprobs` the tokens behind the text, for a job that asked for them."""
+    `logprobs` the tokens behind the text, for a job that asked for them. A local engine's
+    first chunk carries `prefill`: the prompt tokens it read (not those copied from cells it
+    kept or shared) and the seconds from the slot to the prompt's end, so that the host's
+    prompt rate is known when a reply starts, not when it ends."""
 
     text: str
     index: int
     n_tokens: int
     logprobs: tuple[TokenLogprob, ...] = ()
+    prefill: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

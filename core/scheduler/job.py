@@ -105,6 +105,7 @@ class Job:
         self.slot: int | None = None
         self.correlation_id: str | None = None
         self.tokens_published = 0  # TokenText events handed to the consumer
+        self.prefill_recorded = False  # the pool's metrics counted its prompt at its first text
         self.logprobs: list[TokenLogprob] = []  # what text() read, where the job asked for them
         self.first_token_at: float | None = None  # perf_counter, as the event loop saw it
         self.text_tail = ""  # the last TEXT_TAIL characters, for the host's live view

@@ -72,6 +72,7 @@ class MetricsRecorder:
         self.cancelled = 0
         self.failed = 0
         self.tokens_in = 0
+        self.tokens_read = 0  # of tokens_in, those prefilled (not copied from kept cells)
         self.tokens_out = 0
         self.decode_s = 0.0
         self.prefill_s = 0.0
@@ -98,7 +99,14 @@ class MetricsRecorder:
     def record_tokens(self, n: int) -> None:
         self._token_times.append((time.monotonic(), n))
 
-    def record_finish(self, final: Finished) -> None:
+    def record_prefill(self, tokens: int, seconds: float) -> None:
+        """A prompt read, as the job's first text comes: the recent prompt rate moves then."""
+        if tokens > 0 and seconds > 0:
+            self._prefills.append((time.monotonic(), tokens, seconds))
+
+    def record_finish(self, final: Finished, *, prefill_recorded: bool = False) -> None:
+        """A job's end; its prompt counts now unless `record_prefill` had it already (an
+        upstream's prompt size is known only from the usage at the end)."""
         t = final.timings
         reason = final.finish_reason
         if reason == "abort":
@@ -109,6 +117,7 @@ class MetricsRecorder:
         else:
             self.completed += 1
         self.tokens_in += t.tokens_in
+        self.tokens_read += t.tokens_in - t.tokens_cached
         self.tokens_out += t.tokens_out
         self.decode_s += t.decode_ms / 1000
         self.prefill_s += t.prefill_ms / 1000
@@ -125,8 +134,8 @@ class MetricsRecorder:
             self._replies.append(t.tokens_out)
             if t.decode_tps:
                 self.last_job_tps = t.decode_tps
-        if t.prefill_ms > 0 and t.tokens_in:
-            self._prefills.append((time.monotonic(), t.tokens_in, t.prefill_ms / 1000))
+        if not prefill_recorded:
+            self.record_prefill(t.tokens_in - t.tokens_cached, t.prefill_ms / 1000)
 
     def histograms(self) -> dict[str, Histogram]:
         """Every histogram, by the name its Prometheus metric takes (vLLM's where it has one)."""
@@ -212,7 +221,7 @@ class MetricsRecorder:
             decode_tps_recent=round(self.decode_rate(), 2),
             decode_tps_lifetime=round(self.tokens_out / self.decode_s, 2) if self.decode_s else 0.0,
             prefill_tps_recent=round(prefill_tps, 2) if prefill_tps else 0.0,
-            prefill_tps_lifetime=round(self.tokens_in / self.prefill_s, 2)
+            prefill_tps_lifetime=round(self.tokens_read / self.prefill_s, 2)
             if self.prefill_s
             else 0.0,
             errors_by_class=dict(self.errors),

@@ -356,6 +356,9 @@ class Pool:
                 continue
             if isinstance(event, TokenText):
                 tokens += 1
+                if event.prefill is not None:
+                    self.metrics.record_prefill(*event.prefill)
+                    job.prefill_recorded = True
             job._deliver(event)
             if isinstance(event, Finished):
                 self._forget(job)
@@ -375,7 +378,7 @@ class Pool:
             self._per_client[job.client_id] -= 1
             if self._per_client[job.client_id] <= 0:
                 del self._per_client[job.client_id]
-        self.metrics.record_finish(final)
+        self.metrics.record_finish(final, prefill_recorded=job.prefill_recorded)
         t = final.timings
         log.info(
             "pool %s: %s from %s finished (%s): %d in, %d out, queued %.0f ms, ttft %s ms, "

@@ -158,3 +158,29 @@ async def test_per_job_timings_are_reported(make_pool) -> None:
     assert t.ttft_ms is not None and 0 < t.ttft_ms < t.total_ms
     assert t.prefill_ms > 0 and t.queue_wait_ms >= 0
     assert t.decode_tps > 1.0
+
+
+async def test_the_prompt_rate_is_known_as_a_reply_starts_and_counts_only_tokens_read(
+    make_pool,
+) -> None:
+    """The dashboards' prompt tokens/s moves with a job's first text, not at its end (it read
+    0 through a whole reply), and a prompt whose head came from kept cells counts only the
+    tokens it read."""
+    pool = await make_pool(parallel=1)
+    head = "A long story about a lighthouse keeper and the sea. " * 12
+    job = pool.submit(prompt=head, params=SamplingParams(temperature=0, max_tokens=40))
+    running = None
+    async for event in job.events():  # read to the end: leaving early would cancel the job
+        if isinstance(event, TokenText) and running is None:
+            running = pool.metrics_snapshot()
+    assert running is not None and running.completed == 0
+    assert running.prefill_tps_recent > 0
+    assert job.result is not None and job.result.finish_reason == "length"
+    await job.wait_released()
+    after = pool.metrics_snapshot()
+    assert after.prefill_tps_recent == running.prefill_tps_recent  # counted once, not again
+    follow = pool.submit(prompt=head + "The keeper", params=SamplingParams(max_tokens=4))
+    _, end = await follow.text()
+    assert end.timings.tokens_cached > 0
+    metrics = pool.metrics
+    assert metrics.tokens_read == metrics.tokens_in - end.timings.tokens_cached
