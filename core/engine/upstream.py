@@ -414,12 +414,9 @@ class UpstreamEngine:
         if self.model is None and listed:
             self.model = listed[0]["id"]
             log.info("engine %s: the upstream serves %s", self.spec.engine_id, self.model)
-        # vLLM and infertui say the context per sequence as max_model_len. llama-server's
-        # meta.n_ctx_train is the model's training length, not what the server was started
-        # with (-c), so it is not taken: better not known than wrong.
         for entry in listed:
-            n_ctx = entry.get("max_model_len")
-            if entry["id"] == self.model and not self.spec.n_ctx and _positive(n_ctx):
+            n_ctx = _context_of(entry)
+            if entry["id"] == self.model and not self.spec.n_ctx and n_ctx:
                 self._n_ctx = n_ctx
 
     async def _watch_health(self) -> None:
@@ -485,6 +482,21 @@ def _failure(exc: httpx.HTTPError | HopError) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "did not answer in time"
     return f"broke off the exchange ({os_reason(exc)})"
+
+
+def _context_of(entry: dict[str, Any]) -> int | None:
+    """The context per sequence a model list entry says: vLLM's and infertui's
+    `max_model_len`, llama-server's `meta.n_ctx` (each slot's share of `-c`). Its
+    `meta.n_ctx_train` is the model's training length, not what the server runs with: better
+    not known than wrong."""
+    meta = entry.get("meta")
+    for value in (
+        entry.get("max_model_len"),
+        meta.get("n_ctx") if isinstance(meta, dict) else None,
+    ):
+        if _positive(value):
+            return value
+    return None
 
 
 def _positive(value: Any) -> TypeGuard[int]:

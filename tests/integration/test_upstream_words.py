@@ -143,12 +143,19 @@ async def test_an_upstream_that_does_not_say_its_context_shows_none_as_fact(
 
 @pytest.mark.parametrize(
     ("listed", "n_ctx"),
-    [(4096, 4096), (0, 0), (True, 0), ("4096", 0)],  # only a positive int is a context
+    [
+        ({"max_model_len": 4096}, 4096),  # vLLM, infertui
+        ({"max_model_len": 0}, 0),  # only a positive int is a context
+        ({"max_model_len": True}, 0),
+        ({"max_model_len": "4096"}, 0),
+        ({"meta": {"n_ctx": 2048, "n_ctx_train": 32768}}, 2048),  # llama-server: a slot's
+        ({"meta": {"n_ctx_train": 32768}}, 0),  # the training length is not what it runs with
+    ],
 )
-async def test_an_upstream_context_is_learned_from_max_model_len(
-    pools: list[Pool], listed: object, n_ctx: int
+async def test_an_upstream_context_is_learned_from_its_model_list(
+    pools: list[Pool], listed: dict[str, object], n_ctx: int
 ) -> None:
-    fake = FakeUpstream({"id": "far-model", "object": "model", "max_model_len": listed})
+    fake = FakeUpstream({"id": "far-model", "object": "model", **listed})
     await fake.start()
     try:
         pool = await start_pool(pools, fake.url)
