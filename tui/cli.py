@@ -25,7 +25,7 @@ Serve and use a local LLM from a terminal.
   infertui id                   this machine's server ID (what clients connect to)
   infertui connect ID|URL       chat with a host (server ID over Hyperswarm, or http://…)
   infertui connect topic:NAME   chat with the hosts on a topic (the least busy answers)
-  infertui ask ID|URL "prompt"  one answer on stdout, for scripts (`-` reads stdin)
+  infertui ask ID|URL "prompt"  one answer on stdout, for scripts (a part `-` is stdin)
   infertui config path          where the settings file lives
 
 Settings come from the config file, then INFERTUI_* environment variables, then flags.
@@ -81,7 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ask once and stream the answer to stdout. Exit 1 on an error, 130 on Ctrl-C.",
     )
     add_client_flags(ask)
-    ask.add_argument("prompt", help="the question; - reads it from stdin")
+    ask.add_argument(
+        "prompt", nargs="+",
+        help="the question, in one or more parts joined by blank lines; a part - is stdin "
+        "(git diff | infertui ask ID 'A commit message for:' -)",
+    )  # fmt: skip
     ask.add_argument("--json", action="store_true", help="print NDJSON events instead of text")
 
     hosts = commands.add_parser(
@@ -403,7 +407,10 @@ def run_ask(args: argparse.Namespace, settings: config.Settings) -> int:
     from .ask import ask
 
     configure_console(settings.log_level if args.log_level else "WARNING")
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    # stdin only where a part says "-": read whenever it is not a terminal, as Ollama does,
+    # it would hang `ssh box infertui ask ...` scripts, whose stdin stays open
+    piped = sys.stdin.read() if "-" in args.prompt else ""
+    prompt = "\n\n".join(piped if part == "-" else part for part in args.prompt)
     if not prompt.strip():
         sys.stderr.write("infertui: the prompt is empty\n")
         return 2

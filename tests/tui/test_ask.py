@@ -59,6 +59,24 @@ async def test_a_dash_reads_the_prompt_from_stdin(host: ServedHost, tmp_path: Pa
     assert code == 0 and out.strip()
 
 
+async def test_a_question_and_piped_text_make_one_prompt(host: ServedHost, tmp_path: Path) -> None:
+    """`git diff | infertui ask ID "A commit message for:" -`: the parts, joined by a blank
+    line, are the prompt; the reply is the one that prompt gets typed whole."""
+    question, piped = "Repeat the word after the colon:", "lighthouse"
+    flags = ("--max-tokens", "8", "--temperature", "0", "--json")
+    code, out, err = await ask(host.url, question, "-", *flags, stdin=piped, data=tmp_path)
+    assert code == 0, err
+    whole_code, whole, _ = await ask(host.url, f"{question}\n\n{piped}", *flags, data=tmp_path)
+    assert whole_code == 0
+
+    def reply(ndjson: str) -> tuple[str, int]:
+        events = [json.loads(line) for line in ndjson.splitlines()]
+        return "".join(e["text"] for e in events if e["event"] == "chunk"), events[-1]["tokens_in"]
+
+    assert reply(out) == reply(whole)
+    assert reply(out)[1] > 10  # both parts reached the host
+
+
 async def test_an_error_is_one_line_and_exit_1(tmp_path: Path) -> None:
     code, out, err = await ask("http://127.0.0.1:9", "hi", data=tmp_path)
     assert code == 1 and out == ""
