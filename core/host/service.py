@@ -42,6 +42,7 @@ from ..protocol.snapshots import (
     SnapshotKind,
     load_of,
 )
+from ..protocol.tokens import Props
 from ..protocol.tools import GENERIC_FORMAT
 from ..scheduler import Job, JobArgs, Pool
 from ..scheduler.metrics import Histogram
@@ -246,6 +247,10 @@ class HostService:
 
     def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
         return self._registry.resolve(model).detokenize(tokens)
+
+    def props(self, model: str | None) -> Props:
+        """llama-server's `/props` for the engine `model` names (the default one for None)."""
+        return views.llama_props(self._registry.resolve(model), self.version)
 
     def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
         if pool_id is None:

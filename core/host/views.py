@@ -13,6 +13,7 @@ from ..protocol.snapshots import (
     Performance,
     PoolState,
 )
+from ..protocol.tokens import GenerationSettings, Props, default_sampling
 from ..scheduler import Pool
 
 _ENGINE_STATE = {
@@ -58,6 +59,24 @@ def pool_health(pool: Pool) -> PoolHealth:
         model_path=(pool.model_names or ("",))[0],  # open without a key: never where it lives
         metrics=pool.metrics_snapshot(),
         last_error=pool.error,
+    )
+
+
+def llama_props(pool: Pool, version: str) -> Props:
+    """llama-server's `/props` for one pool. An upstream's context, where its server does not
+    say it, is 0: not known."""
+    engine = pool.engine
+    chat = engine.chat_format if engine else None
+    return Props(
+        default_generation_settings=GenerationSettings(
+            n_ctx=engine.parameters.n_ctx if engine else pool.spec.n_ctx,
+            params=default_sampling(),
+        ),
+        total_slots=pool.n_slots,
+        model_alias=pool.id,
+        model_path=pool.spec.model_path,
+        chat_template=(chat.source or "") if chat else "",
+        build_info=f"infertui ({version})",
     )
 
 

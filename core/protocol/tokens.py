@@ -1,6 +1,7 @@
-"""llama-server's `/tokenize` and `/detokenize`: text and tokens both ways, as the model sees
-them (to count a prompt's tokens before sending it, say). `model` picks the engine, as in
-every other request; without it, the default one answers."""
+"""llama-server's own endpoints: `/tokenize` and `/detokenize`, text and tokens both ways, as
+the model sees them (to count a prompt's tokens before sending it, say), and `/props`, what a
+client of llama-server reads to learn the context and the slots. `model` picks the engine, as
+in every other request; without it, the default one answers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import refused
+from .common import SamplingParams, refused
 
 MAX_TOKENS = 262_144  # tokens in one /detokenize
 
@@ -35,3 +36,37 @@ class DetokenizeRequest(BaseModel):
 
 class DetokenizeResponse(BaseModel):
     content: str
+
+
+class GenerationSettings(BaseModel):
+    n_ctx: int = Field(description="tokens of context per slot; 0 where not known (an upstream)")
+    params: dict[str, float | int] = Field(description="the sampling a request gets by default")
+
+
+class Modalities(BaseModel):
+    vision: bool = False
+    audio: bool = False
+
+
+class Props(BaseModel):
+    """The part of llama-server's `/props` that describes the server, with its field names."""
+
+    default_generation_settings: GenerationSettings
+    total_slots: int
+    model_alias: str = Field(description="the engine's id, what a request's `model` names")
+    model_path: str
+    chat_template: str = Field(description="the Jinja template, where the engine has one")
+    modalities: Modalities = Modalities()
+    build_info: str
+    is_sleeping: bool = False
+
+
+def default_sampling() -> dict[str, float | int]:
+    """SamplingParams' defaults under llama-server's names (`n_predict` -1: to the context)."""
+    defaults = SamplingParams()
+    names = (
+        "temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
+        "repeat_last_n", "presence_penalty", "frequency_penalty", "mirostat", "mirostat_tau",
+        "mirostat_eta",
+    )  # fmt: skip
+    return {"n_predict": -1, **{name: getattr(defaults, name) for name in names}}

@@ -1,5 +1,5 @@
-"""llama-server's /tokenize and /detokenize against the real server (bundled model): what
-clients count a prompt's tokens with before they send it."""
+"""llama-server's /tokenize, /detokenize and /props against the real server (bundled model):
+what clients count a prompt's tokens with before they send it, and learn the context from."""
 
 from __future__ import annotations
 
@@ -39,3 +39,21 @@ async def test_bad_tokens_an_unknown_model_and_pieces_are_refused_by_name(host: 
     assert unknown.status_code == 404
     pieces = await host.client.post("/tokenize", json={"content": "x", "with_pieces": True})
     assert pieces.status_code == 400 and pieces.json()["error"]["param"] == "with_pieces"
+
+
+async def test_props_says_the_context_per_slot_the_slots_and_the_template(host: Host) -> None:
+    """llama.cpp's web UI and llama-server's clients read n_ctx and total_slots here."""
+    response = await host.client.get("/props")
+    assert response.status_code == 200, response.text
+    props = response.json()
+    card = (await host.client.get(f"/v1/models/{MODEL}")).json()
+    assert props["default_generation_settings"]["n_ctx"] == card["max_model_len"] > 0
+    assert props["total_slots"] == 2  # the fixture's --parallel
+    assert props["model_alias"] == MODEL and props["model_path"].endswith(".gguf")
+    assert props["chat_template"] == ""  # the bundled GGUF has none: a built-in one renders
+    defaults = props["default_generation_settings"]["params"]
+    assert defaults["temperature"] == 0.8 and defaults["n_predict"] == -1
+    named = await host.client.get("/props", params={"model": MODEL})
+    assert named.json() == props
+    unknown = await host.client.get("/props", params={"model": "nope"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"

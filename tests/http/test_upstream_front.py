@@ -81,6 +81,9 @@ async def test_an_upstream_context_not_known_is_not_advertised(front: Front) -> 
         assert set(listed) == {"up", "far-model"}
         assert all("max_model_len" not in card for card in listed.values())
         assert (await http.get("/engines/up/status")).json()["parameters"]["n_ctx"] == 0
+        props = (await http.get("/props")).json()
+        assert props["default_generation_settings"]["n_ctx"] == 0  # not known, not made up
+        assert props["model_alias"] == "up" and props["chat_template"] == ""
     finally:
         await upstream.stop()
 
