@@ -8,11 +8,11 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
 from typing import Any
 
 from infertui.core import config
 from infertui.core.logging import configure_console
+from infertui.core.version import infertui_version
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default: INFO"
     )
     parser.add_argument(
-        "--version", action="version", version=f"infertui {version('infertui')}",
+        "--version", action="version", version=f"infertui {infertui_version()}",
         help="print the version and exit",
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")

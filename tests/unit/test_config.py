@@ -144,3 +144,25 @@ def test_infertui_says_its_version(capsys) -> None:
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"infertui {version('infertui')}"
+
+
+def test_a_tree_run_from_source_without_metadata_starts(monkeypatch, capsys) -> None:
+    """The GPU kit puts the tree on PYTHONPATH with no package metadata: `version("infertui")`
+    raised PackageNotFoundError at start-up, before any flag was read."""
+    from importlib.metadata import PackageNotFoundError
+
+    from infertui.core import version as module
+    from infertui.tui.cli import main
+
+    def not_installed(name: str) -> str:
+        raise PackageNotFoundError(name)
+
+    monkeypatch.setattr(module, "version", not_installed)
+    module.infertui_version.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as done:
+            main(["--version"])
+    finally:
+        module.infertui_version.cache_clear()
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == "infertui 0+unknown (not installed)"

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator
-from importlib.metadata import version
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -38,6 +37,7 @@ from ...protocol.ollama_api import (
 from ...protocol.snapshots import EngineState, EngineStatus
 from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
 from ...scheduler import Job
+from ...version import infertui_version
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
 from .routing import StrictJSONRoute
@@ -226,7 +226,7 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
 
 @router.get("/version", summary="The host's version (infertui's, not an Ollama release)")
 async def api_version() -> dict[str, str]:
-    return {"version": version("infertui")}
+    return {"version": infertui_version()}
 
 
 def _loaded(request: Request) -> list[EngineStatus]:
