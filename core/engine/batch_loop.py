@@ -435,6 +435,11 @@ class BatchLoop:
         """One llama_decode: the next token of each decoding slot and the given prompt chunks,
         in sequence order (llama.cpp forms its ubatches over consecutive sequences), then one
         sample per slot that has logits. False where llama.cpp failed it (its jobs ended)."""
+        # Text made during this step's first decode (overlap) may have ended some of them.
+        decoding = [s for s in decoding if self._slots[s.index] is s]
+        chunks = [(s, n) for s, n in chunks if self._slots[s.index] is s]
+        if not decoding and not chunks:
+            return True
         share = {slot.index: n for slot, n in chunks}
         slots = {s.index: s for s in decoding}
         slots.update((slot.index, slot) for slot, _ in chunks)

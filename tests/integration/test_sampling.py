@@ -17,6 +17,7 @@ from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
 from infertui.core.engine.sampler import SamplerChain
 from infertui.core.engine.step_sampler import StepSampler
 from infertui.core.protocol.common import SamplingParams
+from infertui.core.protocol.events import TokenText
 
 pytestmark = pytest.mark.model
 
@@ -152,6 +153,49 @@ async def test_making_text_during_the_next_decode_changes_nothing(make_pool, bac
     assert await texts(pool, GREEDY) == expected
     assert await texts(pool, with_stop) == expected_stopped
     assert pool.metrics_snapshot().completed == 2 * len(PROMPTS)
+
+
+@pytest.mark.parametrize("backend", [False, True], ids=["host", "graph"])
+async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
+    make_pool, backend: bool
+) -> None:
+    """Overlap mode, as on a GPU, with prompts whose last tokens are decoded apart from their
+    bodies (step_plan.last_tokens_apart): the text made during the bodies' decode can end a
+    job (a stop string, or a cancel landing then). The step's second decode took the slots
+    from before it: the ended job was decoded again, and a filler put on its freed sequence
+    gave that sequence two tokens, so llama_decode failed every job of the step (on a GPU
+    with host sampling, one output too many aborts the process)."""
+    pool = await make_pool(parallel=8, overlap=True, backend_sampling=backend)
+    loop = pool.engine._loop  # the mechanism under test: when the cancel lands
+    long = SamplingParams(temperature=0, max_tokens=160, ignore_eos=True)
+    first, ended, third = (pool.submit(prompt=p, params=long) for p in PROMPTS[:3])
+    async for event in first.events():  # all three decode (sequences 0, 1, 2)
+        if isinstance(event, TokenText) and event.n_tokens >= 4:
+            break
+    landing = {"armed": True}
+    make_text = loop._make_text
+
+    def cancel_lands_during_the_bodies(events) -> None:
+        if landing["armed"] and any(s is not None and s.prefilling for s in loop._slots):
+            landing["armed"] = False
+            ended.request.cancelled = True  # as Job.cancel sets it, from the event loop
+        make_text(events)
+
+    loop._make_text = cancel_lands_during_the_bodies
+    short = SamplingParams(temperature=0, max_tokens=8)
+    newcomers = [  # prompts of unequal length ending in one step: bodies apart (sequences 3, 4)
+        pool.submit(prompt=PROMPTS[3], params=short),
+        pool.submit(prompt=" ".join(PROMPTS * 3), params=short),
+    ]
+    for job in newcomers:
+        _, end = await job.text()
+        assert end.error is None and end.timings.tokens_out == 8
+    assert not landing["armed"], "the bodies were decoded apart, with text made meanwhile"
+    await ended.wait_released()
+    assert ended.result is not None and ended.result.finish_reason == "abort"
+    first.cancel()
+    _, end = await third.text()
+    assert end.error is None and end.timings.tokens_out == 160
 
 
 async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(make_pool) -> None:
