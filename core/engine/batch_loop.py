@@ -69,7 +69,10 @@ class LoopOptions:
     pooling: str | None = None  # embeddings: the GGUF's when None (see embedder.py)
 
 
-Opener = Callable[[], tuple[LlamaModel, LlamaContext]]
+# Loads the model and its context on the loop's thread, and says how the loop runs them: some
+# options (sampling in the graph, overlap) depend on where the model's layers landed.
+Opened = tuple[LlamaModel, LlamaContext, LoopOptions]
+Opener = Callable[[], Opened]
 
 
 class BatchLoop:
@@ -81,9 +84,9 @@ class BatchLoop:
     decodes costs ~7% of decode speed on two cores.
     """
 
-    def __init__(self, name: str, options: LoopOptions, publish: Publisher) -> None:
+    def __init__(self, name: str, publish: Publisher) -> None:
         self._publish = publish
-        self._options = options
+        self._options = LoopOptions()  # the opener's, once it has run
         self._slots: list[Slot | None] = []
         self._graph: GraphSamplers | None = None  # chains sampling in the graph, if any
         self._waiting: deque[GenerationRequest] = deque()
@@ -104,11 +107,11 @@ class BatchLoop:
 
     # ---- thread-safe API (called from the event loop) ---------------------------------------
 
-    def open(self, opener: Opener) -> tuple[LlamaModel, LlamaContext]:
+    def open(self, opener: Opener) -> Opened:
         """Start the thread, which loads the model and context; block until they are ready.
         A loading error (an InferError) is raised here and the thread ends."""
         self._opener = opener
-        self._opened: Future[tuple[LlamaModel, LlamaContext]] = Future()
+        self._opened: Future[Opened] = Future()
         self._thread.start()
         return self._opened.result()
 
@@ -167,7 +170,7 @@ class BatchLoop:
 
     def _main(self) -> None:
         try:
-            self._model, self._ctx = self._opener()
+            self._model, self._ctx, self._options = self._opener()
         except BaseException as exc:
             self._opened.set_exception(exc)
             return
@@ -179,7 +182,7 @@ class BatchLoop:
         self._kept = KeptCells(self._ctx, self._model.n_swa)
         self._sampler = StepSampler(self._model.n_vocab)
         self._filler_token = max(0, self._model.bos)
-        self._opened.set_result((self._model, self._ctx))
+        self._opened.set_result((self._model, self._ctx, self._options))
         try:
             self._run()
         finally:

@@ -60,21 +60,18 @@ class LlamaEngine:
             raise InferError(
                 ErrorKind.INVALID_PARAMS, "n_parallel, n_ctx and n_batch must be positive"
             )
-        gpu = supports_gpu_offload()
-        n_gpu = spec.n_gpu_layers if spec.n_gpu_layers is not None else (-1 if gpu else 0)
-        if not gpu:
-            n_gpu = 0
-        on_gpu = n_gpu < 0 and bool(gpus())  # every layer, the output one too, on a GPU
-        options = LoopOptions(
-            n_batch=spec.n_batch,
-            deterministic=spec.deterministic,
-            backend_sampling=on_gpu if spec.backend_sampling is None else spec.backend_sampling,
-            overlap=on_gpu if spec.overlap is None else spec.overlap,
-            pooling=spec.pooling,
-        )
-        before = {d.index: d.free_bytes for d in gpus()}
+        n_gpu = gpu_layers(spec)
+        cards = gpus()
+        if n_gpu and cards and spec.main_gpu_id >= len(cards):
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"there is no GPU {spec.main_gpu_id}: this machine has {len(cards)} "
+                f"(0 to {len(cards) - 1})",
+                param="main_gpu_id",
+            )
+        before = {d.index: d.free_bytes for d in cards}
 
-        def open_model() -> tuple[LlamaModel, LlamaContext]:
+        def open_model() -> tuple[LlamaModel, LlamaContext, LoopOptions]:
             model = LlamaModel(spec.model_path, n_gpu, spec.main_gpu_id, spec.extra_buffers)
             try:
                 n_parallel = spec.n_parallel
@@ -86,10 +83,18 @@ class LlamaEngine:
             except BaseException:
                 model.free()
                 raise
-            return model, ctx
+            on_gpu = bool(cards) and all_layers(n_gpu, model.n_layer)
+            options = LoopOptions(
+                n_batch=spec.n_batch,
+                deterministic=spec.deterministic,
+                backend_sampling=on_gpu if spec.backend_sampling is None else spec.backend_sampling,
+                overlap=on_gpu if spec.overlap is None else spec.overlap,
+                pooling=spec.pooling,
+            )
+            return model, ctx, options
 
-        loop = BatchLoop(spec.engine_id, options, publish)
-        model, ctx = loop.open(open_model)
+        loop = BatchLoop(spec.engine_id, publish)
+        model, ctx, options = loop.open(open_model)
         taken = sum(before[d.index] - d.free_bytes for d in gpus() if d.index in before)
         engine = cls(spec, model, ctx, loop, n_gpu, options, taken)
         log.info(
@@ -247,3 +252,18 @@ class LlamaEngine:
 
     async def shutdown(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+def gpu_layers(spec: EngineSpec) -> int:
+    """The layers to offload: as asked, all (-1) by default where the build can offload, and
+    none where it cannot (a CPU build ignores the setting)."""
+    if not supports_gpu_offload():
+        return 0
+    return spec.n_gpu_layers if spec.n_gpu_layers is not None else -1
+
+
+def all_layers(n_gpu_layers: int, n_layer: int) -> bool:
+    """Whether every layer, the output one too, is offloaded: -1, or as many as the model has
+    or more (the habitual -ngl 99, the engine manager's default 100). Sampling in the graph
+    and the overlap pay only then: else the logits are made on the CPU."""
+    return n_gpu_layers < 0 or n_gpu_layers > n_layer

@@ -67,6 +67,10 @@ class LlamaModel:
         self.file_size = check_model_file(path, n_gpu_layers)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        # The model on one card, `main_gpu`: llama.cpp's default spreads it over every GPU
+        # by layers and ignores main_gpu, while the memory checks, `--parallel auto` and the
+        # dashboards reckon with that one card. Engines go on other cards with their own.
+        params.split_mode = llama.LLAMA_SPLIT_MODE_NONE
         params.main_gpu = main_gpu
         # Repacked CPU weight buffers (AMX and friends) crash llama.cpp 0.3.36 on CPUs that
         # advertise AMX inside sandboxes that do not grant it; plain buffers decode fine.
@@ -75,7 +79,7 @@ class LlamaModel:
             ptr = llama.llama_model_load_from_file(os.fsencode(path), params)
         if not ptr:
             reason = last_error(lines) or "llama.cpp could not load it"
-            kind = ErrorKind.OUT_OF_MEMORY if "alloc" in reason.lower() else ErrorKind.MODEL_INVALID
+            kind = ErrorKind.OUT_OF_MEMORY if out_of_memory(reason) else ErrorKind.MODEL_INVALID
             raise InferError(kind, f"cannot load {Path(path).name}: {reason}", param="model_path")
         self.ptr = ptr
         self.n_gpu_layers = n_gpu_layers
@@ -349,12 +353,25 @@ def _buffer_sizes_mb(lines: list[str]) -> float:
     return round(sum(float(m.group(1)) for line in lines if (m := _SIZE.search(line))), 1)
 
 
+_OUT_OF_MEMORY = ("alloc", "out of memory", "cudamalloc")  # the markers of llama.cpp's OOM
+
+
 def last_error(lines: list[str]) -> str | None:
-    for line in reversed(lines):
-        text = line.strip()
+    """Why llama.cpp failed, from its log: a memory failure wherever it was said (its last
+    line is only "failed to load model" after "unable to allocate CUDA0 buffer"), else the
+    last line that says error or fail."""
+    said = [line.strip() for line in lines]
+    for text in reversed(said):
+        if any(marker in text.lower() for marker in _OUT_OF_MEMORY):
+            return text.split(": ", 1)[-1]
+    for text in reversed(said):
         if "error" in text.lower() or "fail" in text.lower():
             return text.split(": ", 1)[-1]
     return None
+
+
+def out_of_memory(reason: str) -> bool:
+    return any(marker in reason.lower() for marker in _OUT_OF_MEMORY)
 
 
 def release_freed_heap() -> None:

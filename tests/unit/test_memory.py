@@ -87,3 +87,35 @@ def test_no_gpu_means_ram_and_a_cpu_sized_auto(monkeypatch: pytest.MonkeyPatch) 
     n, why = memory.auto_parallel(ModelShape(offloaded_fraction=0.0), 1024, 512)
     assert n == memory.CPU_SLOTS_PER_CORE * 2
     assert "of memory" in why and "bound by CPU cores" in why
+
+
+def test_any_count_of_layers_past_the_model_s_means_all_of_them() -> None:
+    """-ngl 99 and the engine manager's default 100 offload every layer: sampling in the graph
+    and the overlap must come on as they do for -1 (they stayed off)."""
+    from infertui.core.engine.local import all_layers
+
+    n_layer = 32  # and the output layer: 33 in all
+    assert all_layers(-1, n_layer) and all_layers(99, n_layer) and all_layers(33, n_layer)
+    assert not all_layers(32, n_layer)  # the output layer stays on the CPU: logits there
+    assert not all_layers(0, n_layer) and not all_layers(8, n_layer)
+
+
+def test_a_gpu_out_of_memory_while_loading_is_said_as_such() -> None:
+    """llama.cpp's last line is "failed to load model"; the cause comes before it."""
+    from infertui.core.engine.native import last_error, out_of_memory
+
+    lines = [
+        "llama_model_load: loading model tensors, this can take a while...",
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 40960.00 MiB on device 0: "
+        "cudaMalloc failed: out of memory",
+        "alloc_tensor_range: failed to allocate CUDA0 buffer of size 42949672960",
+        "llama_model_load: error loading model: unable to allocate CUDA0 buffer",
+        "llama_model_load_from_file_impl: failed to load model",
+    ]
+    reason = last_error(lines)
+    assert reason is not None and out_of_memory(reason)
+    assert "CUDA0 buffer" in reason
+    assert last_error(["llama_model_load: error loading model: bad magic"]) == (
+        "error loading model: bad magic"
+    )
+    assert not out_of_memory("bad magic")
