@@ -224,13 +224,22 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
             for prompt in prompts:
                 for n in streams:
                     for _ in range(args.rounds + (1 if n == 1 else 0)):
+                        # A failure (out of device memory at 256 streams, say) costs its
+                        # row, not the run: GPU time is scarce and the figures print at the end.
                         if prompt == "short":  # again for each sampling, side by side
-                            raw = raw_limit(args.batched_bench, setup, [n], args.tokens, 16)[n]
-                            samples.setdefault(("raw", temp, prompt, n), []).append(raw)
+                            try:
+                                raw = raw_limit(args.batched_bench, setup, [n], args.tokens, 16)
+                                samples.setdefault(("raw", temp, prompt, n), []).append(raw[n])
+                            except (subprocess.CalledProcessError, KeyError) as exc:
+                                log.warning("raw x%d failed: %s", n, _tail(exc))
                         for name, url in urls.items():
                             load = Load(url, models[name], args.tokens, temp, LONG_REPEAT[prompt],
                                         {})  # fmt: skip
-                            figures = measure_server(load, n, args.processes)
+                            try:
+                                figures = measure_server(load, n, args.processes)
+                            except Exception as exc:  # reported; the run goes on
+                                log.warning("%s x%d failed: %r", name, n, exc)
+                                continue
                             samples.setdefault((name, temp, prompt, n), []).append(figures)
                     log.info("%s temp %s %s x%d: %s", setup.model.name, temp, prompt, n,
                              {k[0]: [round(f["tps"]) for f in v] for k, v in samples.items()
@@ -243,11 +252,17 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
                 rows.append({
                     "model": setup.model.name, "temp": temp, "prompt": prompt, "streams": n,
                     "raw": raw.get("tps"), "raw_serving": raw.get("serving"),
-                    "infertui": median_of(samples["infertui", temp, prompt, n]),
+                    "infertui": median_of(samples.get(("infertui", temp, prompt, n))),
                     "llama_server": median_of(samples.get(("llama-server", temp, prompt, n))),
                     "baseline": median_of(samples.get(("baseline", temp, prompt, n))),
                 })  # fmt: skip
     return rows
+
+
+def _tail(exc: Exception) -> str:
+    """The last lines a failed command wrote, or what failed."""
+    out = getattr(exc, "stderr", None) or getattr(exc, "stdout", None) or ""
+    return " | ".join(str(out).strip().splitlines()[-3:]) or repr(exc)
 
 
 def median_of(runs: list[dict[str, float]] | None) -> dict[str, float] | None:
@@ -339,10 +354,11 @@ def main() -> None:
     for path in models:
         setup = Setup(path, args.parallel or min(256, max(streams)), args.ctx, args.threads,
                       gpu, tuple(args.host_arg))  # fmt: skip
-        rows += run_model(args, setup)
-    show(rows)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        model_rows = run_model(args, setup)
+        show(model_rows)  # each model's figures as soon as they are in: a later one may fail
+        rows += model_rows
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
     if shutil.which("nvidia-smi"):
         subprocess.run(["nvidia-smi", "--query-gpu=name,memory.used,memory.total",
                         "--format=csv"], check=False)  # fmt: skip
