@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 
 import llama_cpp as llama
@@ -45,6 +46,16 @@ def init_backend() -> None:
 def supports_gpu_offload() -> bool:
     init_backend()
     return bool(llama.llama_supports_gpu_offload())
+
+
+def idle_nvidia_gpu() -> bool:
+    """An NVIDIA GPU the driver sees, with a llama.cpp built without CUDA: every layer runs on
+    the CPU, which people take for a slow GPU unless told."""
+    try:
+        cards = any(os.scandir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+    return cards and not supports_gpu_offload()
 
 
 def system_info() -> str:

@@ -17,7 +17,7 @@ from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
 from . import chat_format
-from .backend import engine_version, supports_gpu_offload
+from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
 from .batch_loop import BatchLoop, LoopOptions
 from .devices import MIB, Device, gpus
 from .memory import auto_parallel
@@ -258,6 +258,12 @@ def gpu_layers(spec: EngineSpec) -> int:
     """The layers to offload: as asked, all (-1) by default where the build can offload, and
     none where it cannot (a CPU build ignores the setting)."""
     if not supports_gpu_offload():
+        if idle_nvidia_gpu():
+            log.warning(
+                "engine %s: this machine has an NVIDIA GPU, but llama-cpp-python was built "
+                "without CUDA: it runs on the CPU. Install the CUDA toolkit (nvcc) and run the "
+                "README's set-up command again.", spec.engine_id,
+            )  # fmt: skip
         return 0
     return spec.n_gpu_layers if spec.n_gpu_layers is not None else -1
 
