@@ -266,18 +266,27 @@ async def test_a_reply_the_host_cuts_short_is_not_passed_off_as_whole(
     assert cut.status_code >= 400 and "before it was complete" in cut.text
 
 
-async def test_a_body_not_sent_as_json_is_refused_saying_so(host: Host) -> None:
-    """`curl -d` sends a form's Content-Type. Read as JSON anyway, a web page could drive a
-    host on localhost without a CORS preflight; refused, the answer says what to send
-    instead of listing the fields as missing."""
+async def test_a_page_s_body_not_sent_as_json_is_refused_and_a_script_s_is_read(
+    host: Host,
+) -> None:
+    """`curl -d` sends a form's Content-Type, and Ollama's API documents just that: a script's
+    body is read as JSON whatever its type. A browser's is not: read as JSON, a web page could
+    drive a host on localhost with a form or text/plain, without a CORS preflight; refused,
+    the answer says what to send instead of listing the fields as missing."""
     body = json.dumps(CHAT).encode()
+    page = {"origin": "https://evil.example", "sec-fetch-site": "cross-site"}
     for path in ("/v1/chat/completions", "/api/chat"):
         for kind in ("application/x-www-form-urlencoded", "text/plain", None):
-            headers = {"content-type": kind} if kind else {}
-            refused = await host.client.post(path, content=body, headers=headers)
-            assert refused.status_code == 400, refused.text
-            assert "Content-Type: application/json" in refused.text
+            typed = {"content-type": kind} if kind else {}
+            for browser in ({"origin": page["origin"]}, {"sec-fetch-site": "cross-site"}):
+                refused = await host.client.post(path, content=body, headers=typed | browser)
+                assert refused.status_code == 400, refused.text
+                assert "Content-Type: application/json" in refused.text
+            read = await host.client.post(path, content=body, headers=typed)
+            assert read.status_code == 200, (path, kind, read.text)
+    other = await host.client.post("/api/chat", content=body, headers={"content-type": "text/xml"})
+    assert other.status_code == 400  # a type that is not a script's shorthand stays refused
     typed = await host.client.post(
-        "/api/chat", content=body, headers={"content-type": "application/json"}
+        "/api/chat", content=body, headers={"content-type": "application/json"} | page
     )
     assert typed.status_code == 200

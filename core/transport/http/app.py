@@ -27,7 +27,12 @@ from .access import Access
 from .errors import install_error_handlers
 from .families import Family, family_of, is_health
 from .lane import FastLane, fast_lanes
-from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, CorrelationMiddleware
+from .middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    CorrelationMiddleware,
+    ScriptBodiesMiddleware,
+)
 from .routes_engines import ProcessUsage
 from .task_store import TaskStore
 
@@ -105,9 +110,10 @@ def create_app(
     install_error_handlers(app)
     document_errors(app, api_key=access.keys_required)
     # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
-    # then the body limit, then the fast lane.
+    # then the body limit, then a script's untyped body typed as JSON, then the fast lane.
     lanes = fast_lanes([route for router in routers for route in router.routes], GENERATION_PATHS)
     app.add_middleware(FastLane, fastapi=app, lanes=lanes)
+    app.add_middleware(ScriptBodiesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if access.keys_required:
         app.add_middleware(ApiKeyMiddleware, access=access)

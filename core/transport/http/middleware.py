@@ -133,3 +133,28 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, limited, send)
+
+
+_SCRIPT_TYPES = (b"", b"application/x-www-form-urlencoded", b"text/plain")
+_BROWSER_HEADERS = (b"origin", b"sec-fetch-site")
+
+
+class ScriptBodiesMiddleware:
+    """A body a script sent without saying JSON is read as JSON, as Ollama reads it: its API
+    documents `curl URL -d '{...}'`, which sends a form's Content-Type. A browser's request
+    is not: a web page may post a form or text/plain to a host on localhost without a CORS
+    preflight, and must not drive it that way (routing.py refuses those). Browsers say where
+    a request comes from (Origin, Sec-Fetch-Site); curl, SDKs and scripts do not."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            headers: list[tuple[bytes, bytes]] = scope["headers"]
+            kind = next((v for k, v in headers if k == b"content-type"), b"")
+            media = kind.split(b";", 1)[0].strip().lower()
+            if media in _SCRIPT_TYPES and not any(k in _BROWSER_HEADERS for k, _ in headers):
+                typed = [(k, v) for k, v in headers if k != b"content-type"]
+                scope = {**scope, "headers": [*typed, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
