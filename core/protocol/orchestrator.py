@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .common import MAX_PATH, Messages, SamplingParams, Seed, Stops
 from .errors import InferError
@@ -33,7 +33,10 @@ class TaskRequest(BaseModel):
         },
     )
 
-    task_id: str | None = Field(None, min_length=1, max_length=128)
+    task_id: str | None = Field(
+        None, min_length=1, max_length=128, pattern=r"^[^/\s?#%]+$",
+        description="yours to choose, unique; it goes in URLs, so no /, ?, #, % or spaces",
+    )  # fmt: skip
     session_id: str | None = None
     model: str | None = Field(None, description="engine id; the default engine when absent")
     pool_id: str | None = Field(None, description="pin: this pool or an error, never another")
@@ -186,9 +189,15 @@ class ResumeResponse(BaseModel):
 
 
 class ReloadRequest(BaseModel):
+    """A misspelt field is refused: read past, it reloaded the current model and said so."""
+
+    model_config = ConfigDict(extra="forbid")
+
     model_path: str | None = Field(
-        None, max_length=MAX_PATH, description="the new GGUF; the current one when absent"
-    )
+        None, min_length=1, max_length=MAX_PATH,
+        validation_alias=AliasChoices("model_path", "new_model_ref"),  # llama-orch's name
+        description="the new GGUF (or `new_model_ref`); the current one when absent",
+    )  # fmt: skip
 
 
 class ReloadResponse(BaseModel):

@@ -233,3 +233,27 @@ async def test_oc_ctrl_2060_2061_capabilities(host: Host) -> None:
 async def test_unknown_task_is_404(host: Host) -> None:
     assert (await host.client.get("/v1/tasks/nope/stream")).status_code == 404
     assert (await host.client.post("/v1/tasks/nope/cancel")).json()["code"] == "INVALID_PARAMS"
+
+
+async def test_a_task_id_that_cannot_go_in_a_url_is_refused(host: Host) -> None:
+    """`team/job1` was accepted, and then neither its stream nor its cancel could be reached
+    (404 unknown endpoint): it held a slot to its last token (OC-CTRL-2012)."""
+    for bad in ("team/job1", "has space", "what?", "a#b", "100%"):
+        refused = await host.client.post("/v1/tasks", json={**TASK, "task_id": bad})
+        assert refused.status_code == 400, bad
+        assert refused.json()["code"] == "INVALID_PARAMS" and "task_id" in refused.json()["message"]
+    assert host.service.queues()[0].depth == 0
+    named = (await host.client.post("/v1/tasks", json={**TASK, "task_id": "team:job-1"})).json()
+    assert named["stream_url"] == "/v1/tasks/team%3Ajob-1/stream"
+    assert (await stream_task(host.client, "team%3Ajob-1"))[-1][0] == "end"
+
+
+async def test_a_reload_with_a_misspelt_field_is_refused(host: Host) -> None:
+    """Read past, `{"new_model_reff": ...}` reloaded the current model and answered 200."""
+    for body in ({"new_model_reff": "/x.gguf"}, {"model_path": ""}):
+        refused = await host.client.post(f"/v1/pools/{MODEL}/reload", json=body)
+        assert refused.status_code == 400, body
+    missing = await host.client.post(
+        f"/v1/pools/{MODEL}/reload", json={"new_model_ref": "/nowhere/x.gguf"}
+    )
+    assert missing.status_code in (403, 404)  # llama-orch's name is read: the file is looked at

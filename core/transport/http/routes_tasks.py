@@ -9,6 +9,7 @@ or cancel it. A task is forgotten a while after it ends.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 
@@ -104,7 +105,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
         pool_id=job.pool_id,
         engine=service.version,
         output_mode=body.output_mode,
-        stream_url=f"/v1/tasks/{job.id}/stream",
+        stream_url=f"/v1/tasks/{quote(job.id, safe='')}/stream",
     )
 
 
