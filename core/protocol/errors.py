@@ -124,7 +124,12 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
     ErrorKind.GENERATION_FAILED: ErrorMapping(
         "GENERATION_FAILED", "INTERNAL", _SRV, "inference_error", 500, retriable=True
     ),
-    ErrorKind.ABORTED: ErrorMapping("GENERATION_ABORTED", "INTERNAL", _SRV, "aborted", 499),
+    # Only a reply the host cut short reaches a client as an error (a client's own cancel is
+    # not read by anyone): the server's doing, and a later try may well succeed (503, as for
+    # a draining engine; 499 is nginx's "client closed", and SDKs do not retry it).
+    ErrorKind.ABORTED: ErrorMapping(
+        "GENERATION_ABORTED", "INTERNAL", _SRV, "aborted", 503, retriable=True
+    ),
     ErrorKind.DECODE_TIMEOUT: ErrorMapping(
         "TIMEOUT_NO_RESPONSE", "DECODE_TIMEOUT", _SRV, "decode_timeout", 504, retriable=True
     ),

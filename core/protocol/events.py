@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from .errors import ErrorKind, InferError
 from .snapshots import FinishReason, TimingStats
 
+ABORTED_RETRY_MS = 2000  # a host's drain or restart: try again in a moment
+
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
@@ -63,7 +65,11 @@ class Finished:
         OpenAI and Ollama dialects) report it so; P2P and tasks say "abort"."""
         if self.error is not None or self.finish_reason != "abort":
             return self.error
-        return InferError(ErrorKind.ABORTED, "the host stopped this reply before it was complete")
+        return InferError(
+            ErrorKind.ABORTED,
+            "the host stopped this reply before it was complete",
+            retry_after_ms=ABORTED_RETRY_MS,
+        )
 
     @property
     def whole(self) -> bool:
