@@ -248,6 +248,10 @@ class HostService:
     def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
         return self._registry.resolve(model).detokenize(tokens)
 
+    def queue_capacity(self, model: str | None) -> int:
+        """The queue bound of the engine `model` names (the default one for None)."""
+        return self._registry.resolve(model).queue_capacity
+
     def props(self, model: str | None) -> Props:
         """llama-server's `/props` for the engine `model` names (the default one for None)."""
         return views.llama_props(self._registry.resolve(model), self.version)

@@ -58,19 +58,31 @@ async def test_ollama_embed(host: Host) -> None:
 async def test_embedding_jobs_share_the_queue_and_its_refusals(
     start_host: HostFactory,
 ) -> None:
-    """The same admission as generation: with the one slot busy and a queue of two, three
-    inputs (three jobs) are refused with QUEUE_FULL and a retry hint, none of them kept; one
-    input is embedded while the stream beside it goes on."""
+    """The same admission as generation: with the one slot busy and the queue of two full,
+    an input is refused with QUEUE_FULL and a retry hint, and nothing is kept. With room, a
+    batch far larger than the queue is embedded a wave at a time (it was refused as more
+    than the engine can hold), while the stream beside it goes on."""
     host = await start_host(parallel=1, queue=2)
     story = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 120, "temperature": 0}
     generating = asyncio.create_task(host.client.post("/v1/completions", json=story))
     while host.service.metrics()[0].slots_busy == 0:
         await asyncio.sleep(0.01)
+    short = {**story, "max_tokens": 2}
+    waiting = [asyncio.create_task(host.client.post("/v1/completions", json=short)) for _ in "ab"]
+    while host.service.queues()[0].depth < 2:
+        await asyncio.sleep(0.01)
     refused = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": TEXTS})
     assert refused.status_code == 429 and refused.headers["retry-after"], refused.text
-    assert host.service.queues()[0].depth == 0  # all admitted, or none
-    one = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": TEXTS[0]})
-    assert one.status_code == 200 and len(one.json()["data"][0]["embedding"]) == 640
+    assert host.service.queues()[0].depth == 2  # none of its inputs kept
+    for task in waiting:
+        assert (await task).status_code == 200
+    many = [f"{TEXTS[i % 3]} ({i})" for i in range(40)]
+    batch = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": many})
+    assert batch.status_code == 200, batch.text
+    data = batch.json()["data"]
+    assert [d["index"] for d in data] == list(range(40))
+    one = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": many[7]})
+    assert np.allclose(one.json()["data"][0]["embedding"], data[7]["embedding"], atol=1e-6)
     done = await generating
     assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 120
 

@@ -108,13 +108,26 @@ async def submit_all(
     return jobs
 
 
+EMBED_WAVE = 16  # inputs queued at once: what the engine embeds in one decode
+
+
 async def embed_texts(
     request: Request, model: str, texts: list[str]
 ) -> tuple[list[list[float]], list[Job]]:
-    """Each text as an embedding job through the engine's queue; the vectors in order."""
+    """Each text as an embedding job through the engine's queue, a wave at a time; the
+    vectors in order. All at once, a RAG client's batch of 100 chunks was refused: more
+    than the slots and the queue hold, though the engine takes 16 a step and needs no slot."""
     params = SamplingParams()
-    jobs = await submit_all(
-        request, [dict(model=model, prompt=t, params=params, embed=True) for t in texts], "input"
-    )
-    results = await collect(request, *jobs)
-    return [list(final.embedding or ()) for _, final in results], jobs
+    size = max(1, min(EMBED_WAVE, service_of(request).queue_capacity(model)))
+    vectors: list[list[float]] = []
+    jobs: list[Job] = []
+    for start in range(0, len(texts), size):
+        wave = await submit_all(
+            request,
+            [dict(model=model, prompt=t, params=params, embed=True)
+             for t in texts[start : start + size]],
+            "input",
+        )  # fmt: skip
+        vectors += [list(final.embedding or ()) for _, final in await collect(request, *wave)]
+        jobs += wave
+    return vectors, jobs
