@@ -118,7 +118,8 @@ class ApiMessage(BaseModel):
 
 
 class ApiChatRequest(_Generation):
-    messages: list[ApiMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    # none: how Ollama's clients load a model (answered with done_reason "load")
+    messages: list[ApiMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
 
     def turns(self, tool_format: str) -> list[ChatMessage]:

@@ -49,6 +49,10 @@ async def test_generate_with_a_system_prompt_and_raw(client: ollama.AsyncClient)
     assert "".join(p.response for p in raw) and raw[-1].done
     loaded = await client.generate(model=MODEL)  # how clients load a model
     assert loaded.done and loaded.done_reason == "load"
+    by_chat = await client.chat(model=MODEL, messages=[])  # ... or by /api/chat (it was a 400)
+    assert by_chat.done and by_chat.done_reason == "load" and by_chat.message.content == ""
+    with pytest.raises(ollama.ResponseError):
+        await client.chat(model="no-such-model", messages=[])
 
 
 async def test_mirostat_and_typical_p_options_are_used(client: ollama.AsyncClient) -> None:
@@ -97,7 +101,7 @@ async def test_errors_come_in_ollamas_shape(host: Host, client: ollama.AsyncClie
     with pytest.raises(ollama.ResponseError) as caught:
         await client.chat(model="nope", messages=HELLO, stream=False)
     assert caught.value.status_code == 404 and "nope" in caught.value.error
-    bad = await host.client.post("/api/chat", json={"model": MODEL, "messages": []})
+    bad = await host.client.post("/api/chat", json={"model": MODEL, "messages": "hi"})
     assert bad.status_code == 400 and set(bad.json()) == {"error"}
     image = await host.client.post("/api/chat", json={
         "model": MODEL, "messages": [{"role": "user", "content": "hi", "images": ["AAAA"]}],

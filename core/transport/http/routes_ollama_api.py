@@ -56,6 +56,8 @@ NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_ali
 
 @router.post("/chat", summary="Ollama's chat: NDJSON unless `stream: false`; `tools` too")
 async def chat(body: ApiChatRequest, request: Request) -> Any:
+    if not body.messages:  # how Ollama's clients load a model: it is loaded
+        return _loaded_answer(request, body.model, "message", {"role": "assistant", "content": ""})
     tool_format = service_of(request).tool_format(body.model) if body.tools else GENERIC_FORMAT
     tools = [t.model_dump() for t in body.tools or []] if tool_format != GENERIC_FORMAT else None
     turns = body.turns(tool_format)
@@ -83,9 +85,7 @@ async def chat(body: ApiChatRequest, request: Request) -> Any:
 @router.post("/generate", summary="Ollama's completion of a prompt (chat template unless raw)")
 async def generate(body: ApiGenerateRequest, request: Request) -> Any:
     if not body.prompt and not body.system:  # how Ollama's clients load a model: it is loaded
-        service_of(request).engine_status(body.model)  # 404 if there is no such engine
-        return {"model": body.model, "created_at": now_rfc3339(), "response": "", "done": True,
-                "done_reason": "load"}  # fmt: skip
+        return _loaded_answer(request, body.model, "response", "")
     if body.raw:
         job = await submit(request, model=body.model, prompt=body.prompt, params=body.sampling())
     else:
@@ -93,6 +93,13 @@ async def generate(body: ApiGenerateRequest, request: Request) -> Any:
         turns = [*system, ChatMessage(role="user", content=body.prompt)]
         job = await submit(request, model=body.model, messages=turns, params=body.sampling())
     return await reply(request, job, "response", stream=body.stream)
+
+
+def _loaded_answer(request: Request, model: str, field: str, empty: object) -> dict[str, Any]:
+    """Ollama's answer to a request that only loads a model (engines here are loaded)."""
+    service_of(request).engine_status(model)  # 404 if there is no such engine
+    return {"model": model, "created_at": now_rfc3339(), field: empty, "done": True,
+            "done_reason": "load"}  # fmt: skip
 
 
 async def reply(
