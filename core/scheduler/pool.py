@@ -260,13 +260,8 @@ class Pool:
                     engine_id=self.id,
                 )
         elif len(tokens) + max_tokens > n_ctx or max_tokens < 1:
-            raise InferError(
-                ErrorKind.CONTEXT_OVERFLOW,
-                f"prompt of {len(tokens)} tokens plus max_tokens {max_tokens} exceeds "
-                f"the context of {n_ctx} tokens",
-                param="max_tokens" if params.max_tokens else "messages",
-                engine_id=self.id,
-            )
+            raise self._too_long(engine, len(tokens), max_tokens, params.max_tokens is not None,
+                                 chat=messages is not None)  # fmt: skip
         # Jobs submitted a moment ago that will take a free slot at the next step do not wait.
         behind, busy = engine.occupancy()
         depth = max(0, behind - (engine.n_parallel - busy))
@@ -292,6 +287,36 @@ class Pool:
             self._per_client[client_id] += 1
         engine.submit(request)
         return job
+
+    def _too_long(
+        self, engine: Engine, n_prompt: int, max_tokens: int, asked: bool, *, chat: bool
+    ) -> InferError:
+        """CONTEXT_OVERFLOW naming what to shorten: the prompt where it leaves no room, else
+        max_tokens. An upstream tokenizes on its own server: its prompt's size is not known."""
+        n_ctx = engine.n_ctx
+        prompt = "messages" if chat else "prompt"
+        if not engine.tokenizes:
+            known = engine.parameters.n_ctx
+            bound = f"the context of {n_ctx} tokens" if known else (
+                f"{n_ctx} tokens, the most infertui asks of an upstream that does not say its "
+                "context"
+            )  # fmt: skip
+            message = f"max_tokens {max_tokens} is more than {bound}"
+            return InferError(ErrorKind.CONTEXT_OVERFLOW, message, param="max_tokens",
+                              engine_id=self.id)  # fmt: skip
+        if n_prompt >= n_ctx or not asked:
+            message = (
+                f"a prompt of {n_prompt} tokens leaves no room for a reply in the context of "
+                f"{n_ctx} tokens"
+            )
+            param = prompt
+        else:
+            message = (
+                f"prompt of {n_prompt} tokens plus max_tokens {max_tokens} exceeds the context "
+                f"of {n_ctx} tokens"
+            )
+            param = "max_tokens"
+        return InferError(ErrorKind.CONTEXT_OVERFLOW, message, param=param, engine_id=self.id)
 
     def _eta_ms(self, index: int) -> int:
         """When the job at this index of the engine's waiting list should start (the index

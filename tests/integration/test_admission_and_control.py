@@ -45,10 +45,15 @@ async def test_a_prompt_that_cannot_fit_the_context_is_rejected_with_the_numbers
         pool.submit(prompt="word " * 300, params=SHORT)
     assert rejected.value.kind is ErrorKind.CONTEXT_OVERFLOW
     assert "256" in rejected.value.message
+    assert rejected.value.param == "prompt"  # the prompt is what to shorten (OpenAI names it)
     assert rejected.value.mapping.orch_code == "INVALID_PARAMS"
+    with pytest.raises(InferError) as long_chat:
+        chat = [ChatMessage(role="user", content="word " * 300)]
+        pool.submit(messages=chat, params=SamplingParams(max_tokens=1))
+    assert long_chat.value.param == "messages" and "no room" in long_chat.value.message
     with pytest.raises(InferError) as too_many:
         pool.submit(prompt="short", params=SamplingParams(max_tokens=1000))
-    assert "1000" in too_many.value.message
+    assert "1000" in too_many.value.message and too_many.value.param == "max_tokens"
     assert pool.engine.waiting() == []
 
 

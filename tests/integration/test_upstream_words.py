@@ -139,6 +139,10 @@ async def test_an_upstream_that_does_not_say_its_context_shows_none_as_fact(
         pool.submit(params=SamplingParams(temperature=0), prompt="Hi").text(), 10
     )
     assert text == "Hello" and final.error is None
+    with pytest.raises(InferError) as too_long:  # it said "prompt of 0 tokens plus ..."
+        pool.submit(params=SamplingParams(max_tokens=100_000), prompt="Hi")
+    assert too_long.value.param == "max_tokens" and "prompt" not in too_long.value.message
+    assert "does not say its context" in too_long.value.message
 
 
 @pytest.mark.parametrize(
