@@ -137,6 +137,7 @@ class Transport(Protocol):
 
     name: str
 
+    def reserve(self) -> None: ...  # take what may be taken already (a port), before loading
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     def describe(self) -> str: ...
@@ -175,6 +176,8 @@ class HostService:
         files = [spec.model_path for spec in specs]
         specs += [upstream_spec(entry, self.settings) for entry in upstreams]
         self._model_roots = model_roots(self.settings, files)
+        for transport in self.transports:  # a port in use is said now, not after a load
+            transport.reserve()
         for spec in specs:
             await self._registry.add(spec)
         for transport in self.transports:

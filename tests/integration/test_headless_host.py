@@ -162,3 +162,21 @@ def test_reloads_give_the_old_models_memory_back() -> None:
         proc.terminate()
         proc.communicate(timeout=30)
     assert grown < 20, f"{grown:.0f} MB more after 6 reloads"
+
+
+def test_a_port_in_use_is_said_before_any_model_loads() -> None:
+    """On a big model the load takes minutes; the port was found taken only after it."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        proc = start_host("--no-p2p", "--http", f"127.0.0.1:{port}")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        taken.close()
+    assert proc.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
+    assert " loaded " not in err and "loading" not in err.lower(), err

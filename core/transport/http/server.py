@@ -94,8 +94,12 @@ class HttpServer:
         self.limits = limits or HttpSettings()
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._socket: socket.socket | None = None
 
-    async def start(self) -> None:
+    def reserve(self) -> None:
+        """Bind the port now: in use, it is said before a model has loaded for minutes."""
+        if self._socket is not None:
+            return
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -107,9 +111,15 @@ class HttpServer:
                 ErrorKind.INVALID_PARAMS,
                 f"cannot listen on {self.host}:{self.port}: {exc.strerror}",
             ) from None
-        sock.listen(1024)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
+        self._socket = sock
+
+    async def start(self) -> None:
+        self.reserve()
+        sock = self._socket
+        assert sock is not None
+        sock.listen(1024)  # connections wait from here on, not while the models load
         protocol = type(
             "HeadDeadline", (_HeadDeadline,), {"head_timeout_s": self.limits.header_timeout_s}
         )
@@ -146,6 +156,9 @@ class HttpServer:
 
     async def stop(self) -> None:
         if self._server is None or self._task is None:
+            if self._socket is not None:  # reserved, never served (a model failed to load)
+                self._socket.close()
+                self._socket = None
             return
         self._server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):

@@ -87,6 +87,9 @@ class P2PServer:
             return "not announced: no DHT node answers"
         return f"announced · {self.bridge.network.get('nodes')} DHT nodes"
 
+    def reserve(self) -> None:
+        """Nothing to take ahead: the bridge finds its own sockets."""
+
     async def start(self) -> None:
         """Start announcing in the background: the DHT may take seconds to answer (or never,
         offline), and the host serves its other faces meanwhile."""
