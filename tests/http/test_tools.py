@@ -92,6 +92,36 @@ async def test_a_streamed_forced_call_arrives_as_deltas(sdk: openai.AsyncOpenAI)
     assert pieces > 2  # the arguments streamed as the model wrote them
 
 
+async def test_calls_cut_by_max_tokens_are_the_same_whole_and_streamed(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    """A weak model under `required` writes calls until max_tokens cuts the last one. Whole,
+    the reply was its raw text as content; streamed, the calls. Both give the calls now, the
+    last as far as it got, and finish "length" (the reply was cut)."""
+    ask = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60,
+               temperature=0, seed=1)  # fmt: skip
+    whole = (await sdk.chat.completions.create(**ask)).choices[0]  # type: ignore[call-overload]
+    assert whole.finish_reason == "length" and whole.message.content is None
+    calls = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
+    assert calls and all(name in SCHEMAS for name, _ in calls)
+    stream = await sdk.chat.completions.create(**ask, stream=True)  # type: ignore[call-overload]
+    names: dict[int, str] = {}
+    arguments: dict[int, str] = {}
+    finish = None
+    async for chunk in stream:
+        for choice in chunk.choices:
+            for delta in choice.delta.tool_calls or []:
+                if delta.function and delta.function.name:
+                    names[delta.index] = delta.function.name
+                elif delta.function and delta.function.arguments:
+                    arguments[delta.index] = (
+                        arguments.get(delta.index, "") + delta.function.arguments
+                    )
+            finish = choice.finish_reason or finish
+    assert finish == "length"
+    assert [(names[k], arguments.get(k, "")) for k in sorted(names)] == calls
+
+
 async def test_a_tool_round_trip(sdk: openai.AsyncOpenAI) -> None:
     """The call goes back with its result; the model answers from it (the request is accepted
     and the host hears both turns)."""

@@ -117,12 +117,15 @@ async def chat_completions(
     results = await collect(request, *jobs)
     choices = []
     for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True)):
-        calls = use.calls(text)
+        cut = final.finish_reason == "length"
+        calls = use.calls(text) or (use.streamed(text) if cut else [])
         choices.append(
             ChatChoice(
                 index=i,
                 message=AssistantMessage(content=None if calls else text, tool_calls=calls or None),
-                finish_reason="tool_calls" if calls else openai_finish(final.finish_reason),
+                finish_reason="tool_calls"
+                if calls and not cut
+                else openai_finish(final.finish_reason),
                 logprobs=ChatLogprobs.of(job.logprobs) if body.logprobs else None,
             )
         )
@@ -149,6 +152,24 @@ class ToolUse:
         return [
             ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
             for c in (call.with_id() for call in parse_calls(text, self.names))
+        ]
+
+    def streamed(self, text: str) -> list[ToolCallOut]:
+        """The calls a stream of this text sends, the last one as far as it got: a reply
+        `max_tokens` cut in the middle of its calls gives them, as it does streamed (whole,
+        it gave its raw text)."""
+        if not self.names:
+            return []
+        names: list[tuple[str | None, str]] = []  # (id, name) of each call, in order
+        arguments: list[str] = []
+        for delta in CallStream(self.names).feed(text):
+            if delta.name is not None:
+                names.append((delta.id, delta.name))
+                arguments.append("")
+            arguments[delta.index] += delta.arguments or ""
+        return [
+            ToolCallOut(id=call_id, function=FunctionCall(name=name, arguments=args))
+            for (call_id, name), args in zip(names, arguments, strict=True)
         ]
 
     def holds(self, text: str) -> bool:
