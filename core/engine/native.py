@@ -33,8 +33,9 @@ def check_model_file(path: str, n_gpu_layers: int) -> int:
             param="model_path",
         ) from None  # fmt: skip
     if not found:
+        what = "is a folder, not a GGUF file" if file.is_dir() else "not found"
         raise InferError(
-            ErrorKind.MODEL_FILE_NOT_FOUND, f"model file not found: {path}", param="model_path"
+            ErrorKind.MODEL_FILE_NOT_FOUND, f"model file {what}: {path}", param="model_path"
         )
     try:
         with file.open("rb") as handle:

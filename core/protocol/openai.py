@@ -223,6 +223,8 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError("a forced tool call and response_format cannot both shape the reply")
         if self.forced and self.grammar is not None:
             raise ValueError("a forced tool call and a grammar cannot both shape the reply")
+        if self.top_logprobs and not self.logprobs:  # as OpenAI refuses it: read past, no
+            raise ValueError("top_logprobs needs logprobs: true")  # logprobs came back
         return self
 
     def sampling(self, max_tokens: int, tool_format: str = GENERIC_FORMAT) -> SamplingParams:

@@ -223,6 +223,8 @@ async def test_chat_logprobs_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None
         )
     plain = await sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2)
     assert plain.choices[0].logprobs is None
+    with pytest.raises(openai.BadRequestError, match="logprobs: true"):  # as OpenAI refuses it
+        await sdk.chat.completions.create(model=MODEL, messages=ASK, top_logprobs=3)
     stream = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=8, temperature=0, logprobs=True, stream=True
     )
