@@ -72,7 +72,7 @@ def context_needs(model: LlamaModel, n_ctx_seq: int, n_seq: int, n_batch: int) -
     """An upper-bound estimate: an f16 KV cache, the activations of the largest ubatch and
     the logits of every output row on the device, and in RAM llama.cpp's output buffers
     (logits, plus the sampled logits, probabilities and candidates of in-graph samplers)."""
-    kv = model.kv_bytes_per_token() * n_ctx_seq * n_seq
+    kv = model.kv_bytes_per_sequence(n_ctx_seq, max(n_batch, n_seq)) * n_seq
     compute = max(n_batch, n_seq) * model.n_embd * 4 * 48 + n_seq * model.n_vocab * 4
     outputs = n_seq * model.n_vocab * 4 * 5
     on_device = model.offloaded_fraction

@@ -113,17 +113,30 @@ class LlamaModel:
             return 1.0
         return self.n_gpu_layers / max(1, self.n_layer)
 
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token takes across all layers (f16 K and V; an upper bound for
-        models with sliding-window layers, which keep only their window)."""
-        n_layer = int(llama.llama_model_n_layer(self.ptr))
+    def kv_bytes_per_sequence(self, n_ctx_seq: int, n_ubatch: int) -> int:
+        """KV-cache bytes one sequence of `n_ctx_seq` tokens takes across all layers (f16 K
+        and V). Sliding-window layers keep only their window and one ubatch (llama.cpp's
+        SWA cache, swa_full off): counted as full layers, a Gemma 3 at 32k tokens seemed to
+        need 4-5 times what it does, and --parallel auto gave it that many slots too few."""
         n_head = max(1, int(llama.llama_model_n_head(self.ptr)))
         n_head_kv = int(llama.llama_model_n_head_kv(self.ptr))
-        n_embd = int(llama.llama_model_n_embd(self.ptr))
         arch = self.architecture
-        key = int(self.meta(f"{arch}.attention.key_length") or n_embd // n_head)
-        value = int(self.meta(f"{arch}.attention.value_length") or n_embd // n_head)
-        return n_layer * n_head_kv * (key + value) * 2
+        key = int(self.meta(f"{arch}.attention.key_length") or self.n_embd // n_head)
+        value = int(self.meta(f"{arch}.attention.value_length") or self.n_embd // n_head)
+        per_cell = n_head_kv * (key + value) * 2
+        return per_cell * kv_cells(
+            self.n_layer, self.n_swa, self.swa_pattern(), n_ctx_seq, n_ubatch
+        )
+
+    def swa_pattern(self) -> int:
+        """One layer in this many attends to the whole context, the others to a window; 0
+        where not known (all are then counted whole: an upper bound)."""
+        if not self.n_swa:
+            return 0
+        given = self.meta(f"{self.architecture}.attention.sliding_window_pattern")
+        if given and given.isdigit():
+            return int(given)
+        return SWA_PATTERNS.get(self.architecture, 0)
 
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(512)
@@ -352,6 +365,21 @@ _SIZE = re.compile(r"(?:KV|kv_cache|compute buffer|RS).*?size\s*=\s*([\d.]+)\s*M
 def _buffer_sizes_mb(lines: list[str]) -> float:
     """Context memory as llama.cpp reports it while allocating (KV cache + compute buffers)."""
     return round(sum(float(m.group(1)) for line in lines if (m := _SIZE.search(line))), 1)
+
+
+# llama.cpp's own patterns where the GGUF does not give one (src/models/*.cpp, load_swa_pattern)
+SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "gemma-embedding": 6, "cohere2": 4,
+                "llama4": 4, "gpt-oss": 2, "exaone4": 4, "olmo2": 4}  # fmt: skip
+
+
+def kv_cells(n_layer: int, n_swa: int, pattern: int, n_ctx_seq: int, n_ubatch: int) -> int:
+    """KV cells one sequence holds over all layers: each full layer its context, each
+    sliding-window layer its window and a ubatch (padded to 256, as llama.cpp pads it)."""
+    if not n_swa or not pattern:
+        return n_layer * n_ctx_seq
+    n_full = -(-n_layer // pattern)
+    window = -(-min(n_ctx_seq, n_swa + n_ubatch) // 256) * 256
+    return n_full * n_ctx_seq + (n_layer - n_full) * window
 
 
 _OUT_OF_MEMORY = ("alloc", "out of memory", "cudamalloc")  # the markers of llama.cpp's OOM

@@ -22,8 +22,8 @@ class ModelShape:
     n_vocab: int = 32_000
     offloaded_fraction: float = 1.0
 
-    def kv_bytes_per_token(self) -> int:
-        return 32 * 8 * (128 + 128) * 2  # layers x kv heads x (K + V) x f16
+    def kv_bytes_per_sequence(self, n_ctx_seq: int, n_ubatch: int) -> int:
+        return 32 * 8 * (128 + 128) * 2 * n_ctx_seq  # layers x kv heads x (K + V) x f16
 
 
 def gpu(free_gib: float, total_gib: float = 80.0) -> Device:
@@ -50,7 +50,7 @@ def test_auto_fills_the_gpu_up_to_llama_cpps_limit(card) -> None:
 def test_auto_is_bound_by_free_vram_with_long_contexts(card) -> None:
     card(20.0)
     n, why = memory.auto_parallel(ModelShape(), n_ctx_seq=8192, n_batch=512)
-    kv_per_slot = ModelShape().kv_bytes_per_token() * 8192  # 1 GiB
+    kv_per_slot = ModelShape().kv_bytes_per_sequence(8192, 512)  # 1 GiB
     assert 1 <= n < 20 * GIB / kv_per_slot
     assert f"{n} slots x 8192 tokens" in why and "bound by free memory" in why
     memory.check_context_memory(ModelShape(), 8192, n, 512)  # what auto picks fits
@@ -119,3 +119,16 @@ def test_a_gpu_out_of_memory_while_loading_is_said_as_such() -> None:
         "error loading model: bad magic"
     )
     assert not out_of_memory("bad magic")
+
+
+def test_sliding_window_layers_count_their_window_not_the_context() -> None:
+    """Gemma 3 (one layer in six attends to all, the others to 512 tokens), as llama.cpp
+    sizes its caches: the bundled model's KV buffers at 32768 x 1 are 96 + 15 MiB, where
+    counting every layer whole made 576 (and --parallel auto gave five times too few)."""
+    from infertui.core.engine.native import kv_cells
+
+    per_cell = 1 * (256 + 256) * 2  # the bundled model: 1 KV head of 256, f16 K and V
+    assert kv_cells(18, 512, 6, 32768, 512) * per_cell == (96 + 15) * MIB
+    assert kv_cells(18, 512, 6, 1024, 512) * per_cell == 18 * MIB  # window + ubatch = context
+    assert kv_cells(18, 0, 0, 4096, 512) == 18 * 4096  # no window: every layer whole
+    assert kv_cells(18, 512, 0, 4096, 512) == 18 * 4096  # pattern unknown: an upper bound
