@@ -176,12 +176,17 @@ class HostService:
         files = [spec.model_path for spec in specs]
         specs += [upstream_spec(entry, self.settings) for entry in upstreams]
         self._model_roots = model_roots(self.settings, files)
-        for transport in self.transports:  # a port in use is said now, not after a load
-            transport.reserve()
-        for spec in specs:
-            await self._registry.add(spec)
-        for transport in self.transports:
-            await transport.start()
+        try:
+            for transport in self.transports:  # a port in use is said now, not after a load
+                transport.reserve()
+            for spec in specs:
+                await self._registry.add(spec)
+            for transport in self.transports:
+                await transport.start()
+        except BaseException:  # a port in use, a model that cannot load: give back the rest
+            for transport in reversed(self.transports):
+                await transport.stop()
+            raise
         # What start-up made (modules, the web app, the engines) lives as long as the host.
         # A full collection holds the GIL, stalling every stream, and walking that heap took
         # 34 to 79 ms (94k objects, 2-core box, bench/bench_gc.py); frozen, later ones walk
