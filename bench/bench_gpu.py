@@ -279,7 +279,7 @@ def show(rows: list[dict[str, object]]) -> None:
     head = ["model", "sampling", "prompt", "streams", "raw t/s", "raw+prefill t/s"]
     for name in servers:
         head += [f"{name} t/s (of raw)", "ttft p50 / max"]
-    head += [f"infertui / {name}" for name in servers[1:]]
+    head += [f"infertui / {name}" for name in servers if name != "infertui"]
     head += ["infertui of raw+prefill", "infertui decode share"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
@@ -297,8 +297,8 @@ def show(rows: list[dict[str, object]]) -> None:
             share = f" ({fig['tps'] / raw:.2f})" if isinstance(raw, float) else ""
             ttft = f"{fig['ttft_p50'] * 1000:,.0f} / {fig['ttft_max'] * 1000:,.0f} ms"
             cells += [f"{fig['tps']:,.0f}{share}", ttft]
-        ours = figures["infertui"]
-        for name in servers[1:]:
+        ours = figures.get("infertui")  # absent where every infertui run of the model failed
+        for name in (s for s in servers if s != "infertui"):
             other = figures[name]
             ok = isinstance(ours, dict) and isinstance(other, dict)
             cells.append(f"{ours['tps'] / other['tps']:.2f}" if ok else "–")  # type: ignore[index]

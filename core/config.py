@@ -30,7 +30,9 @@ class EngineDefaults(BaseModel):
     gpu_layers: int | None = Field(
         None, description="layers offloaded to the GPU; unset: all when the build has a GPU"
     )
-    main_gpu: int = Field(0, ge=0, description="GPU that holds the model when there are several")
+    main_gpu: int | None = Field(
+        None, ge=0, description="the one GPU that holds the model; unset: spread over all GPUs"
+    )
     threads: int | None = Field(None, ge=1, description="decode threads; unset: one per core")
     parallel: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         4,

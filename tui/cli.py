@@ -189,7 +189,10 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         metavar="N",
         help="layers to offload to the GPU (default: all when the build supports a GPU, else 0)",
     )
-    host.add_argument("--main-gpu", type=int, metavar="ID", help="GPU to use (default 0)")
+    host.add_argument(
+        "--main-gpu", type=int, metavar="ID",
+        help="the one GPU that holds the model (default: spread over all, as llama.cpp does)",
+    )  # fmt: skip
     host.add_argument("--threads", type=int, metavar="N", help="decode threads (default: per core)")
     host.add_argument(
         "--parallel",

@@ -52,7 +52,8 @@ def idle_nvidia_gpu() -> bool:
     """An NVIDIA GPU the driver sees, with a llama.cpp built without CUDA: every layer runs on
     the CPU, which people take for a slow GPU unless told."""
     try:
-        cards = any(os.scandir("/proc/driver/nvidia/gpus"))
+        with os.scandir("/proc/driver/nvidia/gpus") as entries:
+            cards = any(entries)
     except OSError:
         return False
     return cards and not supports_gpu_offload()

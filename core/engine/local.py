@@ -62,7 +62,7 @@ class LlamaEngine:
             )
         n_gpu = gpu_layers(spec)
         cards = gpus()
-        if n_gpu and cards and spec.main_gpu_id >= len(cards):
+        if n_gpu and cards and spec.main_gpu_id is not None and spec.main_gpu_id >= len(cards):
             raise InferError(
                 ErrorKind.INVALID_PARAMS,
                 f"there is no GPU {spec.main_gpu_id}: this machine has {len(cards)} "
@@ -216,7 +216,7 @@ class LlamaEngine:
         return EngineParameters(
             n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers,
-            main_gpu_id=self.spec.main_gpu_id,
+            main_gpu_id=self.spec.main_gpu_id or 0,
             n_threads=self.spec.n_threads or default_threads(),
             n_parallel=self.n_parallel,
         )
@@ -239,11 +239,12 @@ class LlamaEngine:
         )
 
     def gpu(self) -> Device | None:
-        """The GPU that holds the model (the main one), read anew; None on the CPU."""
+        """The GPU that holds the model (its card; the first where it spreads over several),
+        read anew; None on the CPU."""
         if self.n_gpu_layers == 0:
             return None
         cards = gpus()
-        return cards[min(self.spec.main_gpu_id, len(cards) - 1)] if cards else None
+        return cards[min(self.spec.main_gpu_id or 0, len(cards) - 1)] if cards else None
 
     def close(self) -> None:
         """Stop the loop (its jobs end as aborted); its thread frees llama.cpp's memory."""

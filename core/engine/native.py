@@ -61,18 +61,18 @@ class LlamaModel:
     """A loaded GGUF: weights, vocabulary and metadata."""
 
     def __init__(
-        self, path: str, n_gpu_layers: int, main_gpu: int, extra_buffers: bool = False
+        self, path: str, n_gpu_layers: int, main_gpu: int | None, extra_buffers: bool = False
     ) -> None:
         init_backend()
         self.path = path
         self.file_size = check_model_file(path, n_gpu_layers)
         params = llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        # The model on one card, `main_gpu`: llama.cpp's default spreads it over every GPU
-        # by layers and ignores main_gpu, while the memory checks, `--parallel auto` and the
-        # dashboards reckon with that one card. Engines go on other cards with their own.
-        params.split_mode = llama.LLAMA_SPLIT_MODE_NONE
-        params.main_gpu = main_gpu
+        # Given a card, the model lives on it alone: llama.cpp's default spreads a model over
+        # every GPU by layers (a 70B over two 48 GB cards) and ignores main_gpu.
+        if main_gpu is not None:
+            params.split_mode = llama.LLAMA_SPLIT_MODE_NONE
+            params.main_gpu = main_gpu
         # Repacked CPU weight buffers (AMX and friends) crash llama.cpp 0.3.36 on CPUs that
         # advertise AMX inside sandboxes that do not grant it; plain buffers decode fine.
         params.use_extra_bufts = extra_buffers
@@ -382,7 +382,8 @@ def kv_cells(n_layer: int, n_swa: int, pattern: int, n_ctx_seq: int, n_ubatch: i
     return n_full * n_ctx_seq + (n_layer - n_full) * window
 
 
-_OUT_OF_MEMORY = ("alloc", "out of memory", "cudamalloc")  # the markers of llama.cpp's OOM
+# llama.cpp's words for a failed allocation (not "alloc" alone: every load logs "no_alloc = 0")
+_OUT_OF_MEMORY = ("failed to allocate", "unable to allocate", "out of memory", "cudamalloc")
 
 
 def last_error(lines: list[str]) -> str | None:

@@ -36,7 +36,7 @@ class EngineSpec:
     engine_id: str
     n_ctx: int = 4096  # per slot: each of n_parallel sequences may use all of it
     n_gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
-    main_gpu_id: int = 0
+    main_gpu_id: int | None = None  # the one card the model lives on; None: all, by layers
     n_threads: int | None = None
     n_parallel: int | Literal["auto"] = 4  # auto: as many as free memory holds (memory.py)
     n_batch: int = 512  # prompt tokens per decode step: bounds how long a prefill holds streams
@@ -64,7 +64,7 @@ class EngineSpec:
         return EngineParameters(
             n_ctx=self.n_ctx,
             n_gpu_layers=self.n_gpu_layers if self.n_gpu_layers is not None else -1,
-            main_gpu_id=self.main_gpu_id,
+            main_gpu_id=self.main_gpu_id or 0,
             n_threads=self.n_threads,
             n_parallel=self.slots_requested,
         )

@@ -185,7 +185,10 @@ class HostService:
                 await transport.start()
         except BaseException:  # a port in use, a model that cannot load: give back the rest
             for transport in reversed(self.transports):
-                await transport.stop()
+                try:
+                    await transport.stop()
+                except Exception:  # the first failure is the one to tell
+                    log.debug("stopping %s after a failed start", transport.name, exc_info=True)
             raise
         # What start-up made (modules, the web app, the engines) lives as long as the host.
         # A full collection holds the GIL, stalling every stream, and walking that heap took

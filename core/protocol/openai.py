@@ -545,7 +545,9 @@ class AddEngineRequest(BaseModel):
     )
     n_ctx: int = Field(4096, ge=128)
     n_gpu_layers: int = Field(100, ge=0, description="more layers than the model has: all")
-    main_gpu_id: int = Field(0, ge=0)
+    main_gpu_id: int | None = Field(
+        None, ge=0, description="the one GPU that holds the model; absent: spread over all"
+    )
     # an upstream's own settings; the host's [host.upstream] defaults where unset
     upstream_model: str | None = Field(None, max_length=256, description="the model to ask for")
     api_key: str | None = Field(None, max_length=4096, description="sent as a Bearer token")

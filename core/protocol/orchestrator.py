@@ -34,8 +34,8 @@ class TaskRequest(BaseModel):
     )
 
     task_id: str | None = Field(
-        None, min_length=1, max_length=128, pattern=r"^[^/\s?#%]+$",
-        description="yours to choose, unique; it goes in URLs, so no /, ?, #, % or spaces",
+        None, min_length=1, max_length=128, pattern=r"^(?!\.\.?$)[^/\s?#%]+$",
+        description="yours to choose, unique; it goes in URLs: no /, ?, #, %, spaces, . or ..",
     )  # fmt: skip
     session_id: str | None = None
     model: str | None = Field(None, description="engine id; the default engine when absent")

@@ -40,7 +40,10 @@ class DetokenizeResponse(BaseModel):
 
 class GenerationSettings(BaseModel):
     n_ctx: int = Field(description="tokens of context per slot; 0 where not known (an upstream)")
-    params: dict[str, float | int] = Field(description="the sampling a request gets by default")
+    params: dict[str, float | int] = Field(
+        description="the host's sampling defaults (Ollama's and the P2P faces'; OpenAI's "
+        "routes take OpenAI's: temperature 1, top_p 1)"
+    )
 
 
 class Modalities(BaseModel):

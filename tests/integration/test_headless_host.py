@@ -180,3 +180,30 @@ def test_a_port_in_use_is_said_before_any_model_loads() -> None:
     assert proc.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
     assert " loaded " not in err and "loading" not in err.lower(), err
+
+
+async def test_a_host_that_cannot_load_its_model_gives_its_port_back(tmp_path: Path) -> None:
+    """The port is taken before the models load; a model that cannot load must not leave it
+    taken (it stayed open until the collector found the socket)."""
+    import socket
+
+    from infertui.core.config import Settings
+    from infertui.core.protocol import InferError
+    from infertui.tui.headless import build_service
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    settings = Settings.model_validate(
+        {"host": {"models": [str(tmp_path / "nope.gguf")], "p2p": {"enabled": False},
+                  "http": {"listen": f"127.0.0.1:{port}"}}}
+    )  # fmt: skip
+    service = build_service(settings)
+    with pytest.raises(InferError, match=r"nope\.gguf"):
+        await service.start()
+    again = socket.socket()
+    try:
+        again.bind(("127.0.0.1", port))  # free again: no SO_REUSEADDR needed for a closed one
+    finally:
+        again.close()

@@ -172,15 +172,23 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
     async for event in first.events():  # all three decode (sequences 0, 1, 2)
         if isinstance(event, TokenText) and event.n_tokens >= 4:
             break
-    landing = {"armed": True}
-    make_text = loop._make_text
+    landing = {"armed": True, "in_bodies": False}
+    make_text, bodies = loop._make_text, loop._prefill_bodies
+
+    def prefill_bodies(decoding, chunks, events):  # it decodes only when it splits the step
+        landing["in_bodies"] = True
+        try:
+            return bodies(decoding, chunks, events)
+        finally:
+            landing["in_bodies"] = False
 
     def cancel_lands_during_the_bodies(events) -> None:
-        if landing["armed"] and any(s is not None and s.prefilling for s in loop._slots):
+        if landing["armed"] and landing["in_bodies"]:
             landing["armed"] = False
             ended.request.cancelled = True  # as Job.cancel sets it, from the event loop
         make_text(events)
 
+    loop._prefill_bodies = prefill_bodies
     loop._make_text = cancel_lands_during_the_bodies
     short = SamplingParams(temperature=0, max_tokens=8)
     newcomers = [  # prompts of unequal length ending in one step: bodies apart (sequences 3, 4)

@@ -69,7 +69,11 @@ def test_spec_004_error_envelope_shape() -> None:
 
 def test_spec_004_add_engine_defaults_and_bounds() -> None:
     req = openai.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m.gguf"})
-    assert (req.n_ctx, req.n_gpu_layers, req.main_gpu_id) == (4096, 100, 0)
+    assert (req.n_ctx, req.n_gpu_layers, req.main_gpu_id) == (
+        4096,
+        100,
+        None,
+    )  # None: spread over all GPUs
     with pytest.raises(ValidationError):
         openai.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m", "n_ctx": 64})
     with pytest.raises(ValidationError):

@@ -243,7 +243,9 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
                     placeholder="default: all", id="n_gpu_layers", type="integer", compact=True
                 )
                 yield Label("main GPU")
-                yield Input(placeholder="0", id="main_gpu_id", type="integer", compact=True)
+                yield Input(
+                    placeholder="default: all", id="main_gpu_id", type="integer", compact=True
+                )
                 yield Label("server's model")
                 yield Input(
                     placeholder="URL only; default: first", id="upstream_model", compact=True

@@ -108,7 +108,7 @@ async def submit_all(
     return jobs
 
 
-EMBED_WAVE = 16  # inputs queued at once: what the engine embeds in one decode
+EMBED_WAVE = 16  # inputs queued at once: engine/embedder.py's MAX_SEQUENCES, one decode's
 
 
 async def embed_texts(

@@ -165,8 +165,8 @@ async def _body(request: StrictJSONRequest) -> bytes:
 
 
 def _json_typed(scope: Scope) -> bool:
-    """A body typed as JSON, which the lane takes (others, and a missing type, are refused:
-    the app answers them, see routing.py)."""
+    """A body typed as JSON, which the lane takes (a script's untyped one is typed so by
+    then; a page's other types are refused by the app, see routing.py)."""
     for name, value in scope["headers"]:
         if name == b"content-type":
             return json_typed(value.decode("latin-1"))

@@ -118,7 +118,9 @@ async def chat_completions(
     choices = []
     for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True)):
         cut = final.finish_reason == "length"
-        calls = use.calls(text) or (use.streamed(text) if cut else [])
+        # cut: the calls as far as they got, as a stream sends them (whole ones only, the
+        # Hermes and `;` formats dropped the last)
+        calls = (use.streamed(text) if cut else []) or use.calls(text)
         choices.append(
             ChatChoice(
                 index=i,

@@ -48,10 +48,11 @@ def json_typed(content_type: str | None) -> bool:
 
 
 async def _refuse_untyped(request: Request) -> None:
-    """A body not sent as JSON (`curl -d` sends a form's type) is refused saying so, rather
-    than with a validation error about its fields. It is not read as JSON anyway: a web page
-    can send a form or text/plain to a host on localhost without asking (no CORS preflight),
-    and must not be able to drive it that way."""
+    """A page's body not sent as JSON is refused saying so, rather than with a validation
+    error about its fields. It is not read as JSON anyway: a web page can send a form or
+    text/plain to a host on localhost without asking (no CORS preflight), and must not be
+    able to drive it that way. A script's untyped body never gets here: it is typed as JSON
+    first (middleware.ScriptBodiesMiddleware)."""
     if await request.body():
         given = request.headers.get("content-type") or "no Content-Type"
         raise HTTPException(

@@ -164,3 +164,4 @@ class HttpServer:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._server = None
+        self._socket = None  # closed with the server
