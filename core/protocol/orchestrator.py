@@ -34,7 +34,7 @@ class TaskRequest(BaseModel):
     )
 
     task_id: str | None = Field(
-        None, min_length=1, max_length=128, pattern=r"^(?!\.\.?$)[^/\s?#%]+$",
+        None, min_length=1, max_length=128, pattern=r"^[^/\s?#%]+$",
         description="yours to choose, unique; it goes in URLs: no /, ?, #, %, spaces, . or ..",
     )  # fmt: skip
     session_id: str | None = None
@@ -57,6 +57,13 @@ class TaskRequest(BaseModel):
         if self.prompt is None and not self.messages:
             raise ValueError("a task needs a prompt or messages")
         return self
+
+    @field_validator("task_id")
+    @classmethod
+    def _addressable(cls, value: str | None) -> str | None:
+        if value in (".", ".."):  # clients resolve them out of the stream's URL
+            raise ValueError("a task_id cannot be . or ..")
+        return value
 
     @field_validator("output_mode", mode="before")
     @classmethod

@@ -238,7 +238,7 @@ async def test_unknown_task_is_404(host: Host) -> None:
 async def test_a_task_id_that_cannot_go_in_a_url_is_refused(host: Host) -> None:
     """`team/job1` was accepted, and then neither its stream nor its cancel could be reached
     (404 unknown endpoint): it held a slot to its last token (OC-CTRL-2012)."""
-    for bad in ("team/job1", "has space", "what?", "a#b", "100%"):
+    for bad in ("team/job1", "has space", "what?", "a#b", "100%", ".", ".."):
         refused = await host.client.post("/v1/tasks", json={**TASK, "task_id": bad})
         assert refused.status_code == 400, bad
         assert refused.json()["code"] == "INVALID_PARAMS" and "task_id" in refused.json()["message"]

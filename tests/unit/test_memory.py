@@ -119,6 +119,13 @@ def test_a_gpu_out_of_memory_while_loading_is_said_as_such() -> None:
         "error loading model: bad magic"
     )
     assert not out_of_memory("bad magic")
+    broken = [  # every load logs no_alloc: a broken model is not out of memory
+        "print_info: no_alloc = 0",
+        "llama_model_load: error loading model: missing tensor 'blk.0.attn_q.weight'",
+        "llama_model_load_from_file_impl: failed to load model",
+    ]
+    reason = last_error(broken)
+    assert reason is not None and not out_of_memory(reason)
 
 
 def test_sliding_window_layers_count_their_window_not_the_context() -> None:

@@ -123,3 +123,20 @@ def test_calls_and_results_go_back_to_the_model_as_plain_turns() -> None:
     said = json.loads(turns[2]["content"])
     assert said["tool_calls"][0] == {"name": "get_weather", "arguments": WEATHER}
     assert turns[3]["content"] == "Result of get_weather: 18 C, sunny\nResult of get_time: 14:05"
+
+
+def test_calls_cut_by_max_tokens_read_as_a_stream_reads_them() -> None:
+    """Whole, a Hermes reply cut in its second call lost that call (only whole blocks parse);
+    streamed, it went out as far as it got. Both read it as the stream does now."""
+    from infertui.core.transport.http.routes_openai import ToolUse
+
+    use = ToolUse({"get_weather", "get_time"}, forced=True)
+    cut = (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>\n'
+        '<tool_call>{"name": "get_time", "arguments": {"zo'
+    )
+    assert [(c.function.name, c.function.arguments) for c in use.streamed(cut)] == [
+        ("get_weather", '{"city": "Paris"}'),
+        ("get_time", '{"zo'),
+    ]
+    assert len(use.calls(cut)) == 1  # what the whole reply gave before
