@@ -459,9 +459,9 @@ async def hold_connections(url: str) -> tuple[int, int]:
     async def open_one(kind: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str]:
         reader, writer = await asyncio.open_connection(hostname, int(port))
         if kind == "slow":
-            writer.write(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+            writer.write(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         elif kind == "kept":
-            writer.write(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         return reader, writer, kind
 
     async def closed_by_host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

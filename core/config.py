@@ -81,6 +81,11 @@ class HttpSettings(BaseModel):
     cors_origins: list[str] = Field(
         default_factory=list, description="origins allowed by CORS; empty: CORS off"
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="names a request's Host may give besides localhost, on a loopback listen "
+        "without API keys (a proxy's name); others are refused against DNS rebinding",
+    )
 
 
 class P2PSettings(BaseModel):

@@ -46,6 +46,7 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
         )
         app = create_app(
             service, access=access, cors_origins=http.cors_origins,
+            allowed_hosts=http.allowed_hosts,
             max_body_bytes=int(http.max_body_mb * 2**20), body_timeout_s=http.body_timeout_s,
         )  # fmt: skip
         service.attach(HttpServer(app, http.listen, http))

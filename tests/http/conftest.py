@@ -42,6 +42,7 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         api_key: str | None = None,
         access: Access | None = None,
         cors_origins: tuple[str, ...] = (),
+        allowed_hosts: tuple[str, ...] = (),
         limits: HttpSettings | None = None,
         chat_template: str | None = None,
         pooling: str = "auto",
@@ -56,7 +57,7 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         limits = limits or HttpSettings()
         app = create_app(
             service, access=access or Access([api_key] if api_key else []),
-            cors_origins=cors_origins,
+            cors_origins=cors_origins, allowed_hosts=allowed_hosts,
             body_timeout_s=limits.body_timeout_s,
         )  # fmt: skip
         server = HttpServer(app, "127.0.0.1:0", limits)

@@ -291,3 +291,31 @@ async def test_a_page_s_body_not_sent_as_json_is_refused_and_a_script_s_is_read(
         "/api/chat", content=body, headers={"content-type": "application/json"} | page
     )
     assert typed.status_code == 200
+
+
+async def test_a_page_that_rebinds_its_name_to_the_host_is_refused(
+    start_host: HostFactory,
+) -> None:
+    """DNS rebinding: a page points a name of its own at 127.0.0.1 and is then same-origin
+    with a loopback host that needs no key (Ollama's CVE-2024-28224). Its requests name that
+    name in Host: refused, in each endpoint's own error shape. Loopback names and the names
+    in allowed_hosts (a proxy's) are answered, and a host with API keys is not affected."""
+    host = await start_host()
+    rebound = {"host": "attacker.example:8080"}
+    models = await host.client.get("/v1/models", headers=rebound)
+    assert models.status_code == 403 and models.json()["error"]["code"] == "forbidden"
+    assert "allowed_hosts" in models.json()["error"]["message"]
+    ollama = await host.client.post("/api/chat", json=CHAT, headers=rebound)
+    assert ollama.status_code == 403 and set(ollama.json()) == {"error"}
+    port = host.server.port
+    for name in ("localhost", "127.0.0.1", "127.0.0.2", "[::1]", "LOCALHOST"):
+        answered = await host.client.get("/v1/models", headers={"host": f"{name}:{port}"})
+        assert answered.status_code == 200, name
+    proxied = await start_host(allowed_hosts=("infer.team.lan",))
+    through = await proxied.client.get("/v1/models", headers={"host": "infer.team.lan"})
+    assert through.status_code == 200
+    keyed = await start_host(api_key="k")
+    with_key = await keyed.client.get(
+        "/v1/models", headers={**rebound, "authorization": "Bearer k"}
+    )
+    assert with_key.status_code == 200  # the key is the guard there

@@ -309,7 +309,7 @@ async def test_slow_and_idle_connections_are_dropped_and_health_stays_quick(
     host = await start_host(limits=limits)
     slow = [await _raw(host) for _ in range(50)]
     for _, writer in slow[:25]:
-        writer.write(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")  # never the blank line
+        writer.write(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never the blank line
     loop = asyncio.get_running_loop()
     start = loop.time()
     assert (await host.client.get("/v1/health")).status_code == 200
@@ -325,7 +325,7 @@ async def test_a_body_that_trickles_in_is_a_408(start_host: HostFactory) -> None
     host = await start_host(limits=HttpSettings(body_timeout_s=1.0))
     reader, writer = await _raw(host)
     writer.write(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b'Content-Length: 100\r\n\r\n{"model":'
     )
     head = await asyncio.wait_for(reader.readline(), 5)

@@ -171,7 +171,7 @@ async def test_a_client_gone_halfway_through_its_body_is_no_crash(
     assert port is not None
     _reader, writer = await asyncio.open_connection(host, port)
     writer.write(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b'Content-Length: 1000\r\n\r\n{"model": "'
     )
     await writer.drain()

@@ -31,6 +31,7 @@ from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
     CorrelationMiddleware,
+    LoopbackHostsMiddleware,
     ScriptBodiesMiddleware,
 )
 from .routes_engines import ProcessUsage
@@ -72,6 +73,7 @@ def create_app(
     *,
     access: Access | None = None,
     cors_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout_s: float = 30.0,
 ) -> FastAPI:
@@ -125,6 +127,8 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "X-Correlation-Id"],
             expose_headers=["X-Correlation-Id", "Retry-After", "X-Backoff-Ms"],
         )
+    if access.loopback and not access.keys_required:  # who reaches it is trusted: see there
+        app.add_middleware(LoopbackHostsMiddleware, allowed=frozenset(allowed_hosts))
     app.add_middleware(CorrelationMiddleware)
     return app
 

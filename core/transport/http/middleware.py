@@ -158,3 +158,44 @@ class ScriptBodiesMiddleware:
                 typed = [(k, v) for k, v in headers if k != b"content-type"]
                 scope = {**scope, "headers": [*typed, (b"content-type", b"application/json")]}
         await self.app(scope, receive, send)
+
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class LoopbackHostsMiddleware:
+    """A host on a loopback address with no API key trusts whoever reaches it: users of this
+    machine. A web page can reach it too, by DNS rebinding: it points a name of its own at
+    127.0.0.1 and is then same-origin with the host (Ollama's CVE-2024-28224). Its requests
+    name that name in `Host`, so only loopback names (and `allowed_hosts`) are answered."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.allowed = LOOPBACK_NAMES | {name.lower() for name in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = next((v for k, v in scope["headers"] if k == b"host"), None)
+            name = _host_name(given.decode("latin-1")) if given is not None else None
+            if name is not None and name not in self.allowed and not name.startswith("127."):
+                path = scope.get("path", "")
+                log.info("refused %s %s: Host %s is not a loopback name", scope["method"], path,
+                         name)  # fmt: skip
+                err = InferError(
+                    ErrorKind.FORBIDDEN,
+                    f"this host answers requests for localhost only, not for {name!r}; a proxy "
+                    "or a name of your own goes in [host.http] allowed_hosts",
+                )
+                await error_response(err, family_of(path))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _host_name(host: str) -> str:
+    """`name`, `name:port`, `[v6]:port` or `v6` as a lower-case name without its port."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        return host.split(":", 1)[0]
+    return host
