@@ -384,7 +384,10 @@ class BatchLoop:
             for s, n in zip(prefilling, shares, strict=True)
             if n > 0
         ]
-        chunks = self._prefill_bodies(decoding, chunks, events)
+        lasts = self._prefill_bodies(decoding, chunks, events)
+        if lasts is not chunks:  # the bodies' decode made text meanwhile, which may end jobs
+            decoding = [s for s in decoding if self._slots[s.index] is s]
+        chunks = lasts
         if decoding or chunks:  # nothing left when the bodies' decode failed alone
             self._decode(decoding, chunks, use_fillers=True, events=events)
         # Jobs waiting for a donor still reading its prompt copy after the step, and read
@@ -414,7 +417,7 @@ class BatchLoop:
         """Where the prompts finishing this step would scatter their logits rows over the
         staircase (see step_plan.py, "Last tokens apart"), decode the chunks now without
         those last tokens, and return the last tokens for the step's one-token rectangle.
-        Otherwise return the chunks untouched."""
+        Otherwise return the chunks untouched (the very list: the step tells the two apart)."""
         share = {slot.index: n for slot, n in chunks}
         last = {s.index for s, n in chunks if s.prompt_pos + n == len(s.request.prompt_tokens)}
         running = [s.index for s in decoding]
@@ -438,11 +441,6 @@ class BatchLoop:
         """One llama_decode: the next token of each decoding slot and the given prompt chunks,
         in sequence order (llama.cpp forms its ubatches over consecutive sequences), then one
         sample per slot that has logits. False where llama.cpp failed it (its jobs ended)."""
-        # Text made during this step's first decode (overlap) may have ended some of them.
-        decoding = [s for s in decoding if self._slots[s.index] is s]
-        chunks = [(s, n) for s, n in chunks if self._slots[s.index] is s]
-        if not decoding and not chunks:
-            return True
         share = {slot.index: n for slot, n in chunks}
         slots = {s.index: s for s in decoding}
         slots.update((slot.index, slot) for slot, _ in chunks)

@@ -392,7 +392,7 @@ def last_error(lines: list[str]) -> str | None:
     last line that says error or fail."""
     said = [line.strip() for line in lines]
     for text in reversed(said):
-        if any(marker in text.lower() for marker in _OUT_OF_MEMORY):
+        if out_of_memory(text):
             return text.split(": ", 1)[-1]
     for text in reversed(said):
         if "error" in text.lower() or "fail" in text.lower():
