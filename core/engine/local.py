@@ -18,11 +18,11 @@ from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
 from . import chat_format
 from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
-from .batch_loop import BatchLoop, LoopOptions
+from .batch_loop import BatchLoop
 from .devices import MIB, Device, gpus
 from .memory import auto_parallel
 from .native import LlamaContext, LlamaModel
-from .types import EngineSpec, GenerationRequest, Publisher, default_threads
+from .types import EngineSpec, GenerationRequest, LoopOptions, Publisher, default_threads
 
 log = logging.getLogger(__name__)
 

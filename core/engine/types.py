@@ -141,4 +141,18 @@ class GenerationRequest:
 
 
 EngineEvent = JobEvent
-Publisher = Callable[[list[tuple[GenerationRequest, EngineEvent]]], None]
+Events = list[tuple[GenerationRequest, EngineEvent]]  # one step's, published together
+Publisher = Callable[[Events], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopOptions:
+    """How a local engine's batch loop runs its model (batch_loop.py)."""
+
+    n_batch: int = 512  # prompt tokens per step, beyond one token per running sequence
+    deterministic: bool = False  # prefill each prompt alone, at fixed chunk boundaries
+    backend_sampling: bool = False  # sample in the graph, on the device that decodes
+    # Make text while the device decodes the next step. Only worth it where llama_decode
+    # returns before the device is done (a GPU); on the CPU it would delay text by a step.
+    overlap: bool = False
+    pooling: str | None = None  # embeddings: the GGUF's when None (see embedder.py)

@@ -166,14 +166,14 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
     gave that sequence two tokens, so llama_decode failed every job of the step (on a GPU
     with host sampling, one output too many aborts the process)."""
     pool = await make_pool(parallel=8, overlap=True, backend_sampling=backend)
-    loop = pool.engine._loop  # the mechanism under test: when the cancel lands
+    step = pool.engine._loop._stepper  # the mechanism under test: when the cancel lands
     long = SamplingParams(temperature=0, max_tokens=160, ignore_eos=True)
     first, ended, third = (pool.submit(prompt=p, params=long) for p in PROMPTS[:3])
     async for event in first.events():  # all three decode (sequences 0, 1, 2)
         if isinstance(event, TokenText) and event.n_tokens >= 4:
             break
     landing = {"armed": True, "in_bodies": False}
-    make_text, bodies = loop._make_text, loop._prefill_bodies
+    make_text, bodies = step._make_text, step._prefill_bodies
 
     def prefill_bodies(decoding, chunks, events):  # it decodes only when it splits the step
         landing["in_bodies"] = True
@@ -188,8 +188,8 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
             ended.request.cancelled = True  # as Job.cancel sets it, from the event loop
         make_text(events)
 
-    loop._prefill_bodies = prefill_bodies
-    loop._make_text = cancel_lands_during_the_bodies
+    step._prefill_bodies = prefill_bodies
+    step._make_text = cancel_lands_during_the_bodies
     short = SamplingParams(temperature=0, max_tokens=8)
     newcomers = [  # prompts of unequal length ending in one step: bodies apart (sequences 3, 4)
         pool.submit(prompt=PROMPTS[3], params=short),
@@ -219,7 +219,7 @@ async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(m
     long_job = pool.submit(prompt=PROMPTS[1], params=long)  # slot 1, 100 steps more
     assert (await short_job.text())[0] == want
     assert (await long_job.text())[1].timings.tokens_out == 100
-    graph = pool.engine._loop._graph  # the mechanism under test
+    graph = pool.engine._loop._seqs.graph  # the mechanism under test
     assert graph.installed(0) is None, "slot 0's chain sat idle and was taken out"
     assert graph.installed(1) is not None, "slot 1's is fresh, kept for the next job"
     assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0] == want

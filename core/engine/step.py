@@ -1,0 +1,276 @@
+"""One step of the batch loop: one `llama_decode` holding the next token of every running
+sequence and chunks of the prompts being prefilled (shared within `n_batch`, see
+step_plan.py), then a sample for every sequence that has logits (in the graph when its chain
+is installed there, else on the host: step_sampler.py), and each token's way out: the text
+it makes, a stop, the end of the job.
+
+In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
+boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a
+job's output what it gives alone, whatever runs beside it (at a cost in throughput and TTFT).
+
+Cancel is race-free here: a job's flag is checked again after sampling and before anything of
+it is published (and the event-loop side drops a token of a cancelled job already in flight,
+see scheduler/job.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from ..protocol.errors import ErrorKind, InferError
+from .kept_cells import window_intact
+from .native import Batch
+from .sampler import token_logprob
+from .sequences import Sequences
+from .slot import Slot
+from .step_plan import fillers, last_tokens_apart, prompt_shares
+from .step_sampler import StepSampler
+from .types import Events, Publisher
+
+log = logging.getLogger(__name__)
+
+
+class Stepper:
+    """Runs steps over the sequences, on the loop's thread. `decode_s` adds up the seconds from
+    starting each decode to its outputs being ready."""
+
+    def __init__(self, seqs: Sequences, publish: Publisher) -> None:
+        self._seqs = seqs
+        self._model, self._ctx, self._options = seqs.model, seqs.ctx, seqs.options
+        self._publish = publish
+        self._batch = Batch(self._options.n_batch + self._ctx.n_seq)
+        self._sampler = StepSampler(self._model.n_vocab)
+        self._filler_token = max(0, self._model.bos)
+        self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
+        self.decode_s = 0.0
+
+    def close(self) -> None:
+        self._sampler.close()
+
+    def step(self, events: Events) -> None:
+        seqs = self._seqs
+        seqs.steps += 1
+        running = seqs.running()
+        if not running:
+            return
+        decoding = [s for s in running if not s.prefilling]
+        prefilling = sorted(
+            (s for s in running if s.prefilling and s.donor is None), key=lambda s: s.admitted_at
+        )
+        waiting: dict[Slot, list[Slot]] = {}  # by donor, the jobs waiting for its cells
+        for s in running:
+            if s.donor is not None:
+                waiting.setdefault(s.donor, []).append(s)
+        if self._options.deterministic:
+            if decoding:
+                self._decode(decoding, [], use_fillers=False, events=events)
+            self._prefill_alone(prefilling, events)
+            return
+        # n_batch prompt tokens whatever runs beside them: taking the running streams' tokens
+        # out of it cut admission to a trickle at 256 streams (4.4 s worst TTFT, measured).
+        remaining = [len(s.request.prompt_tokens) - s.prompt_pos for s in prefilling]
+        waited = [seqs.steps - s.admitted_step for s in prefilling]
+        shares = prompt_shares(remaining, waited, self._options.n_batch)
+        chunks = [
+            (s, self._stop_at_shared_head(s, n, waiting.get(s, [])))
+            for s, n in zip(prefilling, shares, strict=True)
+            if n > 0
+        ]
+        lasts = self._prefill_bodies(decoding, chunks, events)
+        if lasts is not chunks:  # the bodies' decode made text meanwhile, which may end jobs
+            decoding = [s for s in decoding if seqs.holds(s)]
+        chunks = lasts
+        if decoding or chunks:  # nothing left when the bodies' decode failed alone
+            self._decode(decoding, chunks, use_fillers=True, events=events)
+        # Jobs waiting for a donor still reading its prompt copy after the step, and read
+        # their rest in the next: joining this step's last decode delayed the first tokens
+        # of all the others (+15 ms p50 TTFT at 64 streams, bench_gpu).
+        for donor, others in waiting.items():
+            seqs.take_prompt(donor, others)
+
+    def _stop_at_shared_head(self, slot: Slot, n: int, waiting: Sequence[Slot]) -> int:
+        """A chunk cut where a job waiting for this slot's cells can copy them: a model with
+        sliding-window layers drops the cells a head's end attends to once the prompt is
+        read far past it (window_intact)."""
+        n_swa = self._model.n_swa
+        if not n_swa:
+            return n
+        end = slot.prompt_pos + n
+        for other in waiting:
+            if slot.prompt_pos < other.shared < end and not window_intact(
+                n_swa, end - 1, other.shared
+            ):
+                end = other.shared
+        return end - slot.prompt_pos
+
+    def _prefill_bodies(
+        self, decoding: Sequence[Slot], chunks: list[tuple[Slot, int]], events: Events
+    ) -> list[tuple[Slot, int]]:
+        """Where the prompts finishing this step would scatter their logits rows over the
+        staircase (see step_plan.py, "Last tokens apart"), decode the chunks now without
+        those last tokens, and return the last tokens for the step's one-token rectangle.
+        Otherwise return the chunks untouched (the very list: the step tells the two apart)."""
+        share = {slot.index: n for slot, n in chunks}
+        last = {s.index for s, n in chunks if s.prompt_pos + n == len(s.request.prompt_tokens)}
+        running = [s.index for s in decoding]
+        if not last_tokens_apart(running, share, last, self._seqs.free(), self._ctx.n_ubatch):
+            return chunks
+        # No fillers: with no logits rows, a gap costs a pass over the layers, not the output's.
+        bodies = [(s, n - 1 if s.index in last else n) for s, n in chunks]
+        if not self._decode([], [b for b in bodies if b[1]], use_fillers=False, events=events):
+            return []
+        return [(s, 1) for s, _ in chunks if s.index in last]
+
+    def _decode(
+        self,
+        decoding: Sequence[Slot],
+        chunks: Sequence[tuple[Slot, int]],
+        *,
+        use_fillers: bool,
+        events: Events,
+    ) -> bool:
+        """One llama_decode: the next token of each decoding slot and the given prompt chunks,
+        in sequence order (llama.cpp forms its ubatches over consecutive sequences), then one
+        sample per slot that has logits. False where llama.cpp failed it (its jobs ended)."""
+        kept = self._seqs.kept
+        share = {slot.index: n for slot, n in chunks}
+        slots = {s.index: s for s in decoding}
+        slots.update((slot.index, slot) for slot, _ in chunks)
+        fill = fillers(slots, self._seqs.free()) if use_fillers else []
+        kept.drop_longer(fill, max((s.n_past for s in slots.values()), default=0))
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[int] = []
+        logits: list[int] = []
+        rows: list[tuple[Slot, int]] = []  # slots to sample, with their batch index
+        for seq in sorted([*slots, *fill]):
+            slot = slots.get(seq)
+            if slot is None:  # a filler: a throw-away token on a free sequence
+                tokens.append(self._filler_token)
+                positions.append(kept.cells(seq))
+                seqs.append(seq)
+                logits.append(0)
+            elif seq not in share:
+                rows.append((slot, len(tokens)))
+                tokens.append(slot.last_token)
+                positions.append(slot.n_past)
+                seqs.append(seq)
+                logits.append(1)
+            else:
+                n, start = share[seq], slot.prompt_pos
+                prompt = slot.request.prompt_tokens
+                tokens.extend(prompt[start : start + n])
+                positions.extend(range(start, start + n))
+                seqs.extend([seq] * n)
+                logits.extend([0] * n)
+                if start + n == len(prompt):
+                    logits[-1] = 1
+                    rows.append((slot, len(tokens) - 1))
+        self._batch.fill(tokens, positions, seqs, logits)
+        began = time.perf_counter()
+        rc = self._ctx.decode(self._batch)
+        for seq in fill:
+            kept.filled(seq)
+        if rc != 0:
+            self.decode_s += time.perf_counter() - began
+            self._decode_failed(rc, list(slots.values()), events)
+            return False
+        for slot in decoding:
+            slot.n_past += 1
+        now = time.perf_counter()
+        for slot, n in chunks:
+            slot.prompt_pos += n
+            slot.n_past += n
+            if not slot.prefilling:
+                slot.prefill_done_at = now
+        ranks = list(range(len(rows)))  # each row's place among the batch's outputs
+        if self._pending:
+            # A GPU is decoding this batch now: meanwhile, turn the last step's tokens into
+            # text and hand it out, instead of leaving the device idle while we do it.
+            self._make_text(events)
+            self._publish(events[:])
+            events.clear()
+            live = [k for k, (slot, _) in enumerate(rows) if self._seqs.holds(slot)]
+            rows, ranks = [rows[k] for k in live], live
+        if rows:  # the outputs are needed now: wait for them (sampling would anyway)
+            self._ctx.synchronize()
+        self.decode_s += time.perf_counter() - began
+        if rows:
+            sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
+            for (slot, i), token in zip(rows, sampled, strict=True):
+                if slot.request.params.logprobs is not None:
+                    alternatives = slot.request.params.logprobs
+                    logprob = token_logprob(self._ctx.ptr, i, token, alternatives, self._model)
+                    slot.logprobs.append(logprob)
+                self._on_token(slot, token, events)
+        return True
+
+    def _prefill_alone(self, prefilling: Sequence[Slot], events: Events) -> None:
+        """Deterministic mode: each prompt chunk in its own llama_decode, starting at a
+        multiple of n_batch, at most n_batch prompt tokens per step."""
+        n_batch = budget = self._options.n_batch
+        for slot in prefilling:
+            take = min(n_batch, len(slot.request.prompt_tokens) - slot.prompt_pos)
+            if take > budget:
+                return  # the rest waits a step: running streams are held back by one batch
+            self._decode([], [(slot, take)], use_fillers=False, events=events)
+            budget -= take
+
+    # ---- tokens out --------------------------------------------------------------------------
+
+    def _on_token(self, slot: Slot, token: int, events: Events) -> None:
+        """A sampled token: end the job, or keep it going. What only the text decides (a stop
+        string) comes from `_text`, now or, when overlapping, during the next decode."""
+        request = slot.request
+        if request.cancelled:  # checked after sampling, before anything is published
+            self._seqs.finish(slot, "abort", events)
+            return
+        if slot.first_token_at is None:
+            slot.first_token_at = time.perf_counter()
+        slot.generated.append(token)
+        if token in request.stop_tokens or (
+            self._model.is_end_of_generation(token) and not request.params.ignore_eos
+        ):
+            self._seqs.finish(slot, "stop", events)
+            return
+        request.tokens_out += 1
+        full = request.tokens_out >= request.max_tokens or slot.n_past + 1 >= self._ctx.n_ctx_seq
+        if self._options.overlap and not full:
+            slot.last_token = token
+            self._pending.append((slot, token))
+            return
+        if not self._text(slot, token, events):
+            return
+        if full:
+            self._seqs.finish(slot, "length", events)
+            return
+        slot.last_token = token
+
+    def _text(self, slot: Slot, token: int, events: Events) -> bool:
+        """Publish a token's text; False when a stop string ended the job."""
+        text, hit_stop = slot.text(self._model.piece(token))
+        if text:
+            events.append((slot.request, slot.token_text(text)))
+        if hit_stop:
+            self._seqs.finish(slot, "stop", events, flush=False)
+        return not hit_stop
+
+    def _make_text(self, events: Events) -> None:
+        """Overlap mode: the text of the tokens the last step sampled. A job a stop string ends
+        here already has its next token in the batch being decoded; that token is dropped."""
+        pending, self._pending = self._pending, []
+        for slot, token in pending:
+            if not self._seqs.holds(slot):
+                continue  # ended meanwhile
+            if slot.request.cancelled:
+                self._seqs.finish(slot, "abort", events)
+                continue
+            self._text(slot, token, events)
+
+    def _decode_failed(self, rc: int, slots: Sequence[Slot], events: Events) -> None:
+        log.error("llama_decode returned %d for %d sequences; failing them", rc, len(slots))
+        error = InferError(ErrorKind.GENERATION_FAILED, f"llama_decode failed (code {rc})")
+        for slot in slots:
+            self._seqs.finish(slot, "error", events, error=error)
