@@ -79,3 +79,28 @@ def devices() -> list[Device]:
 def gpus() -> list[Device]:
     """The devices with memory of their own, in llama.cpp's order (`--main-gpu` indexes it)."""
     return [d for d in devices() if d.dedicated]
+
+
+@dataclass(frozen=True, slots=True)
+class CardsInUse:
+    """The cards a model is spread over, added up: what a dashboard shows as its GPU."""
+
+    name: str  # "CUDA0 NVIDIA H100 80GB HBM3", or "CUDA0+CUDA1 2 x NVIDIA H100 80GB HBM3"
+    used_bytes: int
+    total_bytes: int
+
+
+def cards_in_use(cards: list[Device]) -> CardsInUse | None:
+    """One card as it is; several (a model spread over them) as one, their memory added up
+    (the first alone hid the others: half the VRAM of a model split over two cards)."""
+    if not cards:
+        return None
+    if len(cards) == 1:
+        card = cards[0]
+        name = f"{card.name} {card.description}".strip()
+    else:
+        kinds = sorted({card.description for card in cards})
+        what = f"{len(cards)} x {kinds[0]}" if len(kinds) == 1 else ", ".join(kinds)
+        name = f"{'+'.join(card.name for card in cards)} {what}".strip()
+    used = sum(card.used_bytes for card in cards)
+    return CardsInUse(name, used, sum(card.total_bytes for card in cards))

@@ -19,7 +19,7 @@ from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
 from . import chat_format
 from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
 from .batch_loop import BatchLoop
-from .devices import MIB, Device, gpus
+from .devices import MIB, Device, cards_in_use, gpus
 from .memory import auto_parallel
 from .native import LlamaContext, LlamaModel
 from .types import EngineSpec, GenerationRequest, LoopOptions, Publisher, default_threads
@@ -109,8 +109,8 @@ class LlamaEngine:
 
     def placement(self) -> str:
         """Where the engine runs, in one line: device, layers offloaded, memory it took."""
-        main = self.gpu()
-        if main is None:
+        cards = cards_in_use(self.cards())
+        if cards is None:
             return (
                 f"CPU ({self.spec.n_threads or default_threads()} threads): model "
                 f"{self.model.size_bytes / MIB:,.0f} MiB, context {self._ctx.size_mb:,.0f} MiB"
@@ -118,9 +118,9 @@ class LlamaEngine:
         n_layer = self.model.n_layer
         offloaded = n_layer + 1 if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n_layer + 1)
         return (
-            f"GPU {main.name} ({main.description}): {offloaded}/{n_layer + 1} layers offloaded, "
+            f"GPU {cards.name}: {offloaded}/{n_layer + 1} layers offloaded, "
             f"{self.device_bytes / MIB:,.0f} MiB of VRAM taken, "
-            f"{main.used_bytes / MIB:,.0f} of {main.total_bytes / MIB:,.0f} MiB in use"
+            f"{cards.used_bytes / MIB:,.0f} of {cards.total_bytes / MIB:,.0f} MiB in use"
         )
 
     # ---- prompts -----------------------------------------------------------------------------
@@ -228,23 +228,25 @@ class LlamaEngine:
 
     @property
     def memory(self) -> MemoryUsage:
-        """Sizes of the model and context, and the GPU's memory as of now."""
-        gpu = self.gpu()
+        """Sizes of the model and context, and the memory of the GPUs it is on, as of now."""
+        cards = cards_in_use(self.cards())
         return MemoryUsage(
             model_size_mb=round(self.model.size_bytes / MIB, 1),
             context_size_mb=self._ctx.size_mb,
-            device=f"{gpu.name} {gpu.description}".strip() if gpu else None,
-            device_used_mb=round(gpu.used_bytes / MIB) if gpu else None,
-            device_total_mb=round(gpu.total_bytes / MIB) if gpu else None,
+            device=cards.name if cards else None,
+            device_used_mb=round(cards.used_bytes / MIB) if cards else None,
+            device_total_mb=round(cards.total_bytes / MIB) if cards else None,
         )
 
-    def gpu(self) -> Device | None:
-        """The GPU that holds the model (its card; the first where it spreads over several),
-        read anew; None on the CPU."""
+    def cards(self) -> list[Device]:
+        """The GPUs that hold the model, read anew: its card with `--main-gpu`, else every
+        card (llama.cpp spreads the layers over them); none on the CPU."""
         if self.n_gpu_layers == 0:
-            return None
+            return []
         cards = gpus()
-        return cards[min(self.spec.main_gpu_id or 0, len(cards) - 1)] if cards else None
+        if self.spec.main_gpu_id is None or not cards:
+            return cards
+        return [cards[min(self.spec.main_gpu_id, len(cards) - 1)]]
 
     def close(self) -> None:
         """Stop the loop (its jobs end as aborted); its thread frees llama.cpp's memory."""

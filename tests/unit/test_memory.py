@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from infertui.core.engine import memory
-from infertui.core.engine.devices import MIB, Device
+from infertui.core.engine.devices import MIB, Device, cards_in_use
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 GIB = 1024 * MIB
@@ -139,3 +139,23 @@ def test_sliding_window_layers_count_their_window_not_the_context() -> None:
     assert kv_cells(18, 512, 6, 1024, 512) * per_cell == 18 * MIB  # window + ubatch = context
     assert kv_cells(18, 0, 0, 4096, 512) == 18 * 4096  # no window: every layer whole
     assert kv_cells(18, 512, 0, 4096, 512) == 18 * 4096  # pattern unknown: an upper bound
+
+
+def test_a_model_spread_over_cards_reports_all_of_them() -> None:
+    """The dashboards and /v1/host/metrics showed the first card alone for a model split
+    over two: half its VRAM, and the other card's total missing."""
+    gib = 2**30
+    one = Device(0, "CUDA0", "NVIDIA H100 80GB HBM3", "gpu", 30 * gib, 80 * gib)
+    two = Device(1, "CUDA1", "NVIDIA H100 80GB HBM3", "gpu", 40 * gib, 80 * gib)
+    assert cards_in_use([]) is None
+    alone = cards_in_use([one])
+    assert alone is not None
+    assert alone.name == "CUDA0 NVIDIA H100 80GB HBM3"
+    assert (alone.used_bytes, alone.total_bytes) == (50 * gib, 80 * gib)
+    both = cards_in_use([one, two])
+    assert both is not None
+    assert both.name == "CUDA0+CUDA1 2 x NVIDIA H100 80GB HBM3"
+    assert (both.used_bytes, both.total_bytes) == (90 * gib, 160 * gib)
+    other = Device(1, "CUDA1", "NVIDIA A100 40GB", "gpu", 10 * gib, 40 * gib)
+    mixed = cards_in_use([one, other])
+    assert mixed is not None and mixed.name == "CUDA0+CUDA1 NVIDIA A100 40GB, NVIDIA H100 80GB HBM3"
