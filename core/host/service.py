@@ -284,6 +284,11 @@ class HostService:
     def uptime_s(self) -> float:
         return time.time() - self.started_at
 
+    @property
+    def stopping(self) -> bool:
+        """The host is draining to stop: it takes no new work, whatever its engines say."""
+        return self._stopped
+
     def engine_ids(self) -> list[str]:
         return self._registry.ids()
 

@@ -330,3 +330,24 @@ async def test_spec_004_health_endpoints(host: Host, path: str) -> None:
     assert body["engines_summary"][0]["engine_id"] == MODEL
     assert body["system"]["memory_usage_mb"] > 0
     assert body["version"] == "1.0.0"
+
+
+async def test_health_is_a_503_while_the_host_drains_to_stop(host: Host) -> None:
+    """A load balancer's check fails as soon as the host stops taking work (SIGTERM, a
+    redeploy), while the replies under way still finish in the grace: health said "healthy"
+    with a 200 through the whole drain, and new work kept coming to a host that refuses it."""
+    host.service.settings.drain_on_stop_ms = 10_000
+    body = {"model": MODEL, "prompt": "Count:", "max_tokens": 48, "stream": True,
+            "ignore_eos": True}  # fmt: skip
+    async with host.client.stream("POST", "/v1/completions", json=body) as reply:
+        lines = reply.aiter_lines()
+        assert (await anext(lines)).startswith("data: ")  # the job runs
+        stopping = asyncio.create_task(host.service.stop())
+        await asyncio.sleep(0.05)
+        health = await host.client.get("/v1/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "unhealthy"
+        rest = [line async for line in lines]
+    assert "data: [DONE]" in rest
+    assert any('"finish_reason":"length"' in line for line in rest)  # finished in the grace
+    await stopping

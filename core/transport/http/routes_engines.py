@@ -7,7 +7,7 @@ import resource
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from ...protocol.openai import (
     AddEngineRequest,
@@ -118,15 +118,30 @@ def _rss_mb() -> float:
         return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-@router.get("/v1/health", response_model=HealthResponse, summary="Host health (no auth needed)")
+_STOPPING: dict[int | str, dict[str, Any]] = {
+    503: {"model": HealthResponse, "description": "the host is stopping: it takes no new work"}
+}
+
+
+@router.get(
+    "/v1/health",
+    response_model=HealthResponse,
+    responses=_STOPPING,
+    summary="Host health (no auth needed)",
+)
 @router.get("/health", response_model=HealthResponse, include_in_schema=False)
 @router.get("/status", response_model=HealthResponse, include_in_schema=False)
-async def health(request: Request) -> HealthResponse:
+async def health(request: Request, response: Response) -> HealthResponse:
     service = service_of(request)
     statuses = service.engines()
     loaded = sum(s.status is EngineState.LOADED for s in statuses)
     memory, cpu = request.app.state.usage.read()
-    if statuses and loaded == len(statuses):
+    if service.stopping:
+        # A load balancer's check must fail while the host drains to stop (SIGTERM, a
+        # redeploy), so that it sends new work elsewhere; its engines still look loaded.
+        state = "unhealthy"
+        response.status_code = 503
+    elif statuses and loaded == len(statuses):
         state = "healthy"
     elif loaded:
         state = "degraded"
