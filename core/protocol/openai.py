@@ -160,7 +160,7 @@ class _Sampling(BaseModel):
             raise ValueError("give a grammar or a JSON response_format, not both")
         return self
 
-    def sampling(self, max_tokens: int) -> SamplingParams:
+    def sampling(self, max_tokens: int | None) -> SamplingParams:
         schema = self.response_format.schema_text if self.response_format else None
         bias = tuple((int(token), value) for token, value in (self.logit_bias or {}).items())
         return SamplingParams.of(
@@ -227,7 +227,7 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError("top_logprobs needs logprobs: true")  # logprobs came back
         return self
 
-    def sampling(self, max_tokens: int, tool_format: str = GENERIC_FORMAT) -> SamplingParams:
+    def sampling(self, max_tokens: int | None, tool_format: str = GENERIC_FORMAT) -> SamplingParams:
         params = super().sampling(max_tokens)
         if self.forced:
             several = self.parallel_tool_calls and self.tool_choice == "required"

@@ -20,6 +20,7 @@ from . import (
     routes_ollama_api,
     routes_openai,
     routes_pools,
+    routes_responses,
     routes_tasks,
     routes_tokens,
 )
@@ -43,6 +44,7 @@ DEFAULT_MAX_BODY_BYTES = 4 * 2**20  # see HttpSettings.max_body_mb
 GENERATION_PATHS = (
     "/v1/chat/completions",
     "/v1/completions",
+    "/v1/responses",
     "/chat/completions",
     "/chat/sse",
     "/api/chat",
@@ -97,6 +99,7 @@ def create_app(
         module.router
         for module in (
             routes_openai,
+            routes_responses,
             routes_engines,
             routes_ollama,
             routes_ollama_api,

@@ -1,0 +1,307 @@
+"""OpenAI's Responses API (`POST /v1/responses`): the dialect of OpenAI's newer SDK calls and
+agents (`client.responses.create`, the Agents SDK, Codex), beside Chat Completions.
+
+Stateless, as vLLM's and LM Studio's are: nothing is stored, so `previous_response_id` is
+refused by name and a conversation goes whole in `input`. A request means a chat completion
+(`as_chat`): its `input` items become turns (messages, earlier `function_call`s and their
+`function_call_output`s), `instructions` the first system turn, its flat function tools and
+`tool_choice` the chat's nested ones, `text.format` the `response_format`. So it is
+validated, queued, sampled and refused exactly as `/v1/chat/completions` is, and only the
+shapes that go out are its own: the response object below, or its stream of typed events.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ErrorKind, InferError
+from .openai import ChatCompletionRequest
+
+# A chat field's name in a Responses request, for the param of a 400.
+_FIELD = {
+    "messages": "input",
+    "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "tools": "tools",
+    "tool_choice": "tool_choice",
+    "a forced tool call": "tool_choice",
+}
+_TEXT_PARTS = ("input_text", "output_text", "text", "refusal")  # all read as text
+_OTHER_PARTS = ("input_image", "input_file", "input_audio")
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # `store`, `metadata`, `user`, `include`...
+
+    model: str = Field(min_length=1, description="engine id (see GET /v1/models)")
+    input: str | list[dict[str, Any]] = Field(
+        description="a user message, or items: messages, function calls and their outputs"
+    )
+    instructions: str | None = Field(None, description="a system message before the input")
+    max_output_tokens: int | None = Field(None, ge=1, description="None: until the context ends")
+    # null is the default, as the SDK sends what it was not given
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="1 when not given")
+    top_p: float | None = Field(None, ge=0.0, le=1.0, description="1 when not given")
+    stream: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = True
+    text: dict[str, Any] | None = Field(None, description='{"format": {"type": "json_schema"...}}')
+    previous_response_id: str | None = Field(None, description="refused: nothing is stored")
+    # beyond OpenAI: llama.cpp's own knobs, as on the chat endpoint
+    seed: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
+
+    def as_chat(self) -> ChatCompletionRequest:
+        """The chat completion this request means; an InferError naming the field that no
+        chat completion could take."""
+        if self.previous_response_id is not None:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                "this host stores no responses: send the whole conversation in 'input'",
+                param="previous_response_id",
+            )
+        chat: dict[str, Any] = {
+            "model": self.model,
+            "messages": _turns(self.instructions, self.input),
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "parallel_tool_calls": self.parallel_tool_calls is not False,
+            "seed": self.seed,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "ignore_eos": self.ignore_eos,
+        }
+        if self.max_output_tokens is not None:
+            chat["max_completion_tokens"] = self.max_output_tokens
+        if self.tools is not None:
+            chat["tools"] = [_tool(tool) for tool in self.tools]
+        if self.tool_choice is not None:
+            chat["tool_choice"] = _tool_choice(self.tool_choice)
+        if (form := (self.text or {}).get("format")) is not None:
+            chat["response_format"] = _response_format(form)
+        try:
+            return ChatCompletionRequest.model_validate(chat)
+        except ValidationError as err:
+            raise _as_responses_error(err) from None
+
+
+def _as_responses_error(err: ValidationError) -> InferError:
+    """A chat request's validation error, named as the Responses request names the field:
+    `input` for `messages`, `tools.0.name` for `tools.0.function.name`. A check across
+    fields has no location: the field its message begins with is the one."""
+    first = err.errors()[0]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    loc = [str(p) for p in first["loc"] if p != "function"]
+    if not loc:
+        named = [name for name in _FIELD if message.startswith(name)]
+        field = _FIELD[named[0]] if named else None
+        return InferError(ErrorKind.INVALID_PARAMS, message, param=field)
+    field = _FIELD.get(loc[0], loc[0])
+    where = ".".join([field, *loc[1:]])
+    return InferError(ErrorKind.INVALID_PARAMS, f"invalid '{where}': {message}", param=field)
+
+
+def _refuse(message: str, param: str = "input") -> InferError:
+    return InferError(ErrorKind.INVALID_PARAMS, message, param=param)
+
+
+def _turns(instructions: str | None, items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages from the instructions and the input items. Consecutive function calls
+    are one assistant turn, as a chat client sends them; reasoning items are passed over."""
+    turns: list[dict[str, Any]] = []
+    if instructions:
+        turns.append({"role": "system", "content": instructions})
+    if isinstance(items, str):
+        return [*turns, {"role": "user", "content": items}]
+    for k, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "message":
+            turns.append({"role": item.get("role"), "content": _content(item.get("content"), k)})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id") or item.get("id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments", "{}")},
+            }
+            last = turns[-1] if turns else None
+            if (
+                last
+                and last["role"] == "assistant"
+                and last.get("tool_calls")
+                and not last["content"]
+            ):
+                last["tool_calls"].append(call)
+            else:
+                turns.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else _content(output, k)
+            turns.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
+        elif kind != "reasoning":  # a model's reasoning sent back: nothing to read here
+            raise _refuse(
+                f"input item {k} is a '{kind}': this host reads messages, "
+                "function_call and function_call_output items"
+            )
+    return turns
+
+
+def _content(content: object, k: int) -> object:
+    """A message's content: text as it is, parts as text joined by newlines."""
+    if not isinstance(content, list):
+        return content
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        # a model's refusal, sent back in its turn, is its text there
+        text = part.get("refusal" if kind == "refusal" else "text") if kind else None
+        if kind in _TEXT_PARTS and isinstance(text, str):
+            texts.append(text)
+        elif kind in _OTHER_PARTS:
+            raise _refuse(
+                f"input item {k}: '{kind}' content is not supported: the host's "
+                "engines read text only"
+            )
+        else:
+            raise _refuse(
+                f"input item {k}: a content part is "
+                f"{{'type': 'input_text', 'text': ...}}, not {repr(part)[:80]}"
+            )
+    return "\n".join(texts)
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A flat function tool as the chat's nested one; a hosted tool is refused by name."""
+    kind = tool.get("type")
+    if kind != "function":
+        raise _refuse(
+            f"a '{kind}' tool runs on OpenAI's servers; this host calls functions only", "tools"
+        )
+    spec = {key: tool[key] for key in ("name", "description", "parameters") if tool.get(key)}
+    return {"type": "function", "function": spec}
+
+
+def _tool_choice(choice: str | dict[str, Any]) -> object:
+    if isinstance(choice, str):
+        return choice
+    if choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise _refuse(
+        f"tool_choice is 'none', 'auto', 'required' or "
+        f"{{'type': 'function', 'name': ...}}, not {repr(choice)[:80]}",
+        "tool_choice",
+    )
+
+
+def _response_format(form: dict[str, Any]) -> dict[str, Any]:
+    """`text.format` as the chat's `response_format` (the schema nests there)."""
+    if form.get("type") != "json_schema":
+        return {"type": form.get("type")}
+    schema = {key: form[key] for key in ("name", "schema", "strict", "description") if key in form}
+    return {"type": "json_schema", "json_schema": schema}
+
+
+# ---- what goes out ---------------------------------------------------------------------------
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    status: ItemStatus = "completed"
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText] = Field(default_factory=list)
+
+
+class FunctionCallItem(BaseModel):
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+    status: ItemStatus = "completed"
+
+
+OutputItem = OutputMessage | FunctionCallItem
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+
+
+class ResponseError(BaseModel):
+    code: str
+    message: str
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ResponseObject(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    model: str
+    output: list[OutputItem] = Field(default_factory=list)
+    error: ResponseError | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    parallel_tool_calls: bool = True
+    previous_response_id: None = None
+    store: bool = False  # nothing is kept: a later request cannot name this one
+    temperature: float = 1.0
+    top_p: float = 1.0
+    tool_choice: Any = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
+    truncation: Literal["disabled"] = "disabled"
+    usage: ResponseUsage | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def started(
+        cls, request: ResponsesRequest, response_id: str, model: str, created_at: int
+    ) -> ResponseObject:
+        """The response as a request starts it: in progress, no output yet."""
+        return cls(
+            id=response_id,
+            created_at=created_at,
+            status="in_progress",
+            model=model,
+            instructions=request.instructions,
+            max_output_tokens=request.max_output_tokens,
+            parallel_tool_calls=request.parallel_tool_calls is not False,
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            tool_choice=request.tool_choice or "auto",
+            tools=request.tools or [],
+            text={"format": {"type": "text"}, **(request.text or {})},
+        )

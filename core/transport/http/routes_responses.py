@@ -1,0 +1,288 @@
+"""OpenAI's Responses API: `POST /v1/responses`, whole or as a stream of typed SSE events.
+
+A request is served as the chat completion it means (protocol/responses.py), and its reply
+goes out in the Responses shapes: a message item with one `output_text` part, or one
+`function_call` item per call. Streamed, the events are the ones OpenAI's SDKs read:
+`response.created`, `response.in_progress`, an item's `output_item.added`, its deltas and
+`.done` events, then `response.completed` (`response.incomplete` when `max_output_tokens`
+cut it, `response.failed` when the engine failed it). A reply that may be a tool call is
+held back until it is known, as on the chat endpoint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+
+from ...protocol.errors import ErrorKind
+from ...protocol.events import Finished, TokenText
+from ...protocol.openai import ErrorEnvelope, ToolCallOut
+from ...protocol.responses import (
+    FunctionCallItem,
+    IncompleteDetails,
+    InputTokensDetails,
+    ItemStatus,
+    OutputItem,
+    OutputMessage,
+    OutputText,
+    ResponseError,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+)
+from ...protocol.tool_stream import CallDelta, CallStream
+from ...protocol.tools import GENERIC_FORMAT
+from ...scheduler import Job
+from .deps import collect, service_of, submit_all
+from .families import documented_errors
+from .routes_openai import ToolUse
+from .routing import StrictJSONRoute
+from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
+
+router = APIRouter(tags=["OpenAI Responses"], route_class=StrictJSONRoute)
+
+_SSE = {
+    "content": {
+        "text/event-stream": {
+            "example": "event: response.output_text.delta\n"
+            'data: {"type":"response.output_text.delta","delta":"Hi",...}\n\n'
+        }
+    }
+}
+
+
+@router.post(
+    "/v1/responses",
+    response_model=ResponseObject,
+    responses={200: _SSE, **documented_errors(ErrorEnvelope)},
+    summary="A model response (stateless); `stream: true` for typed SSE events",
+)
+async def create_response(
+    body: ResponsesRequest, request: Request
+) -> ResponseObject | LiveResponse:
+    chat = body.as_chat()
+    service = service_of(request)
+    tool_format = service.tool_format(chat.model) if chat.offered else GENERIC_FORMAT
+    tools = (  # a template that renders tools gets them; else they are in the turns already
+        [t.model_dump() for t in chat.offered] if tool_format != GENERIC_FORMAT else None
+    )
+    params = chat.sampling(body.max_output_tokens, tool_format)  # None: until the context ends
+    [job] = await submit_all(
+        request,
+        [dict(model=chat.model, messages=chat.turns(tool_format), params=params, tools=tools)],
+    )
+    use = ToolUse({t.function.name for t in chat.offered}, chat.forced)
+    started = ResponseObject.started(body, f"resp_{job.id}", job.pool_id, int(time.time()))
+    if body.stream:
+        return sse_response(_Stream(job, started, use).events())
+    [(text, final)] = await collect(request, job)
+    cut = final.finish_reason == "length"
+    calls = (use.streamed(text) if cut else []) or use.calls(text)
+    items: list[OutputItem] = [_call_item(call) for call in calls] or [
+        OutputMessage(id=f"msg_{job.id}", content=[OutputText(text=text)])
+    ]
+    if cut:  # the last item is the one max_output_tokens cut short
+        items[-1] = items[-1].model_copy(update={"status": "incomplete"})
+    return _ended(started, job, final, items)
+
+
+def _call_item(call: ToolCallOut) -> FunctionCallItem:
+    call_id = call.id or ""
+    return FunctionCallItem(
+        id=f"fc_{call_id}",
+        call_id=call_id,
+        name=call.function.name or "",
+        arguments=call.function.arguments or "",
+    )
+
+
+# OpenAI's codes for a response that failed; every other kind of ours is a server error
+_FAILED_CODES = {
+    ErrorKind.QUEUE_FULL: "rate_limit_exceeded",
+    ErrorKind.CLIENT_BUSY: "rate_limit_exceeded",
+}
+
+
+def _ended(
+    started: ResponseObject, job: Job, final: Finished, output: list[OutputItem]
+) -> ResponseObject:
+    """The response once its job ended: its output (what went out, where it failed), status
+    and usage."""
+    timings = final.timings
+    usage = ResponseUsage(
+        input_tokens=job.tokens_in,
+        output_tokens=timings.tokens_out,
+        total_tokens=job.tokens_in + timings.tokens_out,
+        input_tokens_details=InputTokensDetails(cached_tokens=timings.tokens_cached),
+    )
+    update: dict[str, Any] = {"output": output, "usage": usage}
+    if (failure := final.failure) is not None:
+        code = _FAILED_CODES.get(failure.kind, "server_error")
+        message = f"{failure.kind.value}: {failure.message}"
+        update |= {"status": "failed", "error": ResponseError(code=code, message=message)}
+    elif final.finish_reason == "length":
+        update |= {
+            "status": "incomplete",
+            "incomplete_details": IncompleteDetails(reason="max_output_tokens"),
+        }
+    else:
+        update["status"] = "completed"
+    return started.model_copy(update=update)
+
+
+class _TextDelta(BaseModel):
+    """The one event of the hot path, rendered from a template (streams.Template)."""
+
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    delta: str
+    logprobs: list[Any] = []
+    sequence_number: int
+
+
+class _Stream:
+    """The events of one streamed response, in OpenAI's order: an item opens
+    (`output_item.added`), takes its deltas and closes (`.done`) before the next opens."""
+
+    def __init__(self, job: Job, started: ResponseObject, use: ToolUse) -> None:
+        self._job, self._started, self._use = job, started, use
+        self._numbers = itertools.count()
+        self._message_id = f"msg_{job.id}"
+        self._delta = Template(
+            _TextDelta(item_id=self._message_id, delta=HOLE, sequence_number=INDEX)
+        )
+        self._text: list[str] | None = None  # the message's text, once its item is open
+        self._calls: list[FunctionCallItem] = []  # the last one is open until the end
+        self._held: list[str] | None = [] if use.names else None  # what may yet be a call
+        self._call_stream = CallStream(use.names)
+
+    def event(self, kind: str, **fields: Any) -> SseEvent:
+        body = {"type": kind, **fields, "sequence_number": next(self._numbers)}
+        return SseEvent(json.dumps(body, ensure_ascii=False), kind)
+
+    def response(self, kind: str, of: ResponseObject) -> SseEvent:
+        return self.event(kind, response=of.model_dump(mode="json"))
+
+    async def events(self) -> AsyncIterator[SseEvent]:
+        yield self.response("response.created", self._started)
+        yield self.response("response.in_progress", self._started)
+        async for event in self._job.events():
+            if isinstance(event, TokenText):
+                for out in self._token(event.text):
+                    yield out
+            elif isinstance(event, Finished):
+                for out in self._finish(event):
+                    yield out
+                return
+
+    def _token(self, piece: str) -> list[SseEvent]:
+        if self._held is None:
+            return self._text_events(piece)
+        self._held.append(piece)  # a reply that may be a tool call: sent as calls if it is
+        so_far = "".join(self._held)
+        if self._call_stream.started or self._use.holds(so_far):
+            return [out for call in self._call_stream.feed(so_far) for out in self._call(call)]
+        self._held = None
+        return self._text_events(so_far)
+
+    def _text_events(self, piece: str) -> list[SseEvent]:
+        out = []
+        if self._text is None:
+            self._text = []
+            item = OutputMessage(id=self._message_id, status="in_progress")
+            out += [
+                self.event("response.output_item.added", output_index=0, item=item.model_dump()),
+                self.event(
+                    "response.content_part.added", item_id=self._message_id, output_index=0,
+                    content_index=0, part=OutputText(text="").model_dump(),
+                ),
+            ]  # fmt: skip
+        self._text.append(piece)
+        out.append(
+            SseEvent(self._delta.render(piece, next(self._numbers)), "response.output_text.delta")
+        )
+        return out
+
+    def _call(self, call: CallDelta) -> list[SseEvent]:
+        out = []
+        if call.name is not None:  # a new call: the one before it closes, this one opens
+            if self._calls:
+                out += self._close_call(len(self._calls) - 1, "completed")
+            item = FunctionCallItem(
+                id=f"fc_{call.id}", call_id=call.id or "", name=call.name, arguments="",
+                status="in_progress",
+            )  # fmt: skip
+            self._calls.append(item)
+            added = self.event(
+                "response.output_item.added", output_index=call.index, item=item.model_dump()
+            )
+            out.append(added)
+        if call.arguments:
+            item = self._calls[call.index]
+            item.arguments += call.arguments
+            delta = self.event(
+                "response.function_call_arguments.delta", item_id=item.id,
+                output_index=call.index, delta=call.arguments,
+            )  # fmt: skip
+            out.append(delta)
+        return out
+
+    def _close_call(self, index: int, status: ItemStatus) -> list[SseEvent]:
+        item = self._calls[index]
+        item.status = status
+        return [
+            self.event(
+                "response.function_call_arguments.done", item_id=item.id, output_index=index,
+                arguments=item.arguments,
+            ),
+            self.event("response.output_item.done", output_index=index, item=item.model_dump()),
+        ]  # fmt: skip
+
+    def _finish(self, final: Finished) -> list[SseEvent]:
+        out = []
+        if final.failure is None and self._held is not None and final.whole:
+            so_far = "".join(self._held)
+            if not self._call_stream.started:
+                for k, call in enumerate(self._use.calls(so_far)):  # read only at the end
+                    out += self._call(CallDelta(k, id=call.id, name=call.function.name))
+                    out += self._call(CallDelta(k, arguments=call.function.arguments))
+                if not self._calls and so_far:
+                    out += self._text_events(so_far)
+        # What went out stays as it was; an item a failure or max_output_tokens cut short
+        # says so, and the response's last event says why.
+        status: ItemStatus = (
+            "completed"
+            if final.failure is None and final.finish_reason != "length"
+            else "incomplete"
+        )
+        output: list[OutputItem] = []
+        if self._text is not None:
+            text = "".join(self._text)
+            part = OutputText(text=text)
+            message = OutputMessage(id=self._message_id, status=status, content=[part])
+            output.append(message)
+            out += [
+                self.event(
+                    "response.output_text.done", item_id=self._message_id, output_index=0,
+                    content_index=0, text=text, logprobs=[],
+                ),
+                self.event(
+                    "response.content_part.done", item_id=self._message_id, output_index=0,
+                    content_index=0, part=part.model_dump(),
+                ),
+                self.event("response.output_item.done", output_index=0, item=message.model_dump()),
+            ]  # fmt: skip
+        if self._calls:
+            out += self._close_call(len(self._calls) - 1, status)
+            output += self._calls
+        ended = _ended(self._started, self._job, final, output)
+        out.append(self.response(f"response.{ended.status}", ended))  # completed, incomplete
+        return out  # (max_output_tokens), or failed
