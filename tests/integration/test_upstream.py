@@ -291,6 +291,32 @@ async def test_a_killed_upstream_ends_its_jobs_and_is_served_again_after_a_resta
     await answers(front)
 
 
+# llama-cpp-python's own server, changed in two ways its flags cannot say:
+# - the CPU weights in plain buffers, as infertui's engine loads them (native.LlamaModel):
+#   the repacked AMX buffers it would use crash llama.cpp 0.3.36 on CPUs that advertise AMX
+#   in sandboxes that do not grant it (a segfault in ggml_backend_amx_mul_mat at its first
+#   chat completion);
+# - every prompt read whole: it reads only what follows the last prompt's cached tokens,
+#   and on CPUs where the chunks a prompt is read in move the logits (AVX-512 machines), the
+#   same request at temperature 0 then answers differently from call to call.
+THIRD_PARTY_SERVER = """
+import runpy, sys
+import llama_cpp.llama as high
+import llama_cpp.llama_cpp as low
+default_params, generate = low.llama_model_default_params, high.Llama.generate
+def plain_buffers():
+    params = default_params()
+    params.use_extra_bufts = False
+    return params
+def read_whole(self, *args, **kwargs):
+    self.reset()
+    return generate(self, *args, **kwargs)
+low.llama_model_default_params, high.Llama.generate = plain_buffers, read_whole
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 async def test_llama_cpp_python_server_as_an_upstream(
     start_served_host: ServedHostFactory, killable: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -299,7 +325,7 @@ async def test_llama_cpp_python_server_as_an_upstream(
     killable.append(
         await asyncio.to_thread(
             start_process,
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+            [sys.executable, "-c", THIRD_PARTY_SERVER, "--model", str(model),
              "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "2",
              "--model_alias", "gemma-direct", "--chat_format", "gemma",
              # else any request, the front's model-list probe included, ends the running stream
