@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from infertui.core.config import HostSettings, HttpSettings
@@ -77,6 +78,14 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
 @pytest.fixture
 async def host(start_host: HostFactory) -> Host:
     return await start_host()
+
+
+@pytest.fixture
+async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official openai SDK on the host, with no retries: a refusal is seen as it comes."""
+    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
+    yield client
+    await client.close()
 
 
 MODEL = "gemma-3-270m"

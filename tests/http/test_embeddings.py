@@ -4,7 +4,6 @@ queue: the official `openai` and `ollama` clients against the real server (bundl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import numpy as np
 import ollama
@@ -16,13 +15,6 @@ from .conftest import MODEL, Host, HostFactory
 pytestmark = pytest.mark.model
 
 TEXTS = ["The cat sat on the mat.", "A kitten rests on a rug.", "Quarterly revenue rose 4%."]
-
-
-@pytest.fixture
-async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
-    yield client
-    await client.close()
 
 
 async def test_openai_embeddings_as_floats_and_as_base64(sdk: openai.AsyncOpenAI) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator
 
 import openai
 import pytest
@@ -15,13 +14,6 @@ from .conftest import MODEL, Host
 pytestmark = pytest.mark.model
 
 CHAT = [{"role": "user", "content": "Name three colors."}]
-
-
-@pytest.fixture
-async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
-    yield client
-    await client.close()
 
 
 async def test_spec_004_chat_completion_with_the_openai_sdk(

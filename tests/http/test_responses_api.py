@@ -6,7 +6,6 @@ output, and the refusals of what a stateless host cannot do."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -25,13 +24,6 @@ WEATHER = {
 TOOL = {"type": "function", "name": "get_weather", "description": "The weather now.",
         "parameters": WEATHER}  # fmt: skip
 ASK = "What is the weather in Paris?"
-
-
-@pytest.fixture
-async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
-    yield client
-    await client.close()
 
 
 async def test_a_response_is_the_chat_completion_it_means(sdk: openai.AsyncOpenAI) -> None:

@@ -5,7 +5,6 @@ to write JSON; the grammar makes it, so these run for real."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import jsonschema
 import openai
@@ -29,13 +28,6 @@ PET = {
     "additionalProperties": False,
 }
 AS_PET = {"type": "json_schema", "json_schema": {"name": "pet", "schema": PET, "strict": True}}
-
-
-@pytest.fixture
-async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
-    yield client
-    await client.close()
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

@@ -5,13 +5,12 @@ model, whole and streamed; a tool round trip; `none`; parameters a grammar canno
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import jsonschema
 import openai
 import pytest
 
-from .conftest import MODEL, Host, HostFactory
+from .conftest import MODEL, HostFactory
 
 pytestmark = pytest.mark.model
 
@@ -34,13 +33,6 @@ TOOLS = [
 ]  # fmt: skip
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
-
-
-@pytest.fixture
-async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
-    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
-    yield client
-    await client.close()
 
 
 @pytest.mark.parametrize("choice", ["required", "get_time"])
