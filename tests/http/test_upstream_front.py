@@ -7,6 +7,7 @@ or a second infertui host on the bundled model.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -114,3 +115,27 @@ async def test_an_infertui_upstream_tells_the_front_its_context_per_sequence(
     (engine,) = health["engines_summary"]
     assert engine["model_path"] == (await http.get("/v1/pools/up/health")).json()["model_path"]
     assert engine["model_path"] == next(iter(direct))  # the first the upstream lists, not "v1"
+
+
+@pytest.mark.model
+async def test_the_responses_api_works_in_front_of_an_upstream(
+    start_host: HostFactory, front: Front
+) -> None:
+    """/v1/responses is a chat completion underneath, so a front serves it over any upstream
+    engine: whole and streamed, with the upstream's usage."""
+    upstream = await start_host(ctx=1024, parallel=2)
+    http = await front(f"{upstream.url}/v1")
+    body = {"model": "up", "instructions": "Be brief.", "input": "Name a colour.",
+            "max_output_tokens": 8, "temperature": 0}  # fmt: skip
+    through = (await http.post("/v1/responses", json=body)).json()
+    direct = await upstream.client.post("/v1/responses", json={**body, "model": "gemma-3-270m"})
+    assert through["status"] in ("completed", "incomplete") and through["model"] == "up"
+    assert through["output"][0]["content"][0]["text"]
+    assert through["usage"]["input_tokens"] == direct.json()["usage"]["input_tokens"]
+    async with http.stream("POST", "/v1/responses", json={**body, "stream": True}) as reply:
+        events = [json.loads(line[6:]) async for line in reply.aiter_lines()
+                  if line.startswith("data: ")]  # fmt: skip
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    last = events[-1]
+    assert last["type"] in ("response.completed", "response.incomplete")
+    assert last["response"]["output"][0]["content"][0]["text"] == deltas != ""
