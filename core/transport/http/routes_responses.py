@@ -166,7 +166,7 @@ class _Stream:
 
     def event(self, kind: str, **fields: Any) -> SseEvent:
         body = {"type": kind, **fields, "sequence_number": next(self._numbers)}
-        return SseEvent(json.dumps(body, ensure_ascii=False), kind)
+        return SseEvent(json.dumps(body, ensure_ascii=False, separators=(",", ":")), kind)
 
     def response(self, kind: str, of: ResponseObject) -> SseEvent:
         return self.event(kind, response=of.model_dump(mode="json"))
