@@ -9,6 +9,7 @@ publish the step's events to the event loop in one call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 # options (sampling in the graph, overlap) depend on where the model's layers landed.
 Opened = tuple[LlamaModel, LlamaContext, LoopOptions]
 Opener = Callable[[], Opened]
+_SETTLE_TURNS = 4  # event-loop turns an idle loop waits at most for a burst to be read
 
 
 class BatchLoop:
@@ -59,6 +61,8 @@ class BatchLoop:
         self.loop_time = (0.0, 0.0)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        self._wake_due = False  # a wake is scheduled on the event loop (see submit)
+        self._submitted = 0  # jobs ever submitted: whether more came in a turn
         self._stopping = False
         self._thread = threading.Thread(target=self._main, name=f"batch-loop-{name}", daemon=True)
 
@@ -73,10 +77,32 @@ class BatchLoop:
         return self._opened.result()
 
     def submit(self, request: GenerationRequest) -> None:
+        """Queue a job. An idle loop is woken once the event loop has had a turn with no new
+        job (a few turns at most): a burst's requests, read over a turn or two, then start in
+        one step. Woken at the first, the loop prefilled that one alone while the others
+        queued behind its decode."""
         with self._lock:
             if self._stopping:
                 raise InferError(ErrorKind.POOL_UNREADY, "the engine is shutting down")
             self._waiting.append(request)
+            self._submitted += 1
+            if self._wake_due:
+                return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not from an event loop: nothing else can be on its way
+                self._wake.notify()
+                return
+            self._wake_due = True
+            seen = self._submitted
+        loop.call_soon(self._wake_when_settled, loop, seen, 1)
+
+    def _wake_when_settled(self, loop: asyncio.AbstractEventLoop, seen: int, turns: int) -> None:
+        with self._lock:
+            if self._submitted != seen and turns < _SETTLE_TURNS:  # more came: one more turn
+                loop.call_soon(self._wake_when_settled, loop, self._submitted, turns + 1)
+                return
+            self._wake_due = False
             self._wake.notify()
 
     def withdraw(self, request: GenerationRequest) -> bool:

@@ -264,3 +264,19 @@ async def test_a_job_the_engine_cannot_start_ends_alone_and_the_loop_serves_on(
     assert text and end.finish_reason in ("stop", "length")
     text, end = await pool.submit(prompt="Hello again", params=SHORT).text()
     assert text and end.finish_reason in ("stop", "length")
+
+
+async def test_a_burst_read_in_one_turn_starts_in_one_step(make_pool) -> None:
+    """Requests a front reads together reach an idle engine one after another on the event
+    loop. Woken at the first, the loop prefilled it alone while the others queued behind that
+    decode (+23 to +29 ms TTFT p50 at 8 streams, bench_gpu); woken once they are in, it
+    starts them all in one step. A lone job waits a turn of the event loop, no more."""
+    pool = await make_pool(parallel=4)
+    one_token = SamplingParams(temperature=0, max_tokens=1)
+    jobs = [pool.submit(prompt=f"Question {i}: why?", params=one_token) for i in range(4)]
+    await asyncio.gather(*(job.text() for job in jobs))
+    seqs = pool.engine._loop._seqs  # the mechanism under test: how many steps they took
+    assert seqs.steps == 1
+    lone = pool.submit(prompt="Alone?", params=one_token)
+    await asyncio.wait_for(lone.text(), 30)
+    assert seqs.steps == 2
