@@ -61,7 +61,7 @@ class BatchLoop:
         self.loop_time = (0.0, 0.0)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._wake_due = False  # a wake is scheduled on the event loop (see submit)
+        self._wake_due: asyncio.AbstractEventLoop | None = None  # where a wake is on its way
         self._submitted = 0  # jobs ever submitted: whether more came in a turn
         self._stopping = False
         self._thread = threading.Thread(target=self._main, name=f"batch-loop-{name}", daemon=True)
@@ -86,14 +86,14 @@ class BatchLoop:
                 raise InferError(ErrorKind.POOL_UNREADY, "the engine is shutting down")
             self._waiting.append(request)
             self._submitted += 1
-            if self._wake_due:
-                return
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not from an event loop: nothing else can be on its way
                 self._wake.notify()
                 return
-            self._wake_due = True
+            if self._wake_due is loop:  # a wake is on its way on this loop
+                return
+            self._wake_due = loop  # (a wake due on a loop since closed never comes)
             seen = self._submitted
         loop.call_soon(self._wake_when_settled, loop, seen, 1)
 
@@ -102,7 +102,8 @@ class BatchLoop:
             if self._submitted != seen and turns < _SETTLE_TURNS:  # more came: one more turn
                 loop.call_soon(self._wake_when_settled, loop, self._submitted, turns + 1)
                 return
-            self._wake_due = False
+            if self._wake_due is loop:
+                self._wake_due = None
             self._wake.notify()
 
     def withdraw(self, request: GenerationRequest) -> bool:

@@ -280,3 +280,10 @@ async def test_a_burst_read_in_one_turn_starts_in_one_step(make_pool) -> None:
     lone = pool.submit(prompt="Alone?", params=one_token)
     await asyncio.wait_for(lone.text(), 30)
     assert seqs.steps == 2
+    other = asyncio.new_event_loop()  # a wake due on a loop that will never run it
+    pool.engine._loop._wake_due = other
+    try:
+        stray = pool.submit(prompt="Still served?", params=one_token)
+        await asyncio.wait_for(stray.text(), 30)  # hung before: the wake never came
+    finally:
+        other.close()
