@@ -97,20 +97,10 @@ def usage_of(jobs: list[Job], n: int) -> Usage:
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | LiveResponse:
-    tool_format = service_of(request).tool_format(body.model) if body.offered else GENERIC_FORMAT
-    params = body.sampling(body.token_budget, tool_format)
-    variants = n_choices(params, body.n)
-    turns = body.turns(tool_format)
-    tools = (  # a template that renders tools gets them; else they are in the turns already
-        [t.model_dump() for t in body.offered] if tool_format != GENERIC_FORMAT else None
-    )
-    jobs = await submit_all(
-        request,
-        [dict(model=body.model, messages=turns, params=p, tools=tools) for p in variants],
-        "n",
-    )
+    asked, use = chat_job(request, body, body.token_budget)
+    variants = n_choices(asked["params"], body.n)
+    jobs = await submit_all(request, [{**asked, "params": p} for p in variants], "n")
     model, created = jobs[0].pool_id, int(time.time())
-    use = ToolUse({t.function.name for t in body.offered}, body.forced)
     if body.stream:
         usage = (lambda: usage_of(jobs, body.n)) if body.include_usage else None
         return sse_response(chat_chunks(jobs, model, created, usage, use))
@@ -118,9 +108,7 @@ async def chat_completions(
     choices = []
     for i, ((text, final), job) in enumerate(zip(results, jobs, strict=True)):
         cut = final.finish_reason == "length"
-        # cut: the calls as far as they got, as a stream sends them (whole ones only, the
-        # Hermes and `;` formats dropped the last)
-        calls = (use.streamed(text) if cut else []) or use.calls(text)
+        calls = use.final_calls(text, cut)
         choices.append(
             ChatChoice(
                 index=i,
@@ -141,6 +129,21 @@ async def chat_completions(
     )
 
 
+def chat_job(
+    request: Request, body: ChatCompletionRequest, max_tokens: int | None
+) -> tuple[dict[str, Any], ToolUse]:
+    """The job a chat request asks for (engine, turns, sampling, tools for a template that
+    renders them), and the tools its reply may call."""
+    offered = body.offered
+    tool_format = service_of(request).tool_format(body.model) if offered else GENERIC_FORMAT
+    tools = (  # a template that renders tools gets them; else they are in the turns already
+        [t.model_dump() for t in offered] if tool_format != GENERIC_FORMAT else None
+    )
+    params = body.sampling(max_tokens, tool_format)
+    job = dict(model=body.model, messages=body.turns(tool_format), params=params, tools=tools)
+    return job, ToolUse({t.function.name for t in offered}, body.forced)
+
+
 @dataclass(frozen=True)
 class ToolUse:
     """The tools a reply may call (none: plain text), and whether it must."""
@@ -155,6 +158,11 @@ class ToolUse:
             ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
             for c in (call.with_id() for call in parse_calls(text, self.names))
         ]
+
+    def final_calls(self, text: str, cut: bool) -> list[ToolCallOut]:
+        """The calls of a whole reply. One max_tokens cut gives them as far as they got, as a
+        stream sends them (whole ones only, the Hermes and `;` formats dropped the last)."""
+        return (self.streamed(text) if cut else []) or self.calls(text)
 
     def streamed(self, text: str) -> list[ToolCallOut]:
         """The calls a stream of this text sends, the last one as far as it got: a reply

@@ -37,11 +37,10 @@ from ...protocol.responses import (
     ResponseUsage,
 )
 from ...protocol.tool_stream import CallDelta, CallStream
-from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
-from .deps import collect, service_of, submit_all
+from .deps import collect, submit_all
 from .families import documented_errors
-from .routes_openai import ToolUse
+from .routes_openai import ToolUse, chat_job
 from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
 
@@ -66,24 +65,15 @@ _SSE = {
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> ResponseObject | LiveResponse:
-    chat = body.as_chat()
-    service = service_of(request)
-    tool_format = service.tool_format(chat.model) if chat.offered else GENERIC_FORMAT
-    tools = (  # a template that renders tools gets them; else they are in the turns already
-        [t.model_dump() for t in chat.offered] if tool_format != GENERIC_FORMAT else None
-    )
-    params = chat.sampling(body.max_output_tokens, tool_format)  # None: until the context ends
-    [job] = await submit_all(
-        request,
-        [dict(model=chat.model, messages=chat.turns(tool_format), params=params, tools=tools)],
-    )
-    use = ToolUse({t.function.name for t in chat.offered}, chat.forced)
+    # max_output_tokens None: until the context ends
+    asked, use = chat_job(request, body.as_chat(), body.max_output_tokens)
+    [job] = await submit_all(request, [asked])
     started = ResponseObject.started(body, f"resp_{job.id}", job.pool_id, int(time.time()))
     if body.stream:
         return sse_response(_Stream(job, started, use).events())
     [(text, final)] = await collect(request, job)
     cut = final.finish_reason == "length"
-    calls = (use.streamed(text) if cut else []) or use.calls(text)
+    calls = use.final_calls(text, cut)
     items: list[OutputItem] = [_call_item(call) for call in calls] or [
         OutputMessage(id=f"msg_{job.id}", content=[OutputText(text=text)])
     ]
