@@ -128,7 +128,7 @@ def test_calls_and_results_go_back_to_the_model_as_plain_turns() -> None:
 def test_calls_cut_by_max_tokens_read_as_a_stream_reads_them() -> None:
     """Whole, a Hermes reply cut in its second call lost that call (only whole blocks parse);
     streamed, it went out as far as it got. Both read it as the stream does now."""
-    from infertui.core.transport.http.routes_openai import ToolUse
+    from infertui.core.protocol.tool_use import ToolUse
 
     use = ToolUse({"get_weather", "get_time"}, forced=True)
     cut = (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ from fastapi import APIRouter, Request
 
 from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
-from ...protocol.events import Finished, TokenLogprob, TokenText
+from ...protocol.events import Finished, TokenText
 from ...protocol.openai import (
     AssistantMessage,
     ChatChoice,
@@ -41,8 +40,9 @@ from ...protocol.openai import (
     error_envelope,
     openai_finish,
 )
-from ...protocol.tool_stream import CallDelta, CallStream
-from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
+from ...protocol.tool_stream import CallDelta
+from ...protocol.tool_use import HeldReply, ToolUse
+from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit_all
 from .families import documented_errors
@@ -144,49 +144,6 @@ def chat_job(
     return job, ToolUse({t.function.name for t in offered}, body.forced)
 
 
-@dataclass(frozen=True)
-class ToolUse:
-    """The tools a reply may call (none: plain text), and whether it must."""
-
-    names: set[str]
-    forced: bool
-
-    def calls(self, text: str) -> list[ToolCallOut]:
-        if not self.names:
-            return []
-        return [
-            ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
-            for c in (call.with_id() for call in parse_calls(text, self.names))
-        ]
-
-    def final_calls(self, text: str, cut: bool) -> list[ToolCallOut]:
-        """The calls of a whole reply. One max_tokens cut gives them as far as they got, as a
-        stream sends them (whole ones only, the Hermes and `;` formats dropped the last)."""
-        return (self.streamed(text) if cut else []) or self.calls(text)
-
-    def streamed(self, text: str) -> list[ToolCallOut]:
-        """The calls a stream of this text sends, the last one as far as it got: a reply
-        `max_tokens` cut in the middle of its calls gives them, as it does streamed (whole,
-        it gave its raw text)."""
-        if not self.names:
-            return []
-        names: list[tuple[str | None, str]] = []  # (id, name) of each call, in order
-        arguments: list[str] = []
-        for delta in CallStream(self.names).feed(text):
-            if delta.name is not None:
-                names.append((delta.id, delta.name))
-                arguments.append("")
-            arguments[delta.index] += delta.arguments or ""
-        return [
-            ToolCallOut(id=call_id, function=FunctionCall(name=name, arguments=args))
-            for (call_id, name), args in zip(names, arguments, strict=True)
-        ]
-
-    def holds(self, text: str) -> bool:
-        """Whether a stream keeps this reply's text back: it may yet be a call."""
-        return bool(self.names) and (self.forced or may_be_a_call(text))
-
-
 async def chat_chunks(
     jobs: list[Job], model: str, created: int, usage: UsageOf | None, tools: ToolUse
 ) -> AsyncIterator[str]:
@@ -200,21 +157,17 @@ async def chat_chunks(
         )
 
     tokens = [Template(chunk(i, Delta(content=HOLE))) for i in range(len(jobs))]
-    held: list[list[TokenText] | None] = [[] if tools.names else None for _ in jobs]
-    calls = [CallStream(tools.names) for _ in jobs]
+    replies = [HeldReply[TokenText](tools, lambda piece: piece.text) for _ in jobs]
     for i in range(len(jobs)):
         yield json_line(chunk(i, Delta(role="assistant", content="")))
 
-    def text_chunk(index: int, text: str, logprobs: Sequence[TokenLogprob] = ()) -> str:
-        if not logprobs:
+    def text_chunk(index: int, pieces: list[TokenText]) -> str:
+        text = "".join(piece.text for piece in pieces)
+        if not (logprobs := [lp for piece in pieces for lp in piece.logprobs]):
             return tokens[index].render(text)
         with_logprobs = chunk(index, Delta(content=text))  # rare enough to build it whole
         with_logprobs.choices[0].logprobs = ChatLogprobs.of(logprobs)
         return json_line(with_logprobs)
-
-    def held_text(index: int, pieces: list[TokenText]) -> str:
-        logprobs = [lp for piece in pieces for lp in piece.logprobs]
-        return text_chunk(index, "".join(piece.text for piece in pieces), logprobs)
 
     def call_chunk(index: int, delta: CallDelta) -> str:
         function = FunctionCall(name=delta.name, arguments=delta.arguments)
@@ -223,34 +176,25 @@ async def chat_chunks(
         return json_line(chunk(index, Delta(tool_calls=[out])))
 
     async for index, event in merged(jobs):
-        if isinstance(event, TokenText) and (kept := held[index]) is not None:
-            kept.append(event)  # a reply that may be a tool call: sent as calls if it is
-            text = "".join(piece.text for piece in kept)
-            if calls[index].started or tools.holds(text):
-                for delta in calls[index].feed(text):
-                    yield call_chunk(index, delta)
-            else:
-                held[index] = None
-                yield held_text(index, kept)
-        elif isinstance(event, Finished) and (kept := held[index]) is not None and event.whole:
-            text = "".join(piece.text for piece in kept)
-            whole = tools.calls(text)
-            if not calls[index].started:
-                if whole:  # read only at the end (arguments before the name, say)
-                    for k, call in enumerate(whole):
-                        yield call_chunk(index, CallDelta(k, id=call.id, name=call.function.name))
-                        yield call_chunk(index, CallDelta(k, arguments=call.function.arguments))
-                elif text:
-                    yield held_text(index, kept)
-            finish = "tool_calls" if whole else openai_finish(event.finish_reason)
-            yield json_line(chunk(index, Delta(content=""), finish))
-        elif isinstance(event, TokenText):
-            yield text_chunk(index, event.text, event.logprobs)
+        if isinstance(event, TokenText):
+            deltas, pieces = replies[index].add(event)
+            for delta in deltas:
+                yield call_chunk(index, delta)
+            if pieces:
+                yield text_chunk(index, pieces)
         elif isinstance(event, Finished):
             if event.failure is not None:
                 yield error_envelope(event.failure).model_dump_json()
                 break
-            yield json_line(chunk(index, Delta(content=""), openai_finish(event.finish_reason)))
+            called = False
+            if event.whole:
+                deltas, pieces, called = replies[index].finish()
+                for delta in deltas:
+                    yield call_chunk(index, delta)
+                if pieces:
+                    yield text_chunk(index, pieces)
+            finish = "tool_calls" if called else openai_finish(event.finish_reason)
+            yield json_line(chunk(index, Delta(content=""), finish))
     else:
         if usage is not None:
             final = chunk(0, Delta()).model_copy(update={"choices": [], "usage": usage()})

@@ -36,11 +36,12 @@ from ...protocol.responses import (
     ResponsesRequest,
     ResponseUsage,
 )
-from ...protocol.tool_stream import CallDelta, CallStream
+from ...protocol.tool_stream import CallDelta
+from ...protocol.tool_use import HeldReply, ToolUse
 from ...scheduler import Job
 from .deps import collect, submit_all
 from .families import documented_errors
-from .routes_openai import ToolUse, chat_job
+from .routes_openai import chat_job
 from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
 
@@ -143,7 +144,7 @@ class _Stream:
     (`output_item.added`), takes its deltas and closes (`.done`) before the next opens."""
 
     def __init__(self, job: Job, started: ResponseObject, use: ToolUse) -> None:
-        self._job, self._started, self._use = job, started, use
+        self._job, self._started = job, started
         self._numbers = itertools.count()
         self._message_id = f"msg_{job.id}"
         self._delta = Template(
@@ -151,8 +152,7 @@ class _Stream:
         )
         self._text: list[str] | None = None  # the message's text, once its item is open
         self._calls: list[FunctionCallItem] = []  # the last one is open until the end
-        self._held: list[str] | None = [] if use.names else None  # what may yet be a call
-        self._call_stream = CallStream(use.names)
+        self._reply = HeldReply[str](use, str)
 
     def event(self, kind: str, **fields: Any) -> SseEvent:
         body = {"type": kind, **fields, "sequence_number": next(self._numbers)}
@@ -174,14 +174,12 @@ class _Stream:
                 return
 
     def _token(self, piece: str) -> list[SseEvent]:
-        if self._held is None:
-            return self._text_events(piece)
-        self._held.append(piece)  # a reply that may be a tool call: sent as calls if it is
-        so_far = "".join(self._held)
-        if self._call_stream.started or self._use.holds(so_far):
-            return [out for call in self._call_stream.feed(so_far) for out in self._call(call)]
-        self._held = None
-        return self._text_events(so_far)
+        calls, pieces = self._reply.add(piece)
+        return self._sent(calls, pieces)
+
+    def _sent(self, calls: list[CallDelta], pieces: list[str]) -> list[SseEvent]:
+        out = [event for call in calls for event in self._call(call)]
+        return out + self._text_events("".join(pieces)) if pieces else out
 
     def _text_events(self, piece: str) -> list[SseEvent]:
         out = []
@@ -238,14 +236,9 @@ class _Stream:
 
     def _finish(self, final: Finished) -> list[SseEvent]:
         out = []
-        if final.failure is None and self._held is not None and final.whole:
-            so_far = "".join(self._held)
-            if not self._call_stream.started:
-                for k, call in enumerate(self._use.calls(so_far)):  # read only at the end
-                    out += self._call(CallDelta(k, id=call.id, name=call.function.name))
-                    out += self._call(CallDelta(k, arguments=call.function.arguments))
-                if not self._calls and so_far:
-                    out += self._text_events(so_far)
+        if final.whole:
+            calls, pieces, _ = self._reply.finish()
+            out += self._sent(calls, pieces)
         # What went out stays as it was; an item a failure or max_output_tokens cut short
         # says so, and the response's last event says why.
         status: ItemStatus = (

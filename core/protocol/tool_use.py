@@ -1,0 +1,101 @@
+"""A reply that may call tools, in OpenAI's two dialects (chat completions, responses): the
+calls read from it whole, and a stream's way of holding its text back while it may yet be
+calls (`HeldReply`), the one place both dialects' streams take that decision."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from .openai import FunctionCall, ToolCallOut
+from .tool_stream import CallDelta, CallStream
+from .tools import may_be_a_call, parse_calls
+
+Piece = TypeVar("Piece")
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """The tools a reply may call (none: plain text), and whether it must."""
+
+    names: set[str]
+    forced: bool
+
+    def calls(self, text: str) -> list[ToolCallOut]:
+        if not self.names:
+            return []
+        return [
+            ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
+            for c in (call.with_id() for call in parse_calls(text, self.names))
+        ]
+
+    def final_calls(self, text: str, cut: bool) -> list[ToolCallOut]:
+        """The calls of a whole reply. One max_tokens cut gives them as far as they got, as a
+        stream sends them (whole ones only, the Hermes and `;` formats dropped the last)."""
+        return (self.streamed(text) if cut else []) or self.calls(text)
+
+    def streamed(self, text: str) -> list[ToolCallOut]:
+        """The calls a stream of this text sends, the last one as far as it got: a reply
+        `max_tokens` cut in the middle of its calls gives them, as it does streamed (whole,
+        it gave its raw text)."""
+        if not self.names:
+            return []
+        names: list[tuple[str | None, str]] = []  # (id, name) of each call, in order
+        arguments: list[str] = []
+        for delta in CallStream(self.names).feed(text):
+            if delta.name is not None:
+                names.append((delta.id, delta.name))
+                arguments.append("")
+            arguments[delta.index] += delta.arguments or ""
+        return [
+            ToolCallOut(id=call_id, function=FunctionCall(name=name, arguments=args))
+            for (call_id, name), args in zip(names, arguments, strict=True)
+        ]
+
+    def holds(self, text: str) -> bool:
+        """Whether a stream keeps this reply's text back: it may yet be a call."""
+        return bool(self.names) and (self.forced or may_be_a_call(text))
+
+
+class HeldReply(Generic[Piece]):
+    """One streamed reply's pieces (text, or text with logprobs) on their way out: sent as they
+    come where no tool is offered; else held while the reply may yet be calls, and then sent
+    as call deltas once it is one, or let go, all at once, as text once it cannot be."""
+
+    def __init__(self, use: ToolUse, text_of: Callable[[Piece], str]) -> None:
+        self._use, self._text_of = use, text_of
+        self._held: list[Piece] | None = [] if use.names else None
+        self._calls = CallStream(use.names)
+
+    def add(self, piece: Piece) -> tuple[list[CallDelta], list[Piece]]:
+        """What to send now: call deltas, or pieces of text (this one, or all held so far)."""
+        if self._held is None:
+            return [], [piece]
+        self._held.append(piece)
+        text = self._text()
+        if self._calls.started or self._use.holds(text):
+            return self._calls.feed(text), []
+        held, self._held = self._held, None
+        return [], held
+
+    def finish(self) -> tuple[list[CallDelta], list[Piece], bool]:
+        """At the end of a whole reply: what is still to send (calls that could be read only
+        whole, arguments before the name say, else the held text) and whether it was calls."""
+        if self._held is None:
+            return [], [], False
+        called = bool(whole := self._use.calls(self._text()))
+        if self._calls.started:
+            return [], [], called
+        deltas = [
+            delta
+            for k, call in enumerate(whole)
+            for delta in (
+                CallDelta(k, id=call.id, name=call.function.name),
+                CallDelta(k, arguments=call.function.arguments),
+            )
+        ]
+        return deltas, [] if whole else self._held, called
+
+    def _text(self) -> str:
+        return "".join(self._text_of(piece) for piece in self._held or ())
