@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..protocol.common import ChatMessage
-from ..protocol.openai import AddEngineRequest
+from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import (
     EngineStatus,
     FinishReason,

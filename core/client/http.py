@@ -19,7 +19,7 @@ from httpx import USE_CLIENT_DEFAULT
 
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.openai import AddEngineRequest
+from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
 from .base import ChatReply, ChatStats, Client, HostInfo
 from .errors import kind_for_openai_code

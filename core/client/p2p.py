@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..protocol.common import ChatMessage
-from ..protocol.openai import AddEngineRequest
+from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
 from ..transport.p2p.client import ChatStream, P2PClient
 from .base import ChatReply, ChatStats, Client, HostInfo

@@ -23,7 +23,7 @@ from typing import Any
 from ..protocol import p2p
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.openai import AddEngineRequest
+from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot, load_of
 from ..transport.p2p.bridge import Bridge, PeerConnection
 from ..transport.p2p.client import P2PClient

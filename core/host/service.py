@@ -31,7 +31,7 @@ from ..engine import (
     engine_version,
 )
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.openai import AddEngineRequest
+from ..protocol.host_api import AddEngineRequest
 from ..protocol.orchestrator import Capabilities, PoolHealth
 from ..protocol.p2p import ServerInfo
 from ..protocol.snapshots import (

@@ -8,7 +8,7 @@ module (`openai`, `ollama`, `orchestrator`, `p2p`), for the face that speaks it.
 from .common import ChatMessage, SamplingParams, without_oldest_turn
 from .errors import ErrorKind, InferError
 from .events import Admitted, Finished, JobEvent, TokenText
-from .openai import AddEngineRequest
+from .host_api import AddEngineRequest
 from .snapshots import (
     EngineParameters,
     EngineState,

@@ -12,7 +12,7 @@ from infertui.core.client import Client, ConnectionState, Reconnector, connect, 
 from infertui.core.engine import bundled_model_path
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.protocol.errors import ErrorKind, InferError
-from infertui.core.protocol.openai import AddEngineRequest
+from infertui.core.protocol.host_api import AddEngineRequest
 
 from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, wait_until
 

@@ -27,7 +27,7 @@ from infertui.core.engine import UpstreamSpec, bundled_model_path
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.events import Finished
-from infertui.core.protocol.openai import AddEngineRequest
+from infertui.core.protocol.host_api import AddEngineRequest
 from infertui.core.protocol.snapshots import PoolState
 from infertui.core.scheduler import Pool
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from infertui.core.client import ChatReply, ChatStats, Client, ConnectionState, HostInfo
 from infertui.core.protocol.common import ChatMessage
-from infertui.core.protocol.openai import AddEngineRequest
+from infertui.core.protocol.host_api import AddEngineRequest
 from infertui.core.protocol.snapshots import (
     EngineParameters,
     EngineState,

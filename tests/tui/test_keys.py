@@ -176,7 +176,7 @@ async def test_a_long_host_bar_is_cut_with_the_whole_text_in_its_tooltip() -> No
 
 async def test_a_refused_engine_form_comes_back_as_typed(monkeypatch: pytest.MonkeyPatch) -> None:
     from infertui.core.protocol import ErrorKind, InferError
-    from infertui.core.protocol.openai import AddEngineRequest
+    from infertui.core.protocol.host_api import AddEngineRequest
     from infertui.tui.screens.engines import AddEngineModal
 
     app = ScriptedClientApp(Settings())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from infertui.core.protocol import ollama, openai, orchestrator, p2p
+from infertui.core.protocol import host_api, ollama, openai, orchestrator, p2p
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 
@@ -68,16 +68,16 @@ def test_spec_004_error_envelope_shape() -> None:
 
 
 def test_spec_004_add_engine_defaults_and_bounds() -> None:
-    req = openai.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m.gguf"})
+    req = host_api.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m.gguf"})
     assert (req.n_ctx, req.n_gpu_layers, req.main_gpu_id) == (
         4096,
         100,
         None,
     )  # None: spread over all GPUs
     with pytest.raises(ValidationError):
-        openai.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m", "n_ctx": 64})
+        host_api.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m", "n_ctx": 64})
     with pytest.raises(ValidationError):
-        openai.AddEngineRequest.model_validate({"engine_id": "a/b", "model_path": "/m"})
+        host_api.AddEngineRequest.model_validate({"engine_id": "a/b", "model_path": "/m"})
 
 
 def test_spec_001_requests_and_chunks() -> None:

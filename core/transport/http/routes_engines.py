@@ -9,17 +9,17 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from ...protocol.openai import (
+from ...protocol.host_api import (
     AddEngineRequest,
     AddEngineResponse,
     EngineCounts,
     EngineList,
     EngineSummary,
-    ErrorEnvelope,
     HealthResponse,
     RemoveEngineResponse,
     SystemUsage,
 )
+from ...protocol.openai import ErrorEnvelope
 from ...protocol.snapshots import EngineState, EngineStatus
 from .access import ADMIN_ONLY, admin_refusals
 from .deps import service_of

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from ...host import HostService
 from ...protocol.common import MAX_PATH
-from ...protocol.openai import AddEngineRequest
+from ...protocol.host_api import AddEngineRequest
 from ...protocol.snapshots import SnapshotKind
 
 SNAPSHOT_TYPES = tuple(kind.value for kind in SnapshotKind)
