@@ -55,7 +55,8 @@ async def test_embedding_jobs_share_the_queue_and_its_refusals(
     batch far larger than the queue is embedded a wave at a time (it was refused as more
     than the engine can hold), while the stream beside it goes on."""
     host = await start_host(parallel=1, queue=2)
-    story = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 120, "temperature": 0}
+    story = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 120, "temperature": 0,
+             "ignore_eos": True}  # fmt: skip
     generating = asyncio.create_task(host.client.post("/v1/completions", json=story))
     while host.service.metrics()[0].slots_busy == 0:
         await asyncio.sleep(0.01)

@@ -153,12 +153,13 @@ async def test_streamed_completions_end_with_usage_when_asked(sdk: openai.AsyncO
 
 async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     reply = await sdk.chat.completions.create(
-        model=MODEL, messages=ASK, max_tokens=6, temperature=1.0, seed=11, n=3
-    )
+        model=MODEL, messages=ASK, max_tokens=12, temperature=1.0, seed=11, n=3,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
     assert [c.index for c in reply.choices] == [0, 1, 2]
     texts = [c.message.content for c in reply.choices]
     assert all(texts) and len(set(texts)) > 1, texts  # a seed each: the choices differ
-    assert reply.usage is not None and reply.usage.completion_tokens == 18
+    assert reply.usage is not None and reply.usage.completion_tokens == 36
     # the prompt counts once, as OpenAI counts it (the other choices copy its cells)
     one = await sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=1)
     assert one.usage is not None and reply.usage.prompt_tokens == one.usage.prompt_tokens
@@ -166,7 +167,7 @@ async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     assert details is not None and details.cached_tokens <= reply.usage.prompt_tokens
     stream = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=6, temperature=0, n=2, stream=True,
-        stream_options={"include_usage": True},
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
     )  # fmt: skip
     chunks = [c async for c in stream]
     by_choice: dict[int, str] = {0: "", 1: ""}

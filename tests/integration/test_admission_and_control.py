@@ -18,7 +18,7 @@ from infertui.core.scheduler import Pool
 pytestmark = pytest.mark.model
 
 LONG = SamplingParams(temperature=0.8, seed=1, max_tokens=300)
-SHORT = SamplingParams(temperature=0, max_tokens=8)
+SHORT = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
 async def test_queue_full_is_rejected_with_a_retry_hint_and_nothing_is_lost(make_pool) -> None:

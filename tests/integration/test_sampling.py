@@ -190,7 +190,7 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
 
     step._prefill_bodies = prefill_bodies
     step._make_text = cancel_lands_during_the_bodies
-    short = SamplingParams(temperature=0, max_tokens=8)
+    short = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     newcomers = [  # prompts of unequal length ending in one step: bodies apart (sequences 3, 4)
         pool.submit(prompt=PROMPTS[3], params=short),
         pool.submit(prompt=" ".join(PROMPTS * 3), params=short),

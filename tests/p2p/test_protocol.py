@@ -187,7 +187,7 @@ async def test_one_key_holds_several_connections_each_with_its_own_replies(
     key. Neither connection closes the other, and the job limit counts per connection."""
     seed = secrets.token_bytes(32)
     window = await connect(p2p_host.server_id, seed=seed)
-    story = window.chat(prompt="A long story:", max_tokens=48, temperature=0)
+    story = window.chat(prompt="A long story:", max_tokens=48, temperature=0, ignore_eos=True)
     parts = aiter(story)
     first = await anext(parts)  # the window is streaming
     asks = await asyncio.gather(*(connect(p2p_host.server_id, seed=seed) for _ in range(3)))
@@ -261,7 +261,7 @@ async def test_a_stopping_host_finishes_hyperswarm_replies_within_its_grace(
     ends whole, with its chat_end, before the connection goes."""
     host = await start_p2p_host(drain_ms=20_000)
     client = await connect(host.server_id)
-    story = client.chat(prompt="A long story:", max_tokens=40, temperature=0)
+    story = client.chat(prompt="A long story:", max_tokens=40, temperature=0, ignore_eos=True)
     parts = aiter(story)
     await anext(parts)
     stopping = asyncio.create_task(host.service.stop())

@@ -43,8 +43,8 @@ async def test_the_answer_streams_to_stdout(host: ServedHost, tmp_path: Path) ->
 
 async def test_json_prints_ndjson_events_over_hyperswarm(host: ServedHost, tmp_path: Path) -> None:
     code, out, err = await ask(
-        host.server_id, "Name three colours.", "--json", "--max-tokens", "8",
-        "--bootstrap", host.bootstrap[0], data=tmp_path,
+        host.server_id, "Write a long story about the sea.", "--json", "--max-tokens", "8",
+        "--temperature", "0", "--bootstrap", host.bootstrap[0], data=tmp_path,
     )  # fmt: skip
     assert code == 0, err
     events = [json.loads(line) for line in out.splitlines()]

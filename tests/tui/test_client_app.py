@@ -61,7 +61,7 @@ async def test_a_prompt_streams_a_markdown_reply_with_its_figures(
         await until(pilot, lambda: app.client is not None)
         bar = str(app.screen.query_one("HostBar", Static).render())
         assert "test-host" in bar and "gemma-3-270m" in bar
-        view = await ask(pilot, app, "Name three colours.")
+        view = await ask(pilot, app, "Write a long story about the sea.")  # 24 tokens: cut
         await until(pilot, lambda: "tok/s" in stats_of(view), 60)
         assert view.body.source.strip()  # the streamed text
         assert "stopped at the token limit" in stats_of(view)

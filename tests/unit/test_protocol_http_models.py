@@ -75,7 +75,9 @@ def test_spec_004_add_engine_defaults_and_bounds() -> None:
         None,
     )  # None: spread over all GPUs
     with pytest.raises(ValidationError):
-        host_api.AddEngineRequest.model_validate({"engine_id": "e", "model_path": "/m", "n_ctx": 64})
+        host_api.AddEngineRequest.model_validate(
+            {"engine_id": "e", "model_path": "/m", "n_ctx": 64}
+        )
     with pytest.raises(ValidationError):
         host_api.AddEngineRequest.model_validate({"engine_id": "a/b", "model_path": "/m"})
 
