@@ -248,7 +248,7 @@ async def test_two_readers_both_get_every_token_and_a_leaving_one_cancels_nothin
     quitter, stayer = await asyncio.gather(
         _read(host, task_id, stop_after=3), asyncio.wait_for(_read(host, task_id), 30)
     )
-    assert stayer[-1][0] == "end" and stayer[-1][1]["finish_reason"] == "length"
+    assert stayer[-1][0] == "end" and stayer[-1][1]["finish_reason"] in ("stop", "length")
     assert _tokens(stayer).startswith(_tokens(quitter))
     late = await asyncio.wait_for(_read(host, task_id), 5)
     assert _tokens(late) == _tokens(stayer)

@@ -44,7 +44,7 @@ async def test_a_forced_call_is_a_valid_call_of_an_offered_tool(
     )
     reply = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, tool_choice=tool_choice,  # type: ignore[arg-type]
-        max_tokens=120, temperature=0.7, seed=5,
+        max_tokens=120, temperature=0.7, seed=5, parallel_tool_calls=False,
     )  # fmt: skip
     choice0 = reply.choices[0]
     assert choice0.finish_reason == "tool_calls" and choice0.message.content is None

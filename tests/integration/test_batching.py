@@ -19,7 +19,7 @@ from infertui.core.scheduler import Job, Pool
 
 pytestmark = pytest.mark.model
 
-SHORT = SamplingParams(temperature=0.0, max_tokens=6)
+SHORT = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 LENGTHS = [1, 3, 9, 20, 45, 80, 130, 200, 320, 480, 700, 1000, 1400, 1900, 2500, 3000]
 
 

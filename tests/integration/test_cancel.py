@@ -13,7 +13,7 @@ from infertui.core.scheduler import Job
 
 pytestmark = pytest.mark.model
 
-PARAMS = SamplingParams(temperature=0.7, seed=7, max_tokens=40)
+PARAMS = SamplingParams(temperature=0.7, seed=7, max_tokens=40, ignore_eos=True)
 
 
 class Watched:
@@ -106,7 +106,9 @@ async def test_cancel_of_a_queued_job_frees_its_place_without_reaching_a_slot(ma
 
 async def test_cancel_after_the_end_is_a_no_op(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    job = pool.submit(prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3))
+    job = pool.submit(
+        prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    )
     _, end = await job.text()
     assert end.finish_reason == "length"
     assert job.cancel() is False
@@ -115,7 +117,9 @@ async def test_cancel_after_the_end_is_a_no_op(make_pool) -> None:
 
 async def test_a_consumer_that_goes_away_cancels_its_job(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    job = pool.submit(prompt="A very long story:", params=SamplingParams(max_tokens=400))
+    job = pool.submit(
+        prompt="A very long story:", params=SamplingParams(max_tokens=400, ignore_eos=True)
+    )
 
     async def reader() -> None:
         async for _ in job.events():
@@ -135,7 +139,9 @@ async def test_a_consumer_that_goes_away_cancels_its_job(make_pool) -> None:
 async def test_an_aborted_job_reports_its_ttft_and_decode_rate(make_pool) -> None:
     """What the host logs and what chat_end carries for an abort: the figures so far."""
     pool = await make_pool(parallel=1)
-    job = pool.submit(prompt="A very long story:", params=SamplingParams(max_tokens=400))
+    job = pool.submit(
+        prompt="A very long story:", params=SamplingParams(max_tokens=400, ignore_eos=True)
+    )
     seen, final = 0, None
     async for event in job.events():
         if isinstance(event, TokenText):

@@ -142,7 +142,7 @@ async def test_a_stop_string_is_never_emitted_not_even_its_first_part(make_pool)
 async def test_max_tokens_ends_with_length(make_pool) -> None:
     pool = await make_pool(parallel=1)
     _, end = await pool.submit(
-        prompt=PROMPTS[2], params=SamplingParams(temperature=0, max_tokens=5)
+        prompt=PROMPTS[2], params=SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     ).text()
     assert end.finish_reason == "length"
     assert end.timings.tokens_out == 5
@@ -168,7 +168,9 @@ async def test_the_prompt_rate_is_known_as_a_reply_starts_and_counts_only_tokens
     tokens it read."""
     pool = await make_pool(parallel=1)
     head = "A long story about a lighthouse keeper and the sea. " * 12
-    job = pool.submit(prompt=head, params=SamplingParams(temperature=0, max_tokens=40))
+    job = pool.submit(
+        prompt=head, params=SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    )
     running = None
     async for event in job.events():  # read to the end: leaving early would cancel the job
         if isinstance(event, TokenText) and running is None:
