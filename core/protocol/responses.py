@@ -1,9 +1,9 @@
 """OpenAI's Responses API (`POST /v1/responses`): the dialect of OpenAI's newer SDK calls and
 agents (`client.responses.create`, the Agents SDK, Codex), beside Chat Completions.
 
-Stateless, as vLLM's and LM Studio's are: nothing is stored, so `previous_response_id` is
-refused by name and a conversation goes whole in `input`. A request means a chat completion
-(`as_chat`): its `input` items become turns (messages, earlier `function_call`s and their
+A request means a chat completion (`as_chat`): the conversation of the response it continues
+(`previous_response_id`, kept by the HTTP face, see response_store.py), then its `input`
+items become turns (messages, earlier `function_call`s and their
 `function_call_output`s), `instructions` the first system turn, its flat function tools and
 `tool_choice` the chat's nested ones, `text.format` the `response_format`. So it is
 validated, queued, sampled and refused exactly as `/v1/chat/completions` is, and only the
@@ -33,7 +33,7 @@ _OTHER_PARTS = ("input_image", "input_file", "input_audio")
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # `store`, `metadata`, `user`, `include`...
+    model_config = ConfigDict(extra="ignore")  # `metadata`, `user`, `include`...
 
     model: str = Field(min_length=1, description="engine id (see GET /v1/models)")
     input: str | list[dict[str, Any]] = Field(
@@ -49,25 +49,29 @@ class ResponsesRequest(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = True
     text: dict[str, Any] | None = Field(None, description='{"format": {"type": "json_schema"...}}')
-    previous_response_id: str | None = Field(None, description="refused: nothing is stored")
+    previous_response_id: str | None = Field(
+        None, max_length=256, description="a kept response this one continues"
+    )
+    store: bool | None = Field(True, description="keep it, for later requests to continue")
     # beyond OpenAI: llama.cpp's own knobs, as on the chat endpoint
     seed: int | None = None
     top_k: int | None = None
     min_p: float | None = None
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
 
-    def as_chat(self) -> ChatCompletionRequest:
-        """The chat completion this request means; an InferError naming the field that no
-        chat completion could take."""
-        if self.previous_response_id is not None:
-            raise InferError(
-                ErrorKind.INVALID_PARAMS,
-                "this host stores no responses: send the whole conversation in 'input'",
-                param="previous_response_id",
-            )
+    def input_items(self) -> list[dict[str, Any]]:
+        """`input` as items: a text is one user message."""
+        if isinstance(self.input, str):
+            return [{"type": "message", "role": "user", "content": self.input}]
+        return self.input
+
+    def as_chat(self, before: list[dict[str, Any]] | None = None) -> ChatCompletionRequest:
+        """The chat completion this request means, after the items of the conversation it
+        continues (`before`; not their instructions, as OpenAI's); an InferError naming the
+        field that no chat completion could take."""
         chat: dict[str, Any] = {
             "model": self.model,
-            "messages": _turns(self.instructions, self.input),
+            "messages": _turns(self.instructions, before or [], self.input_items()),
             "temperature": 1.0 if self.temperature is None else self.temperature,
             "top_p": 1.0 if self.top_p is None else self.top_p,
             "parallel_tool_calls": self.parallel_tool_calls is not False,
@@ -110,15 +114,16 @@ def _refuse(message: str, param: str = "input") -> InferError:
     return InferError(ErrorKind.INVALID_PARAMS, message, param=param)
 
 
-def _turns(instructions: str | None, items: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages from the instructions and the input items. Consecutive function calls
-    are one assistant turn, as a chat client sends them; reasoning items are passed over."""
+def _turns(
+    instructions: str | None, before: list[dict[str, Any]], items: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Chat messages from the instructions, the items of the conversation continued, and the
+    input items (numbered from 0 in errors). Consecutive function calls are one assistant
+    turn, as a chat client sends them; reasoning items are passed over."""
     turns: list[dict[str, Any]] = []
     if instructions:
         turns.append({"role": "system", "content": instructions})
-    if isinstance(items, str):
-        return [*turns, {"role": "user", "content": items}]
-    for k, item in enumerate(items):
+    for k, item in enumerate([*before, *items], start=-len(before)):
         kind = item.get("type", "message")
         if kind == "message":
             turns.append({"role": item.get("role"), "content": _content(item.get("content"), k)})
@@ -275,8 +280,8 @@ class ResponseObject(BaseModel):
     instructions: str | None = None
     max_output_tokens: int | None = None
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
-    store: bool = False  # nothing is kept: a later request cannot name this one
+    previous_response_id: str | None = None
+    store: bool = True  # kept: a later request may continue it
     temperature: float = 1.0
     top_p: float = 1.0
     tool_choice: Any = "auto"
@@ -297,6 +302,8 @@ class ResponseObject(BaseModel):
             status="in_progress",
             model=model,
             instructions=request.instructions,
+            previous_response_id=request.previous_response_id,
+            store=request.store is not False,
             max_output_tokens=request.max_output_tokens,
             parallel_tool_calls=request.parallel_tool_calls is not False,
             temperature=1.0 if request.temperature is None else request.temperature,

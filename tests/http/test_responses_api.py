@@ -1,7 +1,8 @@
 """OpenAI's Responses API (`POST /v1/responses`) with the official openai SDK against the real
 server (bundled model): whole and streamed replies and their events, the chat turns a
 request means, function tools (a forced call, a round trip with its output), structured
-output, and the refusals of what a stateless host cannot do."""
+output, kept responses (`previous_response_id`, GET, DELETE, their owners) and the refusals
+of what the host cannot do."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 import openai
 import pytest
 
-from .conftest import MODEL, Host
+from infertui.core.transport.http.access import Access
+
+from .conftest import MODEL, Host, HostFactory
 
 pytestmark = pytest.mark.model
 
@@ -214,9 +217,8 @@ async def test_text_format_json_schema_shapes_the_reply(sdk: openai.AsyncOpenAI)
     assert set(json.loads(reply.output_text)) == {"city"}
 
 
-async def test_what_a_stateless_host_cannot_do_is_a_400_naming_it(host: Host) -> None:
+async def test_what_the_host_cannot_do_is_a_400_naming_it(host: Host) -> None:
     cases: list[tuple[dict[str, Any], str, str]] = [
-        ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
          "input", "read text only"),
         ({"tools": [{"type": "web_search"}]}, "tools", "functions only"),
@@ -237,6 +239,77 @@ async def test_what_a_stateless_host_cannot_do_is_a_400_naming_it(host: Host) ->
     assert unknown.status_code == 404
     assert unknown.json()["error"]["type"] == "not_found_error"
     assert unknown.json()["error"]["param"] == "model"
+    body = {"model": MODEL, "input": "hi", "previous_response_id": "resp_never"}
+    forgotten = await host.client.post("/v1/responses", json=body)
+    assert forgotten.status_code == 404
+    assert forgotten.json()["error"]["param"] == "previous_response_id"
+    assert "no response 'resp_never'" in forgotten.json()["error"]["message"]
+
+
+async def test_previous_response_id_continues_the_kept_conversation(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    """A response is kept with its conversation: the next one, naming it, reads the turns
+    before it (not its instructions, as OpenAI's), then its own input: the very prompt that
+    the whole conversation sent again makes."""
+    first = await sdk.responses.create(
+        model=MODEL, instructions="Be brief.", input="My name is Ana. Say hello to me.",
+        max_output_tokens=8, temperature=0,
+    )  # fmt: skip
+    assert first.store is True and first.previous_response_id is None
+    second = await sdk.responses.create(
+        model=MODEL, previous_response_id=first.id, input="What is my name?",
+        max_output_tokens=4, temperature=0,
+    )  # fmt: skip
+    assert second.previous_response_id == first.id and second.instructions is None
+    whole: Any = [
+        {"role": "user", "content": "My name is Ana. Say hello to me."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": first.output_text}]},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    again = await sdk.responses.create(
+        model=MODEL, input=whole, max_output_tokens=4, temperature=0, store=False
+    )
+    assert second.usage is not None and again.usage is not None
+    assert second.usage.input_tokens == again.usage.input_tokens
+    assert again.store is False
+    third = await sdk.responses.create(  # a chain: the first two turns come along
+        model=MODEL, previous_response_id=second.id, input="Thanks.", max_output_tokens=2,
+    )  # fmt: skip
+    assert third.usage is not None and third.usage.input_tokens > second.usage.input_tokens
+    with pytest.raises(openai.NotFoundError):  # not kept: store false
+        await sdk.responses.create(model=MODEL, previous_response_id=again.id, input="Hi.")
+
+
+async def test_a_kept_response_is_read_and_deleted(sdk: openai.AsyncOpenAI) -> None:
+    """GET gives a kept response as it ended, streamed ones too; DELETE forgets it."""
+    whole = await sdk.responses.create(model=MODEL, input="Hi.", max_output_tokens=4)
+    read = await sdk.responses.retrieve(whole.id)
+    assert read.model_dump() == whole.model_dump()
+    stream = await sdk.responses.create(model=MODEL, input="Hi.", max_output_tokens=4, stream=True)
+    events = [event async for event in stream]
+    ended = events[-1].response
+    assert (await sdk.responses.retrieve(ended.id)).model_dump() == ended.model_dump()
+    await sdk.responses.delete(whole.id)
+    with pytest.raises(openai.NotFoundError):
+        await sdk.responses.retrieve(whole.id)
+    with pytest.raises(openai.NotFoundError):
+        await sdk.responses.delete(whole.id)
+
+
+async def test_a_kept_response_is_its_owner_s(start_host: HostFactory) -> None:
+    """With API keys in play, as a task: another key can neither read nor continue it."""
+    host = await start_host(access=Access(["alice", "bob"], "root-key", loopback=False))
+    alice, bob, root = ({"Authorization": f"Bearer {key}"} for key in ("alice", "bob", "root-key"))
+    body = {"model": MODEL, "input": "Hi.", "max_output_tokens": 2}
+    made = await host.client.post("/v1/responses", json=body, headers=alice)
+    response_id = made.json()["id"]
+    assert (await host.client.get(f"/v1/responses/{response_id}", headers=bob)).status_code == 403
+    follow = {**body, "previous_response_id": response_id}
+    assert (await host.client.post("/v1/responses", json=follow, headers=bob)).status_code == 403
+    assert (await host.client.post("/v1/responses", json=follow, headers=alice)).status_code == 200
+    gone = await host.client.delete(f"/v1/responses/{response_id}", headers=root)
+    assert gone.status_code == 200 and gone.json()["deleted"] is True
 
 
 async def test_several_streamed_calls_each_close_before_the_next_opens(

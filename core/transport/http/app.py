@@ -35,6 +35,7 @@ from .middleware import (
     LoopbackHostsMiddleware,
     ScriptBodiesMiddleware,
 )
+from .response_store import ResponseStore
 from .routes_engines import ProcessUsage
 from .task_store import TaskStore
 
@@ -92,6 +93,7 @@ def create_app(
     app.state.access = access
     app.state.max_body_bytes = max_body_bytes
     app.state.tasks = TaskStore()
+    app.state.responses = ResponseStore()
     app.state.usage = ProcessUsage()
     app.state.metrics_registry = metrics.collector_registry(service)
     app.state.background = set[asyncio.Task[object]]()

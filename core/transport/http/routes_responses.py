@@ -6,7 +6,9 @@ goes out in the Responses shapes: a message item with one `output_text` part, or
 `response.created`, `response.in_progress`, an item's `output_item.added`, its deltas and
 `.done` events, then `response.completed` (`response.incomplete` when `max_output_tokens`
 cut it, `response.failed` when the engine failed it). A reply that may be a tool call is
-held back until it is known, as on the chat endpoint.
+held back until it is known, as on the chat endpoint. An ended response is kept (unless the
+request says `store: false`) for `previous_response_id`, `GET` and `DELETE
+/v1/responses/{id}`: response_store.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -39,8 +41,10 @@ from ...protocol.responses import (
 from ...protocol.tool_stream import CallDelta
 from ...protocol.tool_use import HeldReply, ToolUse
 from ...scheduler import Job
+from .access import access_of
 from .deps import collect, submit_all
 from .families import documented_errors
+from .response_store import ResponseStore, StoredResponse
 from .routes_openai import chat_job
 from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
@@ -61,17 +65,21 @@ _SSE = {
     "/v1/responses",
     response_model=ResponseObject,
     responses={200: _SSE, **documented_errors(ErrorEnvelope)},
-    summary="A model response (stateless); `stream: true` for typed SSE events",
+    summary="A model response; `stream: true` for typed SSE events",
 )
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> ResponseObject | LiveResponse:
+    before: list[dict[str, Any]] = []
+    if body.previous_response_id is not None:
+        before = _kept(request, body.previous_response_id, "previous_response_id").conversation
     # max_output_tokens None: until the context ends
-    asked, use = chat_job(request, body.as_chat(), body.max_output_tokens)
+    asked, use = chat_job(request, body.as_chat(before), body.max_output_tokens)
     [job] = await submit_all(request, [asked])
     started = ResponseObject.started(body, f"resp_{job.id}", job.pool_id, int(time.time()))
+    keep = _keeper(request, body, before)
     if body.stream:
-        return sse_response(_Stream(job, started, use).events())
+        return sse_response(_Stream(job, started, use, keep).events())
     [(text, final)] = await collect(request, job)
     cut = final.finish_reason == "length"
     calls = use.final_calls(text, cut)
@@ -80,7 +88,62 @@ async def create_response(
     ]
     if cut:  # the last item is the one max_output_tokens cut short
         items[-1] = items[-1].model_copy(update={"status": "incomplete"})
-    return _ended(started, job, final, items)
+    return keep(_ended(started, job, final, items))
+
+
+@router.get(
+    "/v1/responses/{response_id}",
+    response_model=ResponseObject,
+    responses=documented_errors(ErrorEnvelope),
+    summary="A kept response, as it ended",
+)
+async def get_response(response_id: str, request: Request) -> ResponseObject:
+    return _kept(request, response_id).response
+
+
+class DeletedResponse(BaseModel):
+    id: str
+    object: Literal["response.deleted"] = "response.deleted"
+    deleted: bool = True
+
+
+@router.delete(
+    "/v1/responses/{response_id}",
+    response_model=DeletedResponse,
+    responses=documented_errors(ErrorEnvelope),
+    summary="Forget a kept response",
+)
+async def delete_response(response_id: str, request: Request) -> DeletedResponse:
+    _kept(request, response_id)  # its owner's to delete
+    _store(request).delete(response_id)
+    return DeletedResponse(id=response_id)
+
+
+def _store(request: Request) -> ResponseStore:
+    store: ResponseStore = request.app.state.responses
+    return store
+
+
+def _kept(request: Request, response_id: str, param: str = "response_id") -> StoredResponse:
+    """A kept response that the caller may read: its owner's, or an admin's."""
+    stored = _store(request).get(response_id, param)
+    access_of(request).check_owner(request, stored.owner, f"response '{response_id}'")
+    return stored
+
+
+def _keeper(
+    request: Request, body: ResponsesRequest, before: list[dict[str, Any]]
+) -> Callable[[ResponseObject], ResponseObject]:
+    """What to do with the response once it ended: keep it with its conversation (unless the
+    request said `store: false`), and hand it on."""
+    owner = access_of(request).owner(request)
+
+    def keep(ended: ResponseObject) -> ResponseObject:
+        if body.store is not False:
+            _store(request).put(ended, [*before, *body.input_items()], owner)
+        return ended
+
+    return keep
 
 
 def _call_item(call: ToolCallOut) -> FunctionCallItem:
@@ -143,8 +206,14 @@ class _Stream:
     """The events of one streamed response, in OpenAI's order: an item opens
     (`output_item.added`), takes its deltas and closes (`.done`) before the next opens."""
 
-    def __init__(self, job: Job, started: ResponseObject, use: ToolUse) -> None:
-        self._job, self._started = job, started
+    def __init__(
+        self,
+        job: Job,
+        started: ResponseObject,
+        use: ToolUse,
+        keep: Callable[[ResponseObject], ResponseObject],
+    ) -> None:
+        self._job, self._started, self._keep = job, started, keep
         self._numbers = itertools.count()
         self._message_id = f"msg_{job.id}"
         self._delta = Template(
@@ -266,6 +335,6 @@ class _Stream:
         if self._calls:
             out += self._close_call(len(self._calls) - 1, status)
             output += self._calls
-        ended = _ended(self._started, self._job, final, output)
+        ended = self._keep(_ended(self._started, self._job, final, output))
         out.append(self.response(f"response.{ended.status}", ended))  # completed, incomplete
         return out  # (max_output_tokens), or failed
