@@ -312,3 +312,11 @@ class ResponseObject(BaseModel):
             tools=request.tools or [],
             text={"format": {"type": "text"}, **(request.text or {})},
         )
+
+
+class DeletedResponse(BaseModel):
+    """What `DELETE /v1/responses/{id}` answers."""
+
+    id: str
+    object: Literal["response.deleted"] = "response.deleted"
+    deleted: bool = True

@@ -103,7 +103,7 @@ async def test_streaming_lifecycle_normal(raw_peer) -> None:
 async def test_streaming_lifecycle_aborted(raw_peer) -> None:
     peer = await raw_peer()
     await peer.until("server_info")
-    peer.send(chat_start("long", max_tokens=400))
+    peer.send(chat_start("long", max_tokens=400, ignore_eos=True))
     await peer.until("chat_chunk")
     peer.send(p2p.encode("abort", {}, "long"))
     while (message := await peer.next())["type"] == "chat_chunk":
@@ -121,7 +121,7 @@ async def test_streaming_lifecycle_aborted(raw_peer) -> None:
 async def test_error_message_host_busy_is_model_busy(raw_peer) -> None:
     peer = await raw_peer()
     await peer.until("server_info")
-    peer.send(chat_start("first", max_tokens=200))
+    peer.send(chat_start("first", max_tokens=200, ignore_eos=True))
     await peer.until("chat_chunk")
     peer.send(chat_start("second", max_tokens=5))
     error = await peer.until("error")

@@ -203,7 +203,9 @@ async def test_before_the_first_token_the_app_shows_its_place_in_the_queue(
 ) -> None:
     host = await start_served_host(parallel=1)
     other = await connect(host.url)
-    busy = other.chat([ChatMessage(role="user", content="A long story.")], max_tokens=400)
+    busy = other.chat(
+        [ChatMessage(role="user", content="A long story.")], max_tokens=400, ignore_eos=True
+    )
     reader = asyncio.create_task(busy.text())
     app = app_for(host)
     try:

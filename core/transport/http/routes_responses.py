@@ -26,6 +26,7 @@ from ...protocol.errors import ErrorKind
 from ...protocol.events import Finished, TokenText
 from ...protocol.openai import ErrorEnvelope, ToolCallOut
 from ...protocol.responses import (
+    DeletedResponse,
     FunctionCallItem,
     IncompleteDetails,
     InputTokensDetails,
@@ -99,12 +100,6 @@ async def create_response(
 )
 async def get_response(response_id: str, request: Request) -> ResponseObject:
     return _kept(request, response_id).response
-
-
-class DeletedResponse(BaseModel):
-    id: str
-    object: Literal["response.deleted"] = "response.deleted"
-    deleted: bool = True
 
 
 @router.delete(
