@@ -104,6 +104,13 @@ class MetricsRecorder:
         if tokens > 0 and seconds > 0:
             self._prefills.append((time.monotonic(), tokens, seconds))
 
+    def record_first_token(self, ttft_ms: float) -> None:
+        """A job's first token reached the event loop: its TTFT counts now, not when the job
+        ends (a long reply kept the dashboards' TTFT blank for as long as it ran; vLLM's
+        histogram is observed at the first token too). Whatever the job's end."""
+        self._ttft.append(ttft_ms)
+        self.ttft_hist.observe(ttft_ms)
+
     def record_finish(self, final: Finished, *, prefill_recorded: bool = False) -> None:
         """A job's end; its prompt counts now unless `record_prefill` had it already (an
         upstream's prompt size is known only from the usage at the end)."""
@@ -122,9 +129,6 @@ class MetricsRecorder:
         self.decode_s += t.decode_ms / 1000
         self.prefill_s += t.prefill_ms / 1000
         if reason in ("stop", "length"):
-            if t.ttft_ms is not None:
-                self._ttft.append(t.ttft_ms)
-                self.ttft_hist.observe(t.ttft_ms)
             self._latency.append(t.total_ms)
             self.latency_hist.observe(t.total_ms)
             self.queue_hist.observe(t.queue_wait_ms)

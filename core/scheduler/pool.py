@@ -379,12 +379,15 @@ class Pool:
             job = self._jobs.get(request.job_id)
             if job is None:
                 continue
+            first = isinstance(event, TokenText) and job.first_token_at is None
             if isinstance(event, TokenText):
                 tokens += 1
                 if event.prefill is not None:
                     self.metrics.record_prefill(*event.prefill)
                     job.prefill_recorded = True
             job._deliver(event)
+            if first and job.first_token_at is not None:  # (None: cancelled meanwhile)
+                self.metrics.record_first_token((job.first_token_at - job.enqueued_at) * 1000)
             if isinstance(event, Finished):
                 self._forget(job)
         if tokens:

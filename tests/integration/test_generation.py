@@ -160,12 +160,10 @@ async def test_per_job_timings_are_reported(make_pool) -> None:
     assert t.decode_tps > 1.0
 
 
-async def test_the_prompt_rate_is_known_as_a_reply_starts_and_counts_only_tokens_read(
-    make_pool,
-) -> None:
-    """The dashboards' prompt tokens/s moves with a job's first text, not at its end (it read
-    0 through a whole reply), and a prompt whose head came from kept cells counts only the
-    tokens it read."""
+async def test_the_prompt_rate_and_ttft_are_known_as_a_reply_starts(make_pool) -> None:
+    """The dashboards' prompt tokens/s and TTFT move with a job's first text, not at its end
+    (they were blank through a whole reply), and a prompt whose head came from kept cells
+    counts only the tokens it read."""
     pool = await make_pool(parallel=1)
     head = "A long story about a lighthouse keeper and the sea. " * 12
     job = pool.submit(
@@ -177,10 +175,12 @@ async def test_the_prompt_rate_is_known_as_a_reply_starts_and_counts_only_tokens
             running = pool.metrics_snapshot()
     assert running is not None and running.completed == 0
     assert running.prefill_tps_recent > 0
+    assert running.ttft_ms.p50 is not None and running.ttft_ms.p50 > 0
     assert job.result is not None and job.result.finish_reason == "length"
     await job.wait_released()
     after = pool.metrics_snapshot()
     assert after.prefill_tps_recent == running.prefill_tps_recent  # counted once, not again
+    assert after.ttft_ms == running.ttft_ms
     follow = pool.submit(prompt=head + "The keeper", params=SamplingParams(max_tokens=4))
     _, end = await follow.text()
     assert end.timings.tokens_cached > 0
