@@ -524,6 +524,9 @@ def error_envelope(err: InferError) -> ErrorEnvelope:
     m = err.mapping
     return ErrorEnvelope(
         error=ErrorBody(
-            message=err.message, type=m.openai_type, param=err.param, code=m.openai_code
+            message=err.message,
+            type=m.openai_type,
+            param=err.param,
+            code=err.details.get("openai_code", m.openai_code),  # a route's own, where it has one
         )
     )

@@ -69,9 +69,10 @@ class ResponsesRequest(BaseModel):
         """The chat completion this request means, after the items of the conversation it
         continues (`before`; not their instructions, as OpenAI's); an InferError naming the
         field that no chat completion could take."""
+        turns, origins = _turns(self.instructions, before or [], self.input_items())
         chat: dict[str, Any] = {
             "model": self.model,
-            "messages": _turns(self.instructions, before or [], self.input_items()),
+            "messages": turns,
             "temperature": 1.0 if self.temperature is None else self.temperature,
             "top_p": 1.0 if self.top_p is None else self.top_p,
             "parallel_tool_calls": self.parallel_tool_calls is not False,
@@ -91,16 +92,21 @@ class ResponsesRequest(BaseModel):
         try:
             return ChatCompletionRequest.model_validate(chat)
         except ValidationError as err:
-            raise _as_responses_error(err) from None
+            raise _as_responses_error(err, origins) from None
 
 
-def _as_responses_error(err: ValidationError) -> InferError:
+def _as_responses_error(err: ValidationError, origins: list[int | None]) -> InferError:
     """A chat request's validation error, named as the Responses request names the field:
-    `input` for `messages`, `tools.0.name` for `tools.0.function.name`. A check across
-    fields has no location: the field its message begins with is the one."""
+    `input.2` for the turn that input item 2 made (`origins`: each turn's item, None for the
+    instructions' and the continued conversation's), `tools.0.name` for
+    `tools.0.function.name`. A check across fields has no location: the field its message
+    begins with is the one."""
     first = err.errors()[0]
     message = str(first["msg"]).removeprefix("Value error, ")
     loc = [str(p) for p in first["loc"] if p != "function"]
+    if loc[:1] == ["messages"] and len(loc) > 1 and loc[1].isdigit():
+        item = origins[int(loc[1])] if int(loc[1]) < len(origins) else None
+        loc[1] = "?" if item is None else str(item)
     if not loc:
         named = [name for name in _FIELD if message.startswith(name)]
         field = _FIELD[named[0]] if named else None
@@ -116,13 +122,16 @@ def _refuse(message: str, param: str = "input") -> InferError:
 
 def _turns(
     instructions: str | None, before: list[dict[str, Any]], items: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[int | None]]:
     """Chat messages from the instructions, the items of the conversation continued, and the
-    input items (numbered from 0 in errors). Consecutive function calls are one assistant
-    turn, as a chat client sends them; reasoning items are passed over."""
+    input items (numbered from 0 in errors), with the input item each message came from
+    (None: the instructions, the conversation continued). Consecutive function calls are
+    one assistant turn, as a chat client sends them; reasoning items are passed over."""
     turns: list[dict[str, Any]] = []
+    origins: list[int | None] = []
     if instructions:
         turns.append({"role": "system", "content": instructions})
+        origins.append(None)
     for k, item in enumerate([*before, *items], start=-len(before)):
         kind = item.get("type", "message")
         if kind == "message":
@@ -152,7 +161,8 @@ def _turns(
                 f"input item {k} is a '{kind}': this host reads messages, "
                 "function_call and function_call_output items"
             )
-    return turns
+        origins += [None if k < 0 else k] * (len(turns) - len(origins))  # its turn, if new
+    return turns, origins
 
 
 def _content(content: object, k: int) -> object:

@@ -95,7 +95,7 @@ class HeldReply(Generic[Piece]):
                 CallDelta(k, arguments=call.function.arguments),
             )
         ]
-        return deltas, [] if whole else self._held, called
+        return deltas, [] if whole or not self._text() else self._held, called
 
     def _text(self) -> str:
         return "".join(self._text_of(piece) for piece in self._held or ())

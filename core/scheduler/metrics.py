@@ -111,9 +111,12 @@ class MetricsRecorder:
         self._ttft.append(ttft_ms)
         self.ttft_hist.observe(ttft_ms)
 
-    def record_finish(self, final: Finished, *, prefill_recorded: bool = False) -> None:
+    def record_finish(
+        self, final: Finished, *, prefill_recorded: bool = False, ttft_recorded: bool = False
+    ) -> None:
         """A job's end; its prompt counts now unless `record_prefill` had it already (an
-        upstream's prompt size is known only from the usage at the end)."""
+        upstream's prompt size is known only from the usage at the end), and its TTFT unless
+        `record_first_token` had it (a whole reply with no text: the engine's own figure)."""
         t = final.timings
         reason = final.finish_reason
         if reason == "abort":
@@ -129,6 +132,8 @@ class MetricsRecorder:
         self.decode_s += t.decode_ms / 1000
         self.prefill_s += t.prefill_ms / 1000
         if reason in ("stop", "length"):
+            if not ttft_recorded and t.ttft_ms is not None:
+                self.record_first_token(t.ttft_ms)
             self._latency.append(t.total_ms)
             self.latency_hist.observe(t.total_ms)
             self.queue_hist.observe(t.queue_wait_ms)

@@ -406,7 +406,11 @@ class Pool:
             self._per_client[job.client_id] -= 1
             if self._per_client[job.client_id] <= 0:
                 del self._per_client[job.client_id]
-        self.metrics.record_finish(final, prefill_recorded=job.prefill_recorded)
+        self.metrics.record_finish(
+            final,
+            prefill_recorded=job.prefill_recorded,
+            ttft_recorded=job.first_token_at is not None,
+        )
         t = final.timings
         log.info(
             "pool %s: %s from %s finished (%s): %d in, %d out, queued %.0f ms, ttft %s ms, "

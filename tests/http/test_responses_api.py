@@ -226,6 +226,8 @@ async def test_what_the_host_cannot_do_is_a_400_naming_it(host: Host) -> None:
         ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [TOOL]}, "tool_choice",
          "nope"),
         ({"max_output_tokens": 0}, "max_output_tokens", ""),
+        ({"instructions": "Be brief.", "input": [{"role": "bogus", "content": "hi"}]}, "input",
+         "'input.0.role'"),  # the item's place, not the chat turn's (1, after the system's)
         ({"temperature": 3}, "temperature", ""),
     ]  # fmt: skip
     for change, param, words in cases:
@@ -241,9 +243,12 @@ async def test_what_the_host_cannot_do_is_a_400_naming_it(host: Host) -> None:
     assert unknown.json()["error"]["param"] == "model"
     body = {"model": MODEL, "input": "hi", "previous_response_id": "resp_never"}
     forgotten = await host.client.post("/v1/responses", json=body)
-    assert forgotten.status_code == 404
-    assert forgotten.json()["error"]["param"] == "previous_response_id"
-    assert "no response 'resp_never'" in forgotten.json()["error"]["message"]
+    assert forgotten.status_code == 400  # OpenAI's code: clients send the whole conversation
+    error = forgotten.json()["error"]
+    assert error["param"] == "previous_response_id"
+    assert error["code"] == "previous_response_not_found"
+    assert "no response 'resp_never'" in error["message"]
+    assert (await host.client.get("/v1/responses/resp_never")).status_code == 404
 
 
 async def test_previous_response_id_continues_the_kept_conversation(
@@ -277,7 +282,7 @@ async def test_previous_response_id_continues_the_kept_conversation(
         model=MODEL, previous_response_id=second.id, input="Thanks.", max_output_tokens=2,
     )  # fmt: skip
     assert third.usage is not None and third.usage.input_tokens > second.usage.input_tokens
-    with pytest.raises(openai.NotFoundError):  # not kept: store false
+    with pytest.raises(openai.BadRequestError):  # not kept: store false
         await sdk.responses.create(model=MODEL, previous_response_id=again.id, input="Hi.")
 
 

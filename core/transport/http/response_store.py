@@ -16,10 +16,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ...protocol.errors import ErrorKind, InferError
 from ...protocol.responses import ResponseObject
 
-MAX_CHARS = 32_000_000  # of JSON-encoded conversation, in all the kept responses
+MAX_CHARS = 32_000_000  # of JSON: the kept responses and their conversations, in all
+# What a response whose reply was empty (a stream that ended at once) said: a turn all the same.
+_NOTHING = {
+    "type": "message",
+    "role": "assistant",
+    "content": [{"type": "output_text", "text": ""}],
+}
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,8 @@ class StoredResponse:
     response: ResponseObject
     conversation: list[dict[str, Any]]  # input items, the response's output last
     owner: str | None
-    size: int
+    chain_chars: int  # the conversation's JSON, counted once per response that added to it
+    size: int  # what it counts against MAX_CHARS: that and the response's own JSON
 
 
 class ResponseStore:
@@ -37,32 +43,32 @@ class ResponseStore:
         self._chars = 0
 
     def put(
-        self, response: ResponseObject, inputs: list[dict[str, Any]], owner: str | None
+        self,
+        response: ResponseObject,
+        before: StoredResponse | None,
+        inputs: list[dict[str, Any]],
+        owner: str | None,
     ) -> None:
-        """Keep an ended response, whose request read `inputs` (the ones it continued, then
-        its own), making room as needed. One bigger than the whole store is not kept."""
-        output = [item.model_dump(mode="json") for item in response.output]
-        conversation = [*inputs, *output]
-        size = len(json.dumps(conversation, ensure_ascii=False))
+        """Keep an ended response: the conversation it continued (`before`'s), its request's
+        own input items, its output. Room is made as needed; one bigger than the whole store
+        is not kept. Only what this response adds is encoded: a chain costs linear work."""
+        added = [*inputs, *([i.model_dump(mode="json") for i in response.output] or [_NOTHING])]
+        chain_chars = (before.chain_chars if before else 0) + len(
+            json.dumps(added, ensure_ascii=False)
+        )
+        size = chain_chars + len(response.model_dump_json())
         if size > self._max_chars:
             return
         self.delete(response.id)
         while self._chars + size > self._max_chars:
             _, oldest = self._kept.popitem(last=False)
             self._chars -= oldest.size
-        self._kept[response.id] = StoredResponse(response, conversation, owner, size)
+        conversation = [*(before.conversation if before else []), *added]
+        self._kept[response.id] = StoredResponse(response, conversation, owner, chain_chars, size)
         self._chars += size
 
-    def get(self, response_id: str, param: str = "response_id") -> StoredResponse:
-        try:
-            return self._kept[response_id]
-        except KeyError:
-            raise InferError(
-                ErrorKind.NOT_FOUND,
-                f"no response '{response_id}' is kept here (stored responses last until "
-                "the host restarts or needs the room)",
-                param=param,
-            ) from None
+    def find(self, response_id: str) -> StoredResponse | None:
+        return self._kept.get(response_id)
 
     def delete(self, response_id: str) -> bool:
         stored = self._kept.pop(response_id, None)

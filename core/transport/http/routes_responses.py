@@ -22,7 +22,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from ...protocol.errors import ErrorKind
+from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.openai import ErrorEnvelope, ToolCallOut
 from ...protocol.responses import (
@@ -71,11 +71,10 @@ _SSE = {
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> ResponseObject | LiveResponse:
-    before: list[dict[str, Any]] = []
-    if body.previous_response_id is not None:
-        before = _kept(request, body.previous_response_id, "previous_response_id").conversation
+    before = None if body.previous_response_id is None else _previous(request, body)
     # max_output_tokens None: until the context ends
-    asked, use = chat_job(request, body.as_chat(before), body.max_output_tokens)
+    conversation = before.conversation if before else []
+    asked, use = chat_job(request, body.as_chat(conversation), body.max_output_tokens)
     [job] = await submit_all(request, [asked])
     started = ResponseObject.started(body, f"resp_{job.id}", job.pool_id, int(time.time()))
     keep = _keeper(request, body, before)
@@ -119,23 +118,47 @@ def _store(request: Request) -> ResponseStore:
     return store
 
 
-def _kept(request: Request, response_id: str, param: str = "response_id") -> StoredResponse:
-    """A kept response that the caller may read: its owner's, or an admin's."""
-    stored = _store(request).get(response_id, param)
+def _kept(request: Request, response_id: str) -> StoredResponse:
+    """A kept response that the caller may read (its owner's, or an admin's), else a 404."""
+    stored = _store(request).find(response_id)
+    if stored is None:
+        raise InferError(ErrorKind.NOT_FOUND, _forgotten(response_id), param="response_id")
     access_of(request).check_owner(request, stored.owner, f"response '{response_id}'")
     return stored
 
 
+def _previous(request: Request, body: ResponsesRequest) -> StoredResponse:
+    """The response a request continues; one not kept is a 400 with OpenAI's code for it,
+    on which clients (Codex's proxies) send the whole conversation again."""
+    response_id = body.previous_response_id or ""
+    stored = _store(request).find(response_id)
+    if stored is None:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS, _forgotten(response_id), param="previous_response_id",
+            details={"openai_code": "previous_response_not_found"},
+        )  # fmt: skip
+    access_of(request).check_owner(request, stored.owner, f"response '{response_id}'")
+    return stored
+
+
+def _forgotten(response_id: str) -> str:
+    return (
+        f"no response '{response_id}' is kept here (kept responses last until the host "
+        "restarts or needs the room)"
+    )
+
+
 def _keeper(
-    request: Request, body: ResponsesRequest, before: list[dict[str, Any]]
+    request: Request, body: ResponsesRequest, before: StoredResponse | None
 ) -> Callable[[ResponseObject], ResponseObject]:
-    """What to do with the response once it ended: keep it with its conversation (unless the
-    request said `store: false`), and hand it on."""
+    """What to do with the response once it ended: keep it with its conversation, unless the
+    request said `store: false` or it failed (a failed one is not continued: a whole reply
+    that fails is an error, and is not kept either), and hand it on."""
     owner = access_of(request).owner(request)
 
     def keep(ended: ResponseObject) -> ResponseObject:
-        if body.store is not False:
-            _store(request).put(ended, [*before, *body.input_items()], owner)
+        if body.store is not False and ended.status != "failed":
+            _store(request).put(ended, before, body.input_items(), owner)
         return ended
 
     return keep
