@@ -4,7 +4,7 @@ calls (`HeldReply`), the one place both dialects' streams take that decision."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -68,10 +68,10 @@ class HeldReply(Generic[Piece]):
         self._held: list[Piece] | None = [] if use.names else None
         self._calls = CallStream(use.names)
 
-    def add(self, piece: Piece) -> tuple[list[CallDelta], list[Piece]]:
+    def add(self, piece: Piece) -> tuple[Sequence[CallDelta], list[Piece]]:
         """What to send now: call deltas, or pieces of text (this one, or all held so far)."""
-        if self._held is None:
-            return [], [piece]
+        if self._held is None:  # every token of a reply with no tools comes here
+            return (), [piece]
         self._held.append(piece)
         text = self._text()
         if self._calls.started or self._use.holds(text):

@@ -379,9 +379,10 @@ class Pool:
             job = self._jobs.get(request.job_id)
             if job is None:
                 continue
-            first = isinstance(event, TokenText) and job.first_token_at is None
+            first = False  # the job's first text: its TTFT counts once delivered
             if isinstance(event, TokenText):
                 tokens += 1
+                first = job.first_token_at is None
                 if event.prefill is not None:
                     self.metrics.record_prefill(*event.prefill)
                     job.prefill_recorded = True

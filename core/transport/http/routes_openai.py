@@ -162,6 +162,8 @@ async def chat_chunks(
         yield json_line(chunk(i, Delta(role="assistant", content="")))
 
     def text_chunk(index: int, pieces: list[TokenText]) -> str:
+        if len(pieces) == 1 and not pieces[0].logprobs:  # the hot path: one token's text
+            return tokens[index].render(pieces[0].text)
         text = "".join(piece.text for piece in pieces)
         if not (logprobs := [lp for piece in pieces for lp in piece.logprobs]):
             return tokens[index].render(text)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -71,9 +71,11 @@ _SSE = {
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> ResponseObject | LiveResponse:
-    before = None if body.previous_response_id is None else _previous(request, body)
-    # max_output_tokens None: until the context ends
+    before = None
+    if body.previous_response_id is not None:
+        before = _kept(request, body.previous_response_id, continued=True)
     conversation = before.conversation if before else []
+    # max_output_tokens None: until the context ends
     asked, use = chat_job(request, body.as_chat(conversation), body.max_output_tokens)
     [job] = await submit_all(request, [asked])
     started = ResponseObject.started(body, f"resp_{job.id}", job.pool_id, int(time.time()))
@@ -118,34 +120,24 @@ def _store(request: Request) -> ResponseStore:
     return store
 
 
-def _kept(request: Request, response_id: str) -> StoredResponse:
-    """A kept response that the caller may read (its owner's, or an admin's), else a 404."""
+def _kept(request: Request, response_id: str, *, continued: bool = False) -> StoredResponse:
+    """A kept response that the caller may read: its owner's, or an admin's. One not kept is
+    a 404; for a request that would continue it, a 400 with OpenAI's code for that, on which
+    clients (Codex's proxies) send the whole conversation again."""
     stored = _store(request).find(response_id)
     if stored is None:
-        raise InferError(ErrorKind.NOT_FOUND, _forgotten(response_id), param="response_id")
+        message = (
+            f"no response '{response_id}' is kept here (kept responses last until the host "
+            "restarts or needs the room)"
+        )
+        if continued:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, message, param="previous_response_id",
+                details={"openai_code": "previous_response_not_found"},
+            )  # fmt: skip
+        raise InferError(ErrorKind.NOT_FOUND, message, param="response_id")
     access_of(request).check_owner(request, stored.owner, f"response '{response_id}'")
     return stored
-
-
-def _previous(request: Request, body: ResponsesRequest) -> StoredResponse:
-    """The response a request continues; one not kept is a 400 with OpenAI's code for it,
-    on which clients (Codex's proxies) send the whole conversation again."""
-    response_id = body.previous_response_id or ""
-    stored = _store(request).find(response_id)
-    if stored is None:
-        raise InferError(
-            ErrorKind.INVALID_PARAMS, _forgotten(response_id), param="previous_response_id",
-            details={"openai_code": "previous_response_not_found"},
-        )  # fmt: skip
-    access_of(request).check_owner(request, stored.owner, f"response '{response_id}'")
-    return stored
-
-
-def _forgotten(response_id: str) -> str:
-    return (
-        f"no response '{response_id}' is kept here (kept responses last until the host "
-        "restarts or needs the room)"
-    )
 
 
 def _keeper(
@@ -264,7 +256,7 @@ class _Stream:
         calls, pieces = self._reply.add(piece)
         return self._sent(calls, pieces)
 
-    def _sent(self, calls: list[CallDelta], pieces: list[str]) -> list[SseEvent]:
+    def _sent(self, calls: Sequence[CallDelta], pieces: list[str]) -> list[SseEvent]:
         out = [event for call in calls for event in self._call(call)]
         return out + self._text_events("".join(pieces)) if pieces else out
 
