@@ -339,6 +339,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the rows
     models = list(args.model)
     for spec in args.make:
         shape, _, vocab = spec.partition(":")

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Issue 10's GPU table in one call on a lent GPU machine (no network), from the project's root,
+# with `.gpu/` carried (bash ../shared/gpu/prepare.sh fills it):
+#
+#   bash bench/gpu_table.sh            # every stage, in order of importance, within BUDGET_S
+#   STAGES="1b 8b" bash bench/gpu_table.sh
+#
+# llama.cpp comes from .gpu/cuda-bin.tar.xz when it is there (built for sm_90 on the build
+# machine: the GPU's minutes go to measuring) and is built by .gpu/build.sh otherwise. Models are
+# random-weight Llama shapes (bench/make_model.py). Every figure comes from bench/bench_gpu.py:
+# raw llama-batched-bench, infertui and llama-server from the same build, side by side, with the
+# same slots (-np 64) as the reference table in ../shared/gpu/README.md. Results go to $OUT.
+set -u
+T0=$(date +%s)
+OUT=${OUT:-/tmp/gpu-out}
+G=$PWD/.gpu
+BUDGET_S=${BUDGET_S:-560}
+STAGES=${STAGES:-"setup models smoke 1b 8b long 256 hop"}
+mkdir -p "$OUT" /root/site /root/pkgs/infertui /root/lcp
+say() { echo "[$(($(date +%s) - T0)) s] $*"; }
+left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
+want() { [[ " $STAGES " == *" $1 "* ]] && [ "$(left)" -gt "${2:-30}" ]; }
+
+export PYTHONPATH=/root/site:/root/pkgs PYTHONUNBUFFERED=1 XDG_CACHE_HOME=/root/cache
+export XDG_CONFIG_HOME=/root/x/config XDG_DATA_HOME=/root/x/data XDG_STATE_HOME=/root/x/state
+BIN=/root/lcp/bin
+use_bindings() {  # the llama_cpp bindings over the libraries in $BIN, and the project itself
+  rm -rf /root/pkgs/llama_cpp && cp -r /root/lcp/llama_cpp /root/pkgs/llama_cpp
+  rm -rf /root/pkgs/llama_cpp/lib && ln -sfn "$BIN" /root/pkgs/llama_cpp/lib
+  cp infertui_pkg/__init__.py /root/pkgs/infertui/
+  ln -sfn "$PWD/core" /root/pkgs/infertui/core && ln -sfn "$PWD/tui" /root/pkgs/infertui/tui
+}
+cuda_ok() {  # llama.cpp loads and sees the GPU (on a machine without one: loads)
+  python3 -c 'import shutil; from infertui.core.engine.devices import gpus; d = gpus()
+print("devices:", d); assert d or not shutil.which("nvidia-smi")'
+}
+
+if want setup; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /root/site "$G"/whl/*.whl
+  [ -f "$G/cuda-bin.tar.xz" ] && tar xJf "$G/cuda-bin.tar.xz" -C /root/lcp
+fi
+# The CUDA runtime and cuBLAS that the carried build links to, wherever this machine keeps them
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+  found=$(find /usr/local/cuda/ /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
+  [ -n "$found" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$found")
+done
+export LD_LIBRARY_PATH
+[ -x /root/lcp/vendor/llama.cpp/build/bin/llama-server ] && BIN=/root/lcp/vendor/llama.cpp/build/bin
+want setup && use_bindings
+if ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok; then  # no carried build, or it fails here
+  say "building llama.cpp here (about 5.5 minutes)"
+  WAIT_S=420 bash "$G/build.sh" | tail -3
+  BIN=/root/lcp/vendor/llama.cpp/build/bin && use_bindings
+  LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok || exit 1
+fi
+export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
+say "ready: $BIN"
+
+SMALL=${SMALL:-1b:128256} LARGE=${LARGE:-8b:32000}  # SHAPE:VOCAB (tiny:128256 tries it on a CPU)
+M1=/root/cache/infertui/bench/${SMALL%:*}-v${SMALL#*:}-q4km.gguf
+M8=/root/cache/infertui/bench/${LARGE%:*}-v${LARGE#*:}-q4km.gguf
+if want models; then  # both at once: writing F16 is one core's work, quantizing uses them all
+  say "models"
+  python3 bench/make_model.py "$M1" --shape "${SMALL%:*}" --vocab "${SMALL#*:}" &
+  python3 bench/make_model.py "$M8" --shape "${LARGE%:*}" --vocab "${LARGE#*:}" &
+  wait
+  ls -la /root/cache/infertui/bench/
+fi
+
+HOST_ARGS=()
+if want smoke; then  # one host with --parallel auto: the slots, device and VRAM it logs; a
+  # greedy and a sampled request. If sampling in the graph fails here, the benches go on without.
+  say "smoke: --parallel auto"
+  python3 -m infertui.tui.cli host --headless --no-p2p --http 127.0.0.1:18090 --model "$M1" \
+    --parallel auto > "$OUT/smoke.log" 2>&1 &
+  for _ in $(seq 1 90); do curl -sf http://127.0.0.1:18090/health > /dev/null && break; sleep 1; done
+  ok=1 id=$(curl -s http://127.0.0.1:18090/v1/models | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+  for t in 0 0.8; do
+    r=$(curl -sf http://127.0.0.1:18090/v1/completions -H 'content-type: application/json' -d \
+      "{\"model\": \"$id\", \"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"temperature\": $t, \"ignore_eos\": true}") || ok=0
+    echo "temp $t: ${r:0:300}"
+  done
+  curl -s http://127.0.0.1:18090/v1/host/metrics | head -c 1200; echo
+  kill %1; wait
+  grep -iE "slot|device|offload|VRAM|MiB|error|Traceback" "$OUT/smoke.log" | head -12
+  [ $ok = 1 ] || { HOST_ARGS=(--host-arg=--backend-sampling --host-arg=off); say "smoke failed"; }
+fi
+
+bench() {  # NAME TIMEOUT ARGS...: one bench_gpu run, its table into $OUT/NAME.md
+  local name=$1 limit=$2
+  shift 2
+  say "bench $name ($*)"
+  timeout "$limit" python3 bench/bench_gpu.py --llama-server "$BIN/llama-server" \
+    --batched-bench "$BIN/llama-batched-bench" --tokens 128 --rounds 2 --parallel 64 \
+    --json "$OUT/$name.json" "${HOST_ARGS[@]}" "$@" 2>&1 | tee "$OUT/$name.md" | grep -v '^$'
+}
+want 1b 120 && bench 1b $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 --prompts short
+want 8b 90 && bench 8b $(($(left) - 20)) --model "$M8" --streams 1,64 --temps 0 --prompts short
+want long 80 && bench long $(($(left) - 10)) --model "$M8" --streams 32 --temps 0 --prompts long
+
+want 256 90 && bench s256 $(($(left) - 10)) --model "$M1" --streams 256 --temps 0 --prompts short \
+  --parallel 256
+if want hop 75; then  # issue 15's hop with cores to spare: an instant upstream, its own CPU
+  say "hop"
+  timeout $(($(left) - 5)) python3 bench/bench_upstream.py --instant --apart --streams 1,32 \
+    --reps 3 --ttft-reps 16 --processes 4 2>&1 | tee "$OUT/hop.md" | grep -v '^$'
+fi
+tar czf "$OUT/logs.tgz" -C /root/cache/infertui/bench logs 2>/dev/null
+say "done"
