@@ -5,8 +5,8 @@
 #   bash bench/gpu_table.sh            # every stage, in order of importance, within BUDGET_S
 #   STAGES="1b 8b" bash bench/gpu_table.sh
 #
-# llama.cpp comes from .gpu/cuda-bin.tar.xz when it is there (built for sm_90 on the build
-# machine: the GPU's minutes go to measuring) and is built by .gpu/build.sh otherwise. Models are
+# llama.cpp comes from .gpu/cuda-bin.tar.xz when it is there (bench/cuda_here.sh builds it for
+# sm_90 on the build machine: the GPU's minutes go to measuring) and from .gpu/build.sh otherwise. Models are
 # random-weight Llama shapes (bench/make_model.py). Every figure comes from bench/bench_gpu.py:
 # raw llama-batched-bench, infertui and llama-server from the same build, side by side, with the
 # same slots (-np 64) as the reference table in ../shared/gpu/README.md. Results go to $OUT.
@@ -98,14 +98,15 @@ bench() {  # NAME TIMEOUT ARGS...: one bench_gpu run, its table into $OUT/NAME.m
 }
 want 1b 120 && bench 1b $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 --prompts short
 want 8b 90 && bench 8b $(($(left) - 20)) --model "$M8" --streams 1,64 --temps 0 --prompts short
-want long 80 && bench long $(($(left) - 10)) --model "$M8" --streams 32 --temps 0 --prompts long
+want long 80 && bench long $(($(left) - 10)) --model "$M8" --streams 32 --temps 0 --prompts long \
+  --ctx 2048  # the synthetic vocabulary reads the long prompt as ~1,600 tokens
 
 want 256 90 && bench s256 $(($(left) - 10)) --model "$M1" --streams 256 --temps 0 --prompts short \
   --parallel 256
-if want hop 75; then  # issue 15's hop with cores to spare: an instant upstream, its own CPU
+if want hop 150; then  # issue 15's hop with cores to spare: an instant upstream, its own CPU
   say "hop"
   timeout $(($(left) - 5)) python3 bench/bench_upstream.py --instant --apart --streams 1,32 \
-    --reps 3 --ttft-reps 16 --processes 4 2>&1 | tee "$OUT/hop.md" | grep -v '^$'
+    --reps 2 --ttft-reps 12 --processes 4 2>&1 | tee "$OUT/hop.md" | grep -v '^$'
 fi
 tar czf "$OUT/logs.tgz" -C /root/cache/infertui/bench logs 2>/dev/null
 say "done"
