@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -36,6 +37,10 @@ log = logging.getLogger(__name__)
 Opened = tuple[LlamaModel, LlamaContext, LoopOptions]
 Opener = Callable[[], Opened]
 _SETTLE_TURNS = 4  # event-loop turns an idle loop waits at most for a burst to be read
+# How long the loop thread may wait for the GIL while the event loop runs Python. CPython's
+# default (5 ms) lets a thread that drops the GIL for each socket write and takes it back at
+# once (the event loop, streaming to many clients) keep it for 5 ms from a thread that waits.
+GIL_TURN_S = 0.0005
 
 
 class BatchLoop:
@@ -73,6 +78,7 @@ class BatchLoop:
         A loading error (an InferError) is raised here and the thread ends."""
         self._opener = opener
         self._opened: Future[Opened] = Future()
+        sys.setswitchinterval(min(sys.getswitchinterval(), GIL_TURN_S))
         self._thread.start()
         return self._opened.result()
 

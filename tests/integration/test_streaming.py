@@ -4,9 +4,11 @@ behind gets what it missed as one event, and a slow reader does not slow anyone 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
+from infertui.core.engine.batch_loop import GIL_TURN_S
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import Admitted, Finished, TokenText
 
@@ -50,3 +52,16 @@ async def test_a_slow_reader_does_not_slow_the_others(make_pool) -> None:
     # generated in the same steps as the fast one: the reader's pace did not matter
     assert slow_end.timings.decode_ms < 1.5 * fast_end.timings.decode_ms + 100
     assert slow_events < 96 // 4, "the backlog arrived merged, not token by token"
+
+
+async def test_a_running_engine_waits_at_most_half_a_millisecond_for_the_gil(make_pool) -> None:
+    """CPython's default switch interval (5 ms) would let the event loop, dropping the GIL for
+    each socket write and taking it back at once, hold off the batch loop for that long."""
+    sys.setswitchinterval(0.005)
+    try:
+        pool = await make_pool(parallel=1)
+        assert sys.getswitchinterval() <= GIL_TURN_S == 0.0005
+        _, end = await pool.submit(prompt="The history of tea", params=PARAMS).text()
+        assert end.finish_reason == "length"
+    finally:
+        sys.setswitchinterval(0.005)
