@@ -30,9 +30,17 @@ if [ ! -f "$LIB/stubs/libcuda.so" ]; then  # every CUresult function cuda.h decl
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$LIB/stubs/libcuda.so" "$W/stub.c"
   ln -sf libcuda.so "$LIB/stubs/libcuda.so.1"
 fi
+# Newer CCCL headers than CUDA 13.0's (CCCL 3.0): ggml's top-k on the GPU uses CUB's DeviceTopK
+# from CCCL 3.2 on, and sorts each row of the vocabulary whole before (with a 128k vocabulary
+# and top-k in the graph, 64 sorts a step at 64 streams).
+if [ ! -d "$W/cccl/nvidia/cu13/include/cccl" ]; then
+  python3 -m pip download -q --no-deps --only-binary=:all: nvidia-cuda-cccl -d "$W/cccl"
+  (cd "$W/cccl" && unzip -q -o nvidia_cuda_cccl-*.whl)
+fi
 cd "$W/vendor/llama.cpp"
 # Portable CPU code (AVX2): the GPU machine's processor is not this one.
 cmake -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=ON \
+  -DCMAKE_CUDA_FLAGS="-I$W/cccl/nvidia/cu13/include/cccl" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
   -DGGML_F16C=ON -DGGML_BMI2=ON > "$W/cmake.log"

@@ -15,7 +15,7 @@ T0=$(date +%s)
 OUT=${OUT:-/tmp/gpu-out}
 G=$PWD/.gpu
 BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-"setup models smoke 1b 8b long 256 hop"}
+STAGES=${STAGES:-"setup models smoke 1b host 8b long 256 hop"}
 mkdir -p "$OUT" /root/site /root/pkgs/infertui /root/lcp
 say() { echo "[$(($(date +%s) - T0)) s] $*"; }
 left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
@@ -56,6 +56,7 @@ if ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok; then  # no carried build, or
   LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok || exit 1
 fi
 export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
+SERVER=$BIN/llama-server
 say "ready: $BIN"
 
 SMALL=${SMALL:-1b:128256} LARGE=${LARGE:-8b:32000}  # SHAPE:VOCAB (tiny:128256 tries it on a CPU)
@@ -88,15 +89,19 @@ if want smoke; then  # one host with --parallel auto: the slots, device and VRAM
   [ $ok = 1 ] || { HOST_ARGS=(--host-arg=--backend-sampling --host-arg=off); say "smoke failed"; }
 fi
 
-bench() {  # NAME TIMEOUT ARGS...: one bench_gpu run, its table into $OUT/NAME.md
+bench() {  # NAME TIMEOUT ARGS...: one bench_gpu run, its table into $OUT/NAME.md (beside
+  # llama-server unless SERVER is unset)
   local name=$1 limit=$2
   shift 2
   say "bench $name ($*)"
-  timeout "$limit" python3 bench/bench_gpu.py --llama-server "$BIN/llama-server" \
+  timeout "$limit" python3 bench/bench_gpu.py ${SERVER+"--llama-server"} ${SERVER+"$SERVER"} \
     --batched-bench "$BIN/llama-batched-bench" --tokens 128 --rounds 2 --parallel 64 \
     --json "$OUT/$name.json" "${HOST_ARGS[@]}" "$@" 2>&1 | tee "$OUT/$name.md" | grep -v '^$'
 }
 want 1b 120 && bench 1b $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 --prompts short
+# The same rows with sampling on the host, beside the graph's (which the 1b stage used)
+want host 100 && (unset SERVER; bench host $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 \
+  --prompts short --host-arg=--backend-sampling --host-arg=off)
 want 8b 90 && bench 8b $(($(left) - 20)) --model "$M8" --streams 1,64 --temps 0 --prompts short
 want long 80 && bench long $(($(left) - 10)) --model "$M8" --streams 32 --temps 0 --prompts long \
   --ctx 2048  # the synthetic vocabulary reads the long prompt as ~1,600 tokens
