@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 10's GPU table in one call on a lent GPU machine (no network), from the project's root,
-# with `.gpu/` carried (bash ../shared/gpu/prepare.sh fills it):
+# with `.gpu/` carried (bash ../shared/gpu/prepare.sh fills it; bench/cuda_here.sh then adds the
+# CUDA build and moves out what would take .gpu/ past the 64 MiB a call carries):
 #
 #   bash bench/gpu_table.sh            # every stage, in order of importance, within BUDGET_S
 #   STAGES="1b 8b" bash bench/gpu_table.sh
