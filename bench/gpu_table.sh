@@ -16,7 +16,7 @@ T0=$(date +%s)
 OUT=${OUT:-/tmp/gpu-out}
 G=$PWD/.gpu
 BUDGET_S=${BUDGET_S:-560}
-STAGES=${STAGES:-"setup models smoke 1b host 8b long 256 hop"}
+STAGES=${STAGES:-"setup models smoke 1b engine host 8b long 256 hop"}
 mkdir -p "$OUT" /root/site /root/pkgs/infertui /root/lcp
 say() { echo "[$(($(date +%s) - T0)) s] $*"; }
 left() { echo $((BUDGET_S - ($(date +%s) - T0))); }
@@ -100,6 +100,11 @@ bench() {  # NAME TIMEOUT ARGS...: one bench_gpu run, its table into $OUT/NAME.m
     --json "$OUT/$name.json" "${HOST_ARGS[@]}" "$@" 2>&1 | tee "$OUT/$name.md" | grep -v '^$'
 }
 want 1b 120 && bench 1b $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 --prompts short
+if want engine 60; then  # the same model in-process (no HTTP): the engine's own share of the gap
+  say "engine alone"
+  timeout $(($(left) - 5)) python3 bench/bench_inprocess.py "$M1" --streams 1,64 --temps 0,0.8 \
+    --rounds 2 2>&1 | tee "$OUT/engine.md"
+fi
 # The same rows with sampling on the host, beside the graph's (which the 1b stage used)
 want host 100 && (unset SERVER; bench host $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 \
   --prompts short --host-arg=--backend-sampling --host-arg=off)
