@@ -102,8 +102,10 @@ bench() {  # NAME TIMEOUT ARGS...: one bench_gpu run, its table into $OUT/NAME.m
 want 1b 120 && bench 1b $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 --prompts short
 if want engine 60; then  # the same model in-process (no HTTP): the engine's own share of the gap
   say "engine alone"
-  timeout $(($(left) - 5)) python3 bench/bench_inprocess.py "$M1" --streams 1,64 --temps 0,0.8 \
-    --rounds 2 2>&1 | tee "$OUT/engine.md"
+  for sampling in auto off; do  # in the graph (auto, on a GPU), then on the host
+    timeout $(($(left) - 5)) python3 bench/bench_inprocess.py "$M1" --streams 1,64 \
+      --temps 0,0.8 --rounds 2 --backend-sampling $sampling 2>&1 | tee -a "$OUT/engine.md"
+  done
 fi
 # The same rows with sampling on the host, beside the graph's (which the 1b stage used)
 want host 100 && (unset SERVER; bench host $(($(left) - 20)) --model "$M1" --streams 1,64 --temps 0,0.8 \
