@@ -22,7 +22,8 @@ the last token), the median of `--rounds`; TTFT p50 and max beside, and infertui
 share: of the time its batch loop had work, the part spent decoding (from /metrics; the
 rest is host work, while a GPU idles). `--make SHAPE:VOCAB` writes
 a random-weight Llama-shaped GGUF (bench/make_model.py) into the cache, so that any machine
-can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens.
+can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens with a Llama
+vocabulary and ~1,600 with make_model's synthetic one, so that slots hold 2,048 tokens then.
 """
 
 from __future__ import annotations
@@ -321,9 +322,11 @@ def main() -> None:
     parser.add_argument("--streams", default="1,8,32,64,256")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--temps", default="0,0.8", help="0 is greedy; others add top-p/top-k")
-    parser.add_argument("--prompts", default="short,long", help="short (~16 tokens), long (~600)")
+    parser.add_argument("--prompts", default="short,long", help="short (~16 tokens), long (~600+)")
     parser.add_argument("--parallel", type=int, help="slots on both servers (default: streams)")
-    parser.add_argument("--ctx", type=int, default=1024, help="tokens per slot")
+    parser.add_argument(
+        "--ctx", type=int, help="tokens per slot (default 1024; 2048 with long prompts)"
+    )
     parser.add_argument("--threads", type=int, help="CPU threads (default: llama.cpp's)")
     parser.add_argument("--rounds", type=int, default=3, help="repetitions (medians)")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
@@ -353,7 +356,8 @@ def main() -> None:
     streams = [int(s) for s in args.streams.split(",")]
     rows = []
     for path in models:
-        setup = Setup(path, args.parallel or min(256, max(streams)), args.ctx, args.threads,
+        ctx = args.ctx or (2048 if "long" in args.prompts.split(",") else 1024)
+        setup = Setup(path, args.parallel or min(256, max(streams)), ctx, args.threads,
                       gpu, tuple(args.host_arg))  # fmt: skip
         model_rows = run_model(args, setup)
         show(model_rows)  # each model's figures as soon as they are in: a later one may fail
