@@ -43,9 +43,10 @@ if want setup; then
   [ -f "$G/cuda-bin.tar.xz" ] && tar xJf "$G/cuda-bin.tar.xz" -C /root/lcp
 fi
 # The CUDA runtime and cuBLAS that the carried build links to, wherever this machine keeps them
-for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
-  found=$(find /usr/local/cuda/ /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)
-  [ -n "$found" ] && LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$found")
+# (one search: /opt holds a whole PyTorch environment, seconds of the GPU's time to walk)
+for dir in $(find /usr/local /opt /usr/lib \( -name libcudart.so.13 -o -name libcublas.so.13 \
+  -o -name libcublasLt.so.13 \) -printf '%h\n' 2>/dev/null | awk '!seen[$0]++'); do
+  LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$dir
 done
 export LD_LIBRARY_PATH
 [ -x /root/lcp/vendor/llama.cpp/build/bin/llama-server ] && BIN=/root/lcp/vendor/llama.cpp/build/bin
