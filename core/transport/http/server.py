@@ -101,7 +101,10 @@ class HttpServer:
         if self._socket is not None:
             return
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, not left 0: asyncio sets TCP_NODELAY only on sockets that say
+        # so, and without it Nagle held every keep-alive reply's second write for the
+        # client's delayed ACK (40 ms a reply)
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.host, self.port))
