@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import Markdown
+from textual.widgets._markdown import MarkdownParagraph
 
 from infertui.core.client import ChatStats
 from infertui.tui.widgets import message
@@ -104,3 +105,22 @@ async def test_a_reply_the_host_cut_short_is_not_shown_as_the_users_abort(
         view.finished(stats)
         assert str(view.stats_line.render()).startswith(said)
         assert view.has_class("aborted")
+
+
+async def test_a_reply_keeps_the_line_breaks_the_model_wrote() -> None:
+    """Markdown joins a paragraph's lines; a chat shows a reply's lines as written (a poem,
+    a list without markers, code without a fence), as chat apps do."""
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield AssistantMessage("gemma")
+
+    async with One().run_test() as pilot:
+        view = pilot.app.query_one(AssistantMessage)
+        stream = view.stream()
+        stream.write("Roses are red,\nviolets are blue.\n\nA second paragraph.")
+        await stream.close()
+        await pilot.pause()
+        [first, second] = view.body.query(MarkdownParagraph)
+        assert first._content.plain == "Roses are red,\nviolets are blue."
+        assert second._content.plain == "A second paragraph."

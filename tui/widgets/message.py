@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Markdown, Static
@@ -12,6 +14,23 @@ from textual.widgets import Markdown, Static
 from infertui.core.client import ChatStats
 
 FRAME_S = 1 / 20  # a reply's Markdown grows at most this often: smooth to read, cheap to lay out
+
+
+def reply_markdown() -> MarkdownIt:
+    """Textual's GFM-like parser, with a line break kept where the model wrote one, as chat
+    apps show replies: models write lists, verse and unfenced code line by line, and plain
+    Markdown would join each paragraph's lines into one (Textual shows a soft break as a
+    space, whatever markdown-it's own `breaks` option says)."""
+    parser = MarkdownIt("gfm-like")
+    parser.core.ruler.push("keep_line_breaks", _keep_line_breaks)
+    return parser
+
+
+def _keep_line_breaks(state: StateCore) -> None:
+    for token in state.tokens:
+        for child in token.children or ():
+            if child.type == "softbreak":
+                child.type = "hardbreak"
 
 
 class PacedStream:
@@ -85,7 +104,7 @@ class AssistantMessage(Vertical):
         super().__init__()
         self.model = model
         self.stats: ChatStats | None = None
-        self.body = Markdown()
+        self.body = Markdown(parser_factory=reply_markdown)
         self.stats_line = Static("waiting for the host…", classes="stats", markup=False)
 
     def compose(self) -> ComposeResult:
