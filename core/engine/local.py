@@ -137,10 +137,7 @@ class LlamaEngine:
     def chat_prompt(
         self, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]] | None = None
     ) -> list[int]:
-        text = chat_format.render(self.model, self.chat_format, messages, tools)
-        bos_text = self.model.token_text(self.model.bos)
-        add_bos = self.model.add_bos and not text.startswith(bos_text)
-        return self.model.tokenize(text, add_bos=add_bos, parse_special=True)
+        return self._prompt(chat_format.render(self.model, self.chat_format, messages, tools))
 
     @property
     def description(self) -> str:
@@ -159,8 +156,16 @@ class LlamaEngine:
         return True
 
     def text_prompt(self, prompt: str) -> list[int]:
-        """A plain completion prompt: no template, and control tokens are not parsed."""
-        return self.model.tokenize(prompt, add_bos=self.model.add_bos, parse_special=False)
+        """A plain completion prompt, no template. Control tokens written out in it are read
+        as such, as llama-server, llama-cpp-python and Ollama's raw mode read them: a prompt
+        in the model's own turn format is what its template would have made."""
+        return self._prompt(prompt)
+
+    def _prompt(self, text: str) -> list[int]:
+        """Text as prompt tokens, control tokens read, with the model's BOS unless the text
+        begins with it already (a template that writes it out, a hand-made prompt)."""
+        add_bos = self.model.add_bos and not text.startswith(self.model.token_text(self.model.bos))
+        return self.model.tokenize(text, add_bos=add_bos, parse_special=True)
 
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         """Control tokens written out (`<start_of_turn>`) are read as such, as llama-server's

@@ -76,6 +76,24 @@ async def test_spec_004_completions_string_and_array_prompts(
     )  # 'Water is' is a token shorter
 
 
+async def test_a_completion_prompt_reads_control_tokens_as_llama_server_does(host: Host) -> None:
+    """A prompt in the model's own turn format (Gemma's `<start_of_turn>`) is what its
+    template would have made: each control token written out is one token, and a written
+    `<bos>` is not doubled. They were read as plain text, 7 tokens each."""
+
+    async def prompt_tokens(prompt: str) -> int:
+        body = {"model": MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+        reply = await host.client.post("/v1/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        return int(reply.json()["usage"]["prompt_tokens"])
+
+    assert await prompt_tokens("<start_of_turn>") == 2  # the BOS and the control token
+    assert await prompt_tokens("<bos>Hi") == await prompt_tokens("Hi") == 2
+    turn = "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+    tokenized = await host.client.post("/tokenize", json={"content": turn, "add_special": True})
+    assert await prompt_tokens(turn) == len(tokenized.json()["tokens"])
+
+
 async def test_spec_004_streamed_completions_for_an_array_prompt(
     host: Host, sdk: openai.AsyncOpenAI
 ) -> None:
