@@ -261,10 +261,19 @@ class HostApp(InfertuiApp):
         await self.action_quit()
 
     async def action_quit(self) -> None:
-        if self.stopping:  # a second q or signal while the first one drains
+        if self.stopping:  # a second q or signal while the first one drains: now
+            if self._start:
+                self.local.service.hurry()
             return
         self.stopping = True
-        self.set_connection(ConnectionState("closed", "Stopping: finishing running jobs…"))
+        self.set_connection(
+            ConnectionState("closed", "Stopping: finishing running jobs… (q again: now)")
+        )
+        self._stop_and_exit()
+
+    @work(group="stop")
+    async def _stop_and_exit(self) -> None:
+        """Off the message loop, which must stay free for the second q (and the display)."""
         if self._start:
             await self.local.service.stop()
         self.exit(self.exit_code)

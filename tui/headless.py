@@ -1,7 +1,8 @@
 """`infertui host --headless`: the host core with plain logs, stopped by Ctrl-C or SIGTERM.
 
 SIGHUP is ignored: a headless host is meant to outlive the terminal that started it (as under
-`nohup`), and a stop is always SIGTERM's drain, never a death mid-reply."""
+`nohup`), and a stop is SIGTERM's drain, never a death mid-reply, unless a second signal asks
+for it."""
 
 from __future__ import annotations
 
@@ -53,7 +54,19 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
     return service
 
 
-async def serve(settings: Settings, stop: asyncio.Event, *, reset_id: bool = False) -> int:
+class StopSignals:
+    """SIGINT and SIGTERM as servers take them: the first stops the host, giving running jobs
+    their grace (`drain_on_stop_ms`); the next, while it stops, cuts the grace short."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.now = asyncio.Event()
+
+    def __call__(self) -> None:
+        (self.now if self.asked.is_set() else self.asked).set()
+
+
+async def serve(settings: Settings, stop: StopSignals, *, reset_id: bool = False) -> int:
     try:
         service = build_service(settings, reset_id=reset_id)
     except InferError as exc:
@@ -74,18 +87,27 @@ async def serve(settings: Settings, stop: asyncio.Event, *, reset_id: bool = Fal
         )  # fmt: skip
     faces = "".join(f", {t.name} on {t.describe()}" for t in service.transports)
     log.info("infertui host ready: serving %s%s", ", ".join(service.engine_ids()), faces)
-    await stop.wait()
-    log.info("shutting down")
-    await service.stop()
+    await stop.asked.wait()
+    log.info("shutting down (again to stop now)")
+
+    async def stop_now() -> None:
+        await stop.now.wait()
+        service.hurry()
+
+    hurry = asyncio.create_task(stop_now())
+    try:
+        await service.stop()
+    finally:
+        hurry.cancel()
     return 0
 
 
 def run_headless(settings: Settings, *, reset_id: bool = False) -> int:
     async def main() -> int:
-        stop = asyncio.Event()
+        stop = StopSignals()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop)
         loop.add_signal_handler(signal.SIGHUP, log.info, "SIGHUP ignored: SIGTERM stops the host")
         return await serve(settings, stop, reset_id=reset_id)
 

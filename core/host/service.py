@@ -215,6 +215,13 @@ class HostService:
         gc.unfreeze()  # what start froze is the collector's again (an engine gone since, too)
         log.info("host stopped")
 
+    def hurry(self) -> None:
+        """Stop now: the drains of `stop` cancel their jobs at once instead of giving them
+        the grace (a second Ctrl-C or SIGTERM, as uvicorn and llama-server take it)."""
+        log.info("stopping now: running jobs are cancelled")
+        for pool in self._registry.pools():
+            pool.hurry()
+
     # ---- work --------------------------------------------------------------------------------
 
     async def submit(

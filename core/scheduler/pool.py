@@ -68,6 +68,7 @@ class Pool:
         self._unreachable = False  # FAILED because its upstream stopped answering
         self._idle = asyncio.Event()  # set while no job is queued or running
         self._idle.set()
+        self._hurried = asyncio.Event()  # a drain's deadline is now (hurry)
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
@@ -444,8 +445,12 @@ class Pool:
         log.info(
             "pool %s draining (deadline %d ms, %d jobs)", self.id, deadline_ms, len(self._jobs)
         )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), deadline_ms / 1000)
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._idle, self._hurried)]
+        try:
+            await asyncio.wait(waits, timeout=deadline_ms / 1000, return_when="FIRST_COMPLETED")
+        finally:
+            for wait in waits:
+                wait.cancel()
         late = [job for job in self._jobs.values() if not job.done]
         for job in late:
             job.cancel()
@@ -454,6 +459,11 @@ class Pool:
         self.state = PoolState.DRAINED
         log.info("pool %s drained (%d cancelled at the deadline)", self.id, len(late))
         return {"cancelled": len(late)}
+
+    def hurry(self) -> None:
+        """Bring a drain's deadline forward to now, this one's and any to come: its jobs are
+        cancelled at once (a second Ctrl-C while the host stops). `resume` takes it back."""
+        self._hurried.set()
 
     def resume(self) -> None:
         """Admit again after a drain (a no-op when already admitting). A drain still running
@@ -465,6 +475,7 @@ class Pool:
             why = f"engine '{self.id}' is closed" if closed else self._why_unready()
             raise InferError(ErrorKind.POOL_UNREADY, f"{why}; only a drained engine can resume")
         self.state = PoolState.FAILED if self._unreachable else PoolState.READY
+        self._hurried.clear()
         log.info("pool %s resumed", self.id)
 
     async def reload(self, model_path: str | None = None) -> None:

@@ -207,3 +207,34 @@ async def test_a_host_that_cannot_load_its_model_gives_its_port_back(tmp_path: P
         again.bind(("127.0.0.1", port))  # free again: no SO_REUSEADDR needed for a closed one
     finally:
         again.close()
+
+
+def test_a_second_signal_stops_at_once_without_waiting_out_the_grace() -> None:
+    """The first SIGTERM gives running replies their grace (here 60 s); a second one, as
+    uvicorn and llama-server take it, cancels them and the host exits at once."""
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--parallel", "1",
+         "--no-p2p", "--http", "127.0.0.1:0"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "INFERTUI_HOST__DRAIN_ON_STOP_MS": "60000"},
+    )  # fmt: skip
+    try:
+        lines = wait_for(proc, "ready")
+        url = next(line.split("http on ")[1].split()[0] for line in lines if "http on " in line)
+        body = {"model": "default", "prompt": "Once", "max_tokens": 900, "ignore_eos": True,
+                "stream": True}  # fmt: skip
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as reply:
+            lines = reply.iter_lines()
+            next(line for line in lines if line.startswith("data: {"))  # under way
+            proc.send_signal(signal.SIGTERM)
+            wait_for(proc, "draining (deadline 60000 ms, 1 jobs)")
+            proc.send_signal(signal.SIGTERM)
+            rest = proc.communicate(timeout=20)[1]
+            told = [line for line in lines if line.startswith("data: ")]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, rest
+    assert "stopping now" in rest and "1 cancelled at the deadline" in rest, rest
+    assert told[-1] == "data: [DONE]" and "the host stopped this reply" in "".join(told)

@@ -103,6 +103,34 @@ async def test_ctrl_c_stops_the_host_as_the_readme_says() -> None:
     assert service.engine_ids() == []
 
 
+async def test_a_second_quit_stops_at_once_without_waiting_out_the_grace() -> None:
+    """The first q gives running replies their grace (here a minute) and says a second q
+    stops now; the second cancels them, and the dashboard ends at once."""
+    settings = host_settings()
+    settings.host.drain_on_stop_ms = 60_000
+    service = build_service(settings)
+    app = HostApp(settings, LocalClient(service))
+    async with app.run_test(size=(110, 30)) as pilot:
+        await until(pilot, lambda: app.client is not None, 60)
+        url = next(t.describe() for t in service.transports if t.name == "http")
+        client = await connect(url)
+        reply = client.chat([ChatMessage(role="user", content="Tell me a long story.")],
+                            max_tokens=900, temperature=0, ignore_eos=True)  # fmt: skip
+        pieces = aiter(reply)
+        await anext(pieces)  # under way
+        await pilot.press("q")
+        bar = app.screen.query_one("HostBar", Static)
+        await until(pilot, lambda: "q again: now" in str(bar.render()))
+        assert app.is_running and reply.stats is None  # the grace: the reply goes on
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running, 20)
+        async for _ in pieces:  # the reply ends, cut short, without a hang
+            pass
+        assert reply.stats is not None and reply.stats.finish_reason == "abort"
+        await client.close()
+    assert service.engine_ids() == []
+
+
 async def test_a_model_that_cannot_load_ends_the_dashboard_with_the_reason(tmp_path) -> None:
     """Issue 13: `host --model /nope.gguf` on a terminal exits 1 and says why, instead of
     leaving a dashboard that serves nothing."""
