@@ -1,13 +1,16 @@
 """`infertui ask TARGET PROMPT`: one reply streamed to stdout, for scripts and pipes.
 
 Text goes to stdout as it arrives; with --json each event is one NDJSON line instead. On an
-error: one line on stderr and exit 1. Ctrl-C aborts the reply on the host and exits 130.
+error: one line on stderr and exit 1. Ctrl-C aborts the reply on the host and exits 130; so
+does a reader that stops reading (`| head`), quietly, with 141 as a process SIGPIPE ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import sys
 from dataclasses import asdict
@@ -60,21 +63,37 @@ async def ask(
             else:
                 out.write(text)
                 out.flush()
+        stats = reply.stats
+        if as_json:
+            emit("end", request_id=reply.request_id, **(asdict(stats) if stats else {}))
+        else:
+            out.write("\n")
+            out.flush()
     except InferError as err:
         return fail(err, emit if as_json else None)
+    except BrokenPipeError:  # the reader is gone: so is the point of the reply
+        reply.abort()
+        _quiet(out)
+        return SIGPIPE_EXIT
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         await client.close()
-    stats = reply.stats
-    if as_json:
-        emit("end", request_id=reply.request_id, **(asdict(stats) if stats else {}))
-    else:
-        out.write("\n")
     if stats is not None and stats.host_stopped is not None:  # cut short, not by Ctrl-C
         why = f": {stats.host_stopped}" if stats.host_stopped else ""
         sys.stderr.write(f"infertui: the host stopped the reply before it was complete{why}\n")
         return 1
     return 130 if stats is not None and stats.finish_reason == "abort" else 0
+
+
+SIGPIPE_EXIT = 128 + signal.SIGPIPE
+
+
+def _quiet(out: TextIO) -> None:
+    """Point a closed pipe's descriptor at /dev/null, so that the interpreter's last flush
+    at exit does not print a second BrokenPipeError (Python's documented recipe)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
 
 
 def fail(err: InferError, emit: Any) -> int:

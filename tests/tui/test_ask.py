@@ -111,3 +111,27 @@ async def test_ctrl_c_aborts_on_the_host_and_exits_130(host: ServedHost, tmp_pat
     await wait_until(lambda: host.busy_slots() == 0)  # once the host sees the client leave
     (metrics,) = host.service.metrics()
     assert metrics.cancelled == 1 and metrics.completed == 0  # stopped on the host, not finished
+
+
+async def test_a_reader_that_stops_reading_ends_the_reply_quietly(
+    host: ServedHost, tmp_path: Path
+) -> None:
+    """`infertui ask ... | head -1`: once the reader has what it wants and closes its end,
+    the reply is aborted on the host and `ask` exits as a process SIGPIPE ends, without the
+    traceback it printed."""
+    read, write = os.pipe()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infertui.tui.cli", "ask", host.url, "Write a long story.",
+        "--max-tokens", "400", "--temperature", "0",
+        stdout=write, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "INFERTUI_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    os.close(write)
+    assert await asyncio.wait_for(asyncio.to_thread(os.read, read, 20), 60)  # streaming
+    os.close(read)  # as `head` does once it has its line
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 141, err
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err
+    await wait_until(lambda: host.busy_slots() == 0)
+    (metrics,) = host.service.metrics()
+    assert metrics.cancelled == 1 and metrics.completed == 0
