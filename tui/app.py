@@ -18,7 +18,7 @@ from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from infertui.core.client import ConnectionState, Reconnector
+from infertui.core.client import ConnectionState, Reconnector, check_target, explain
 from infertui.core.config import ClientSettings, Settings, save_to_file
 from infertui.core.host import HostService
 from infertui.core.logging import configure_file
@@ -158,6 +158,8 @@ class ClientApp(InfertuiApp):
     ) -> None:
         super().__init__(settings)
         self.target = target
+        self.connected_once = False
+        self.refusal: str | None = None  # why the host refused the first connection for good
         self.reconnector = Reconnector(
             target,
             self.set_connection,
@@ -170,6 +172,16 @@ class ClientApp(InfertuiApp):
     def on_mount(self) -> None:
         self.switch_mode("chat")
         self.keep_connected()
+
+    def set_connection(self, state: ConnectionState) -> None:
+        """As every app does; and where the very first try is refused for good (a missing or
+        wrong key), the app ends saying why, as `ask` does: nothing on its screens could
+        change that. Refused later (a host restarted with a new key), the chat stays."""
+        super().set_connection(state)
+        self.connected_once = self.connected_once or state.phase == "connected"
+        if state.phase == "closed" and not self.connected_once:
+            self.refusal = state.message
+            self.exit(return_code=1)
 
     @work(group="connection")
     async def keep_connected(self) -> None:
@@ -280,10 +292,18 @@ class HostApp(InfertuiApp):
 
 
 def run_client_app(target: str, settings: Settings) -> int:
+    try:
+        check_target(target)  # a typo is said here, not in a header of a full-screen app
+    except InferError as err:
+        sys.stderr.write(f"infertui: {explain(err)}\n")
+        return 1
     log_file = configure_file(settings.log_level)
     log.info("connect %s (logs: %s)", target, log_file)
     app = ClientApp(target, settings, client_seed=load_seed(role="client"))
-    return app.run() or 0
+    app.run()
+    if app.refusal is not None:
+        sys.stderr.write(f"infertui: {app.refusal}\n")
+    return app.return_code or 0
 
 
 def run_host_app(service: HostService, settings: Settings) -> int:

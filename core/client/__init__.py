@@ -2,7 +2,7 @@
 "topic:NAME")`."""
 
 from .base import ChatReply, ChatStats, Client, HostInfo, HostLoad
-from .connect import ConnectionState, Reconnector, connect, is_url
+from .connect import ConnectionState, Reconnector, check_target, connect, is_url
 from .errors import explain
 from .topic import TopicClient
 
@@ -15,6 +15,7 @@ __all__ = [
     "HostLoad",
     "Reconnector",
     "TopicClient",
+    "check_target",
     "connect",
     "explain",
     "is_url",

@@ -47,6 +47,15 @@ def as_target(text: str) -> str:
     return text
 
 
+def check_target(target: str) -> str:
+    """The target as connect() takes it (as_target), or INVALID_SERVER_ID at once, with no
+    network and no bridge started, where it is neither a URL, a topic nor a server ID."""
+    target = as_target(target)
+    if not target.startswith(TOPIC_PREFIX) and not is_url(target):
+        parse_server_id(target)
+    return target
+
+
 async def connect(
     target: str,
     *,
@@ -58,7 +67,7 @@ async def connect(
     """A connected Client: `topic:NAME` reaches every host on that topic (topic.py). Raises
     InferError: INVALID_SERVER_ID before any network for a
     malformed ID; HOST_OFFLINE, CONNECT_FAILED or UNAUTHORIZED when the host is not there."""
-    target = as_target(target)
+    target = check_target(target)
     if target.startswith(TOPIC_PREFIX):
         return await TopicClient.connect(
             target.removeprefix(TOPIC_PREFIX), bootstrap=bootstrap,
@@ -68,7 +77,6 @@ async def connect(
         return await HttpHostClient.connect(
             target, api_key=api_key, connect_timeout=connect_timeout
         )
-    parse_server_id(target)  # INVALID_SERVER_ID, before starting a bridge
     return await P2PHostClient.connect(
         target, bootstrap=bootstrap, connect_timeout=connect_timeout, seed=seed
     )
