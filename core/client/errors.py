@@ -10,7 +10,9 @@ from __future__ import annotations
 from ..protocol.errors import ERROR_TABLE, ErrorKind, InferError
 
 _SENTENCES: dict[ErrorKind, str] = {
-    ErrorKind.INVALID_SERVER_ID: "That is not a server ID (52 z32 letters) or an http(s) URL.",
+    ErrorKind.INVALID_SERVER_ID: (
+        "That is not a server ID (52 z-base-32 characters) or an http(s) URL."
+    ),
     ErrorKind.HOST_OFFLINE: "No host is answering at that address right now.",
     ErrorKind.CONNECT_FAILED: "Could not reach the host.",
     ErrorKind.HOST_DISCONNECTED: "The connection to the host dropped.",

@@ -105,7 +105,7 @@ def _not_connected(err: httpx.ConnectError) -> InferError:
         plain = "WRONG_VERSION_NUMBER" in str(cause)
         why = "it answers in plain HTTP: use http://" if plain else str(cause)
         return InferError(ErrorKind.CONNECT_FAILED, f"no HTTPS connection ({why})")
-    return InferError(ErrorKind.HOST_OFFLINE, f"nothing is listening there ({err})")
+    return InferError(ErrorKind.HOST_OFFLINE, f"nothing is listening there: {err}")
 
 
 def _closed() -> InferError:

@@ -111,8 +111,9 @@ class LlamaEngine:
         """Where the engine runs, in one line: device, layers offloaded, memory it took."""
         cards = cards_in_use(self.cards())
         if cards is None:
+            threads = self.spec.n_threads or default_threads()
             return (
-                f"CPU ({self.spec.n_threads or default_threads()} threads): model "
+                f"CPU ({threads} thread{'' if threads == 1 else 's'}): model "
                 f"{self.model.size_bytes / MIB:,.0f} MiB, context {self._ctx.size_mb:,.0f} MiB"
             )
         n_layer = self.model.n_layer

@@ -49,6 +49,10 @@ _STATE_WORDS = {
 }
 
 
+def _jobs(n: int) -> str:
+    return f"{n} job" if n == 1 else f"{n} jobs"
+
+
 class Pool:
     """Serves jobs on one engine. Create with `await Pool.start(spec)`."""
 
@@ -443,7 +447,7 @@ class Pool:
         if self.state is PoolState.READY or self._unreachable:
             self.state = PoolState.DRAINING
         log.info(
-            "pool %s draining (deadline %d ms, %d jobs)", self.id, deadline_ms, len(self._jobs)
+            "pool %s draining (deadline %d ms, %s)", self.id, deadline_ms, _jobs(len(self._jobs))
         )
         waits = [asyncio.ensure_future(e.wait()) for e in (self._idle, self._hurried)]
         try:

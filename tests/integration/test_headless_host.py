@@ -229,7 +229,7 @@ def test_a_second_signal_stops_at_once_without_waiting_out_the_grace() -> None:
             lines = reply.iter_lines()
             next(line for line in lines if line.startswith("data: {"))  # under way
             proc.send_signal(signal.SIGTERM)
-            wait_for(proc, "draining (deadline 60000 ms, 1 jobs)")
+            wait_for(proc, "draining (deadline 60000 ms, 1 job)")
             proc.send_signal(signal.SIGTERM)
             rest = proc.communicate(timeout=20)[1]
             told = [line for line in lines if line.startswith("data: ")]
