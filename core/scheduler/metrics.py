@@ -72,10 +72,10 @@ class MetricsRecorder:
         self.cancelled = 0
         self.failed = 0
         self.tokens_in = 0
-        self.tokens_read = 0  # of tokens_in, those prefilled (not copied from kept cells)
+        self.tokens_read = 0  # prompt tokens read (not copied from kept cells), timed...
         self.tokens_out = 0
         self.decode_s = 0.0
-        self.prefill_s = 0.0
+        self.prefill_s = 0.0  # ...in this time: the prefills `record_prefill` was given
         self.errors: Counter[str] = Counter()
         self.ttft_hist = Histogram()
         self.latency_hist = Histogram()
@@ -100,9 +100,12 @@ class MetricsRecorder:
         self._token_times.append((time.monotonic(), n))
 
     def record_prefill(self, tokens: int, seconds: float) -> None:
-        """A prompt read, as the job's first text comes: the recent prompt rate moves then."""
+        """A prompt read, as the job's first text comes: the recent prompt rate moves then,
+        and the lifetime one. A job cancelled before that has no prefill to count."""
         if tokens > 0 and seconds > 0:
             self._prefills.append((time.monotonic(), tokens, seconds))
+            self.tokens_read += tokens
+            self.prefill_s += seconds
 
     def record_first_token(self, ttft_ms: float) -> None:
         """A job's first token reached the event loop: its TTFT counts now, not when the job
@@ -127,10 +130,8 @@ class MetricsRecorder:
         else:
             self.completed += 1
         self.tokens_in += t.tokens_in
-        self.tokens_read += t.tokens_in - t.tokens_cached
         self.tokens_out += t.tokens_out
         self.decode_s += t.decode_ms / 1000
-        self.prefill_s += t.prefill_ms / 1000
         if reason in ("stop", "length"):
             if not ttft_recorded and t.ttft_ms is not None:
                 self.record_first_token(t.ttft_ms)

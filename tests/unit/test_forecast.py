@@ -56,3 +56,26 @@ def test_the_decode_rate_behind_the_forecast_ignores_lulls_and_first_tokens(monk
     assert recorder.active_decode_rate() == pytest.approx(20.0)
     clock[0] = 109.0  # idle again: the last run's rate still says what a slot does
     assert recorder.active_decode_rate() == pytest.approx(20.0)
+
+
+def test_the_lifetime_prompt_rate_counts_the_prompts_it_timed() -> None:
+    """A job cancelled while it streams ends with the consumer's timings, which know no
+    prefill: its prompt's tokens counted against no time, and a host whose replies were all
+    stopped with Esc showed a lifetime prompt rate of 0 tokens/s."""
+    from infertui.core.protocol.events import Finished
+    from infertui.core.protocol.snapshots import TimingStats
+    from infertui.core.scheduler.metrics import MetricsRecorder
+
+    recorder = MetricsRecorder("p")
+    recorder.record_prefill(200, 0.5)  # the first text: the prompt was read at 400 tokens/s
+    aborted = TimingStats.measured(enqueued=0.0, end=3.0, first_token=0.6, tokens_in=200,
+                                   tokens_out=60)  # fmt: skip
+    recorder.record_finish(Finished("abort", aborted), prefill_recorded=True, ttft_recorded=True)
+    snapshot = recorder.snapshot(queue_depth=0, queue_capacity=8, slots_busy=0, slots_total=1)
+    assert snapshot.prefill_tps_lifetime == pytest.approx(400.0)
+    assert snapshot.tokens_in_total == 200
+    recorder.record_finish(Finished("stop", TimingStats.measured(  # an upstream's: at the end
+        enqueued=0.0, end=2.0, first_token=1.0, tokens_in=100, tokens_out=5, admitted=0.0,
+        prefill_done=1.0)))  # fmt: skip
+    snapshot = recorder.snapshot(queue_depth=0, queue_capacity=8, slots_busy=0, slots_total=1)
+    assert snapshot.prefill_tps_lifetime == pytest.approx(300 / 1.5)
