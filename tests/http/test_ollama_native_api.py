@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 
 import jsonschema
 import ollama
@@ -38,6 +39,8 @@ async def test_chat_whole_and_streamed_give_the_same_reply(client: ollama.AsyncC
     assert "".join(p.message.content for p in parts) == whole.message.content
     assert parts[-1].eval_count == whole.eval_count
     assert parts[-1].done_reason == whole.done_reason
+    stamps = [datetime.fromisoformat(str(p.created_at)) for p in parts]  # each its own time
+    assert stamps == sorted(stamps) and len(set(stamps)) > 1
 
 
 async def test_generate_with_a_system_prompt_and_raw(client: ollama.AsyncClient) -> None:

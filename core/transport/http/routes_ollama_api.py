@@ -137,9 +137,11 @@ def _piece(field: str, text: str, tool_names: set[str] | None = None) -> Any:
 async def lines(
     job: Job, head: dict[str, Any], field: str, tool_names: set[str]
 ) -> AsyncIterator[str]:
-    """One JSON line per token, then the figures; an error ends the stream as Ollama's do.
-    A reply that may be a tool call is held back until it is whole."""
-    prefix = json.dumps(head)[:-1] + f', "{field}": '
+    """One JSON line per token, each with its own time (`created_at`, as Ollama's), then the
+    figures; an error ends the stream as Ollama's do. A reply that may be a tool call is held
+    back until it is whole."""
+    model = json.dumps(head["model"])
+    after = f'", "{field}": '
     chat = field == "message"
     open_piece, close_piece = ('{"role": "assistant", "content": ', "}") if chat else ("", "")
     held: list[str] | None = [] if tool_names else None
@@ -153,11 +155,15 @@ async def lines(
             else:
                 event_text = event.text
             text = json.dumps(event_text, ensure_ascii=False)
-            yield f'{prefix}{open_piece}{text}{close_piece}, "done": false}}'
+            yield (
+                f'{{"model": {model}, "created_at": "{now_rfc3339()}{after}{open_piece}{text}'
+                f'{close_piece}, "done": false}}'
+            )
         elif isinstance(event, Finished):
             if event.failure is not None:
                 yield json.dumps({"error": event.failure.message})
                 return
+            head = {**head, "created_at": now_rfc3339()}
             yield json.dumps(finished(head, field, "".join(held or []), event, tool_names))
 
 
