@@ -1,8 +1,9 @@
 """`infertui ask TARGET PROMPT`: one reply streamed to stdout, for scripts and pipes.
 
 Text goes to stdout as it arrives; with --json each event is one NDJSON line instead. On an
-error: one line on stderr and exit 1. Ctrl-C aborts the reply on the host and exits 130; so
-does a reader that stops reading (`| head`), quietly, with 141 as a process SIGPIPE ends.
+error: one line on stderr and exit 1. Ctrl-C aborts the reply on the host and exits 130. A
+reader that stops reading (`| head`) aborts it too, and `ask` exits 141 without a word, as a
+process that SIGPIPE ends does.
 """
 
 from __future__ import annotations

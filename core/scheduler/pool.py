@@ -450,8 +450,10 @@ class Pool:
             "pool %s draining (deadline %d ms, %s)", self.id, deadline_ms, _jobs(len(self._jobs))
         )
         waits = [asyncio.ensure_future(e.wait()) for e in (self._idle, self._hurried)]
-        try:
-            await asyncio.wait(waits, timeout=deadline_ms / 1000, return_when="FIRST_COMPLETED")
+        try:  # until the jobs are done, the deadline, or hurry()
+            await asyncio.wait(
+                waits, timeout=deadline_ms / 1000, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             for wait in waits:
                 wait.cancel()
