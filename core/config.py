@@ -126,7 +126,7 @@ class HostSettings(BaseModel):
 
     models: list[str] = Field(
         default_factory=list,
-        description="GGUF paths, optionally as ID=PATH; empty: the bundled Gemma 3 270M",
+        description="GGUF paths, optionally as ID=PATH; empty: the bundled SmolLM2 135M Instruct",
     )
     model_dirs: list[str] = Field(
         default_factory=list,
@@ -143,8 +143,9 @@ class HostSettings(BaseModel):
     p2p: P2PSettings = P2PSettings()
 
 
-class ChatSampling(TypedDict):
-    """The chat app's sampling options, as keyword arguments for `Client.chat`."""
+class ChatSampling(TypedDict, total=False):
+    """The chat app's sampling options, as keyword arguments for `Client.chat`; a field left
+    out is the model's own (its GGUF's recommendation, else the host's default)."""
 
     temperature: float
     top_p: float
@@ -156,13 +157,28 @@ class ClientSettings(BaseModel):
 
     model: str | None = Field(None, description="the host's engine to ask; none: its default")
     system_prompt: str = Field("", description="sent first in every conversation; empty: none")
-    temperature: float = Field(0.7, ge=0.0, le=2.0, description="0 is greedy")
-    top_p: float = Field(0.95, ge=0.0, le=1.0)
-    max_tokens: int = Field(512, ge=1, description="longest reply, in tokens")
+    # Unset, as in Ollama's clients: the model's own sampling suits it better than any figure
+    # written here for every model (a 135M model wanders at a temperature a 7B takes well).
+    temperature: float | None = Field(
+        None, ge=0.0, le=2.0, description="0 is greedy; unset: the model's own"
+    )
+    top_p: float | None = Field(None, ge=0.0, le=1.0, description="unset: the model's own")
+    max_tokens: int = Field(1024, ge=1, description="longest reply, in tokens")
     connect_timeout_s: float = Field(10.0, gt=0, description="give up connecting after this")
 
+    @field_validator("temperature", "top_p", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        """An options field left empty means the model's own value."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     def sampling(self) -> ChatSampling:
-        return {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        chosen: ChatSampling = {"max_tokens": self.max_tokens}
+        if self.temperature is not None:
+            chosen["temperature"] = self.temperature
+        if self.top_p is not None:
+            chosen["top_p"] = self.top_p
+        return chosen
 
 
 class UiSettings(BaseModel):

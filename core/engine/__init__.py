@@ -2,7 +2,7 @@
 or an OpenAI-compatible upstream server; both behind one interface (interface.py)."""
 
 from .backend import engine_version, supports_gpu_offload, system_info
-from .bundled import BUNDLED_MODEL_ID, bundled_model_path
+from .bundled import BUNDLED_MODEL_ID, BUNDLED_SAMPLING, bundled_model_path, is_bundled
 from .interface import Engine, HealthHook, open_engine
 from .local import LlamaEngine
 from .types import (
@@ -18,6 +18,7 @@ from .upstream import UpstreamEngine
 
 __all__ = [
     "BUNDLED_MODEL_ID",
+    "BUNDLED_SAMPLING",
     "AnySpec",
     "Engine",
     "EngineEvent",
@@ -31,6 +32,7 @@ __all__ = [
     "bundled_model_path",
     "default_threads",
     "engine_version",
+    "is_bundled",
     "open_engine",
     "supports_gpu_offload",
     "system_info",

@@ -9,7 +9,7 @@ admits, queues, cancels and measures jobs the same way on either: it hands over
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..protocol.common import ChatMessage
@@ -30,6 +30,7 @@ class Engine(Protocol):
     n_gpu_layers: int
     chat_format: ChatFormat
     chat_stop_tokens: frozenset[int]
+    sampling_defaults: Mapping[str, float]  # for the fields a request leaves unset
     problem: str | None  # why it cannot serve now (an upstream that does not answer); None: it can
 
     @property

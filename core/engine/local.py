@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from .batch_loop import BatchLoop
 from .devices import MIB, Device, cards_in_use, gpus
 from .memory import auto_parallel
 from .native import LlamaContext, LlamaModel
+from .recommended import recommended
 from .types import EngineSpec, GenerationRequest, LoopOptions, Publisher, default_threads
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class LlamaEngine:
         self.n_gpu_layers = n_gpu
         self.chat_format = chat_format.choose_format(model, spec.chat_template)
         self.chat_stop_tokens = chat_format.turn_stop_tokens(model)
+        self.sampling_defaults: Mapping[str, float] = recommended(model.meta, dict(spec.sampling))
         self.version = engine_version()
         self.options = options
         self.device_bytes = device_bytes  # GPU memory the model and its context took to load

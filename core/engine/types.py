@@ -46,6 +46,8 @@ class EngineSpec:
     overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
     chat_template: str | None = None  # a Jinja template in place of the GGUF's (its text)
     pooling: str | None = None  # embeddings: mean, cls or last; None: the GGUF's, else mean
+    # SamplingParams fields a request leaves unset, over the GGUF's `general.sampling.*` keys
+    sampling: tuple[tuple[str, float], ...] = ()
 
     @property
     def slots_requested(self) -> int:

@@ -19,8 +19,9 @@ import time
 import urllib.parse
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import httpx
@@ -74,6 +75,7 @@ class UpstreamEngine:
 
     n_gpu_layers = 0  # whatever the server offloads is its own business
     chat_stop_tokens: frozenset[int] = frozenset()
+    sampling_defaults: Mapping[str, float] = MappingProxyType({})  # the server applies its own
     embeds = False
     tokenizes = False  # the server renders and tokenizes; jobs carry their messages or text
     chat_format = ChatFormat(

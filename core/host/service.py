@@ -24,11 +24,13 @@ from .. import paths
 from ..config import HostSettings
 from ..engine import (
     BUNDLED_MODEL_ID,
+    BUNDLED_SAMPLING,
     AnySpec,
     EngineSpec,
     UpstreamSpec,
     bundled_model_path,
     engine_version,
+    is_bundled,
 )
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.host_api import AddEngineRequest
@@ -95,8 +97,9 @@ def engine_spec(
     main_gpu_id: int | None = None,
 ) -> EngineSpec:
     e = settings.engine
+    path = Path(model_path).expanduser()
     return EngineSpec(
-        model_path=str(Path(model_path).expanduser()),
+        model_path=str(path),
         engine_id=engine_id,
         n_ctx=n_ctx or e.ctx,
         n_gpu_layers=n_gpu_layers if n_gpu_layers is not None else e.gpu_layers,
@@ -109,6 +112,7 @@ def engine_spec(
         backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
         chat_template=read_template(e.chat_template),
         pooling=None if e.pooling == "auto" else e.pooling,
+        sampling=BUNDLED_SAMPLING if is_bundled(path) else (),
     )
 
 

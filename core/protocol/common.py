@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -143,6 +143,14 @@ class SamplingParams(BaseModel):
         if stop is not None:
             values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
         return cls.model_validate({k: v for k, v in values.items() if v is not None})
+
+    def with_defaults(self, defaults: Mapping[str, float]) -> SamplingParams:
+        """These params with `defaults` (an engine's recommended sampling) in the fields the
+        request left unset; a field it set, even to llama.cpp's default value, stays."""
+        unset = {k: v for k, v in defaults.items() if k not in self.model_fields_set}
+        return (
+            self.model_validate({**self.model_dump(exclude_unset=True), **unset}) if unset else self
+        )
 
     @property
     def constrained(self) -> bool:

@@ -228,6 +228,7 @@ class Pool:
         embed: bool = False,
     ) -> Job:
         engine = self._ready_engine()
+        params = params.with_defaults(engine.sampling_defaults)
         if (
             client_id is not None
             and client_limit is not None

@@ -194,11 +194,11 @@ async def test_registry_adds_lists_reports_and_removes_engines(model_path) -> No
         # all (-1) where the build can offload (a CUDA box's `make test`), else none
         assert status.parameters.n_gpu_layers == (-1 if supports_gpu_offload() else 0)
         assert status.memory_usage is not None
-        assert 200 < status.memory_usage.model_size_mb < 300
+        assert 60 < status.memory_usage.model_size_mb < 120  # SmolLM2 135M, Q4_1: ~90 MiB
         assert status.memory_usage.context_size_mb > 0
-        assert "gemma" in (status.chat_format or "")
+        assert "gguf template" in (status.chat_format or "")
         assert registry.resolve(None).id == "first"
-        assert registry.resolve("gemma-3-270m-q4_k_m").id == "first"  # by file name
+        assert registry.resolve("SmolLM2-135M-Instruct.Q4_1").id == "first"  # by file name
         with pytest.raises(InferError) as unknown:
             registry.resolve("no-such-model")
         assert unknown.value.kind is ErrorKind.MODEL_NOT_FOUND

@@ -95,13 +95,13 @@ async def test_eight_slots_decoding_together_complete_in_full_and_start_exactly(
 
 async def test_chat_messages_use_the_models_turn_format(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    assert "gemma" in pool.engine.chat_format.description
+    assert "gguf template" in pool.engine.chat_format.description  # ChatML, from the GGUF
     messages = [
         ChatMessage(role="system", content="Answer in one word."),
         ChatMessage(role="user", content="What color is the sky?"),
     ]
     job = pool.submit(messages=messages, params=GREEDY)
-    # system + user turn, rendered with Gemma's <start_of_turn> markers, is more than the text
+    # system + user turn, rendered with ChatML's <|im_start|> markers, is more than the text
     assert job.tokens_in > 12
     events = [e async for e in job.events()]
     assert isinstance(events[0], Admitted)

@@ -13,6 +13,7 @@ import asyncio
 import llama_cpp as llama
 import pytest
 
+from infertui.core.engine import BUNDLED_SAMPLING, recommended
 from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
 from infertui.core.engine.sampler import SamplerChain
 from infertui.core.engine.step_sampler import StepSampler
@@ -312,3 +313,40 @@ async def test_a_bias_on_a_token_outside_the_vocabulary_is_refused_by_name(make_
     assert end.error.kind is ErrorKind.INVALID_PARAMS and end.error.param == "logit_bias"
     assert str(n_vocab) in end.error.message
     assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0]  # still serving
+
+
+def test_recommended_sampling_reads_the_ggufs_keys_under_the_specs_choices() -> None:
+    """Issue 34 §2: a GGUF's `general.sampling.*` keys are its recommendation; the spec's own
+    choices (the bundled model's card) win over them; a key that is no number is passed over."""
+    keys = {
+        "general.sampling.temp": "0.6",
+        "general.sampling.top_k": "20",
+        "general.sampling.penalty_repeat": "not a number",
+    }
+    assert recommended.from_gguf(keys.get) == {"temperature": 0.6, "top_k": 20}
+    chosen = recommended.recommended(keys.get, {"temperature": 0.2})
+    assert chosen == {"temperature": 0.2, "top_k": 20}
+
+
+def test_a_requests_own_fields_stay_and_only_unset_ones_take_the_models() -> None:
+    """Issue 34 §2: defaults fill what the request left out, even where the request set a
+    field to llama.cpp's default value."""
+    asked = SamplingParams.model_validate({"temperature": 0.8, "max_tokens": 5})
+    filled = asked.with_defaults({"temperature": 0.2, "top_p": 0.9})
+    assert (filled.temperature, filled.top_p, filled.max_tokens) == (0.8, 0.9, 5)
+    assert asked.with_defaults({}) is asked
+
+
+async def test_the_bundled_model_samples_as_its_card_recommends(make_pool) -> None:
+    """Issue 34 §2: a job on the bundled model that names no sampling gets the model's own
+    (temperature 0.2, top-p 0.9, repeat penalty 1.1); a job that names them keeps its own."""
+    pool = await make_pool(parallel=1, sampling=BUNDLED_SAMPLING)
+    plain = pool.submit(prompt="Hi", params=SamplingParams.model_validate({"max_tokens": 2}))
+    own = pool.submit(prompt="Hi", params=SamplingParams(temperature=0.0, max_tokens=2))
+    assert dict(BUNDLED_SAMPLING) == {
+        name: getattr(plain.request.params, name) for name, _ in BUNDLED_SAMPLING
+    }
+    assert own.request.params.temperature == 0.0
+    assert own.request.params.repeat_penalty == 1.1  # left unset: the model's
+    for job in (plain, own):
+        assert [e async for e in job.events()]

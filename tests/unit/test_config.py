@@ -56,8 +56,18 @@ def test_client_settings_and_keymap_follow_the_same_order(
     settings = load_settings(client={"temperature": 0.0, "system_prompt": None})
     assert settings.client.system_prompt == "Be terse."
     assert settings.client.temperature == 0.0  # the flag
-    assert settings.client.sampling() == {"temperature": 0.0, "top_p": 0.95, "max_tokens": 64}
+    # top_p is left out: the model's own applies (issue 34 §2)
+    assert settings.client.sampling() == {"temperature": 0.0, "max_tokens": 64}
     assert settings.keymap == {"chat.abort": "ctrl+k"}
+
+
+def test_client_sampling_left_unset_is_the_models_own() -> None:
+    """Issue 34 §2: the apps send no temperature or top_p unless the user set one, so the
+    model's recommended sampling (its GGUF's keys, else the host's defaults) applies; an
+    options field left empty means the same."""
+    assert load_settings().client.sampling() == {"max_tokens": 1024}
+    blank = load_settings(client={"temperature": " ", "top_p": ""}).client
+    assert blank.temperature is None and blank.top_p is None
 
 
 def test_parallel_takes_a_number_or_auto(monkeypatch: pytest.MonkeyPatch) -> None:

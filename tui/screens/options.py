@@ -29,9 +29,11 @@ class OptionsModal(FormModal[ClientSettings | None]):
             yield TextArea(c.system_prompt, id="system_prompt", soft_wrap=True, compact=True)
             with Grid(id="form"):
                 yield Label("temperature (0: greedy)")
-                yield Input(str(c.temperature), id="temperature", type="number", compact=True)
+                yield Input(_shown(c.temperature), placeholder="model's own", id="temperature",
+                            type="number", compact=True)  # fmt: skip
                 yield Label("top p (0 – 1)")
-                yield Input(str(c.top_p), id="top_p", type="number", compact=True)
+                yield Input(_shown(c.top_p), placeholder="model's own", id="top_p",
+                            type="number", compact=True)  # fmt: skip
                 yield Label("max tokens")
                 yield Input(str(c.max_tokens), id="max_tokens", type="integer", compact=True)
             yield from self.footer("Apply", "apply")
@@ -45,3 +47,8 @@ class OptionsModal(FormModal[ClientSettings | None]):
             self.dismiss(ClientSettings.model_validate({**self.current.model_dump(), **fields}))
         except ValidationError as err:
             self.show_error(first_problem(err))
+
+
+def _shown(value: float | None) -> str:
+    """An option as its field shows it: empty where the model's own value applies."""
+    return "" if value is None else str(value)
