@@ -83,7 +83,7 @@ async def http(concurrency: int, tokens: int, threads: int) -> dict[str, object]
     client = httpx.AsyncClient(base_url=url, timeout=120)
 
     async def one(max_tokens: int) -> tuple[float, float, int]:
-        body = {"model": "gemma-3-270m", "messages": MESSAGES, "max_tokens": max_tokens,
+        body = {"model": "smollm2-135m", "messages": MESSAGES, "max_tokens": max_tokens,
                 "temperature": 0, "ignore_eos": True, "stream": True,
                 "stream_options": {"include_usage": True}}  # fmt: skip
         start = time.perf_counter()

@@ -40,7 +40,7 @@ from infertui.core.transport.p2p.host import MAX_STRIKES
 from infertui.core.transport.p2p.ids import load_seed, parse_server_id, public_key, server_id
 from infertui.core.transport.p2p.runtime import start_testnet
 
-MODEL = "gemma-3-270m"
+MODEL = "smollm2-135m"
 HEADER_TIMEOUT_S = 2.0
 KEEP_ALIVE_S = 2
 JSON = {"content-type": "application/json"}
@@ -163,30 +163,30 @@ POSTS = ["/v1/chat/completions", "/v1/completions", "/chat/completions", "/chat/
 GENERATION = {"/v1/chat/completions", "/v1/completions", "/chat/completions", "/chat/sse",
               "/v1/tasks"}  # fmt: skip
 NASTY = [
-    b'{"model":"gemma-3-270m","messages":[{"role":"user","content":"\\ud800x"}]}',
+    b'{"model":"smollm2-135m","messages":[{"role":"user","content":"\\ud800x"}]}',
     b'{"model":"\\udfff","prompt":"x"}',
-    b'{"model":"gemma-3-270m","messages":[{"role":"user","content":"a\\u0000b"}]}',
-    b'{"model":"gemma-3-270m","prompt":"a\x01b"}',
-    b'{"model":"gemma-3-270m","prompt":"x","max_tokens":1e400}',
-    b'{"model":"gemma-3-270m","prompt":"x","max_tokens":-1}',
-    b'{"model":"gemma-3-270m","prompt":"x","max_tokens":"4"}',
-    b'{"model":"gemma-3-270m","prompt":"x","temperature":NaN}',
-    b'{"model":"gemma-3-270m","prompt":"x","seed":99999999999999999999999}',
-    b'{"model":"gemma-3-270m","prompt":[[[[[[[[1]]]]]]]]}',
-    b'{"model":"gemma-3-270m","prompt":' + b"[" * 5000 + b"]" * 5000 + b"}",
-    b'{"model":"gemma-3-270m","prompt":"x","stop":' + json.dumps(["s"] * 5000).encode() + b"}",
-    b'{"model":"gemma-3-270m","messages":[]}',
-    b'{"model":"gemma-3-270m","messages":[{"role":"wizard","content":"x"}]}',
-    b'{"model":"gemma-3-270m","messages":[{"role":"user"}]}',
+    b'{"model":"smollm2-135m","messages":[{"role":"user","content":"a\\u0000b"}]}',
+    b'{"model":"smollm2-135m","prompt":"a\x01b"}',
+    b'{"model":"smollm2-135m","prompt":"x","max_tokens":1e400}',
+    b'{"model":"smollm2-135m","prompt":"x","max_tokens":-1}',
+    b'{"model":"smollm2-135m","prompt":"x","max_tokens":"4"}',
+    b'{"model":"smollm2-135m","prompt":"x","temperature":NaN}',
+    b'{"model":"smollm2-135m","prompt":"x","seed":99999999999999999999999}',
+    b'{"model":"smollm2-135m","prompt":[[[[[[[[1]]]]]]]]}',
+    b'{"model":"smollm2-135m","prompt":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    b'{"model":"smollm2-135m","prompt":"x","stop":' + json.dumps(["s"] * 5000).encode() + b"}",
+    b'{"model":"smollm2-135m","messages":[]}',
+    b'{"model":"smollm2-135m","messages":[{"role":"wizard","content":"x"}]}',
+    b'{"model":"smollm2-135m","messages":[{"role":"user"}]}',
     b'{"model":"' + b"m" * 100_000 + b'","prompt":"x"}',
-    b'{"model":"gemma-3-270m","prompt":"x","max_tokens":2,' + b'"k":1,' * 10000 + b'"z":1}',
+    b'{"model":"smollm2-135m","prompt":"x","max_tokens":2,' + b'"k":1,' * 10000 + b'"z":1}',
     b"\xef\xbb\xbf{}",
     b"\xff\xfe\xfa",
     b"",
     b"null",
     b"[]",
     b'"just a string"',
-    b'{"model":"gemma-3-270m","prompt":"x"',
+    b'{"model":"smollm2-135m","prompt":"x"',
     b'{"engine_id":"../../x","model_path":"/etc/passwd"}',
     b'{"engine_id":"' + b"e" * 10000 + b'","model_path":"m.gguf"}',
     b'{"task_id":"' + b"t" * 10000 + b'","prompt":"x","max_tokens":2}',
@@ -432,7 +432,7 @@ async def health_latencies(url: str, during: Awaitable[Any]) -> list[float]:
 
 def body_of(kind: str) -> bytes:
     if kind == "over":
-        return b'{"model":"gemma-3-270m","prompt":"' + b"x" * (5 * 2**20) + b'"}'
+        return b'{"model":"smollm2-135m","prompt":"' + b"x" * (5 * 2**20) + b'"}'
     return json.dumps({"model": MODEL, "messages": [
         {"role": "user", "content": "word " * (3 * 2**20 // 5)}]}).encode()  # fmt: skip
 

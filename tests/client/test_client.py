@@ -35,8 +35,8 @@ async def client(request: pytest.FixtureRequest, host: ServedHost) -> AsyncItera
 
 async def test_server_info_names_the_host_and_its_model(client: Client) -> None:
     assert client.info.host_name == "test-host"
-    assert client.info.model == "gemma-3-270m"
-    assert client.info.models == ("gemma-3-270m",)
+    assert client.info.model == "smollm2-135m"
+    assert client.info.models == ("smollm2-135m",)
     assert client.info.admin  # the tests' client key is on the host's admin list
 
 
@@ -101,9 +101,9 @@ async def test_abort_from_another_task_while_the_reader_waits_cancels_on_the_hos
 async def test_snapshots_show_engines_queue_and_metrics(client: Client) -> None:
     await client.chat(HELLO, max_tokens=4).text()
     (engine,) = await client.engines()
-    assert engine.engine_id == "gemma-3-270m" and engine.status == "loaded"
+    assert engine.engine_id == "smollm2-135m" and engine.status == "loaded"
     (queue,) = await client.queue()
-    assert queue.pool_id == "gemma-3-270m" and len(queue.slots) == 2
+    assert queue.pool_id == "smollm2-135m" and len(queue.slots) == 2
     (metrics,) = await client.metrics()
     assert metrics.completed >= 1 and metrics.tokens_out_total >= 1
 
@@ -111,7 +111,7 @@ async def test_snapshots_show_engines_queue_and_metrics(client: Client) -> None:
 async def test_watch_metrics_delivers_repeatedly(client: Client) -> None:
     seen = 0
     async for snapshot in client.watch_metrics(interval_ms=200):
-        assert snapshot[0].pool_id == "gemma-3-270m"
+        assert snapshot[0].pool_id == "smollm2-135m"
         seen += 1
         if seen == 3:
             break
@@ -121,22 +121,22 @@ async def test_admin_adds_and_removes_an_engine(client: Client) -> None:
     await client.add_engine(
         AddEngineRequest(engine_id="second", model_path=str(bundled_model_path()), n_ctx=512)
     )
-    assert {e.engine_id for e in await client.engines()} == {"gemma-3-270m", "second"}
+    assert {e.engine_id for e in await client.engines()} == {"smollm2-135m", "second"}
     text = await client.chat(HELLO, model="second", max_tokens=4).text()
     assert text
     await client.remove_engine("second")
-    assert [e.engine_id for e in await client.engines()] == ["gemma-3-270m"]
+    assert [e.engine_id for e in await client.engines()] == ["smollm2-135m"]
 
 
 async def test_admin_drains_and_resumes_an_engine(client: Client, host: ServedHost) -> None:
-    await client.drain_engine("gemma-3-270m", deadline_ms=0)
-    await wait_until(lambda: host.service.pool_health("gemma-3-270m").state.value == "drained")
+    await client.drain_engine("smollm2-135m", deadline_ms=0)
+    await wait_until(lambda: host.service.pool_health("smollm2-135m").state.value == "drained")
     with pytest.raises(InferError) as caught:
         await client.chat(HELLO, max_tokens=4).text()
     assert caught.value.kind is ErrorKind.POOL_UNREADY
-    await client.resume_engine("gemma-3-270m")
+    await client.resume_engine("smollm2-135m")
     assert await client.chat(HELLO, max_tokens=4).text()
-    await client.resume_engine("gemma-3-270m")  # already taking jobs: nothing to do
+    await client.resume_engine("smollm2-135m")  # already taking jobs: nothing to do
 
 
 async def test_errors_carry_the_spec_kind_and_a_sentence(client: Client, tmp_path) -> None:
@@ -200,7 +200,7 @@ async def test_a_reply_the_host_cuts_short_ends_as_aborted(
     async for _ in reply:
         pieces += 1
         if pieces == 3:
-            await host.service.drain_engine("gemma-3-270m", deadline_ms=0)
+            await host.service.drain_engine("smollm2-135m", deadline_ms=0)
     assert reply.stats is not None and reply.stats.finish_reason == "abort"
     assert reply.stats.host_stopped is not None
     assert pieces < 50

@@ -88,4 +88,4 @@ async def sdk(host: Host) -> AsyncIterator[openai.AsyncOpenAI]:
     await client.close()
 
 
-MODEL = "gemma-3-270m"
+MODEL = "smollm2-135m"

@@ -58,7 +58,7 @@ async def test_a_lone_surrogate_is_a_400_and_the_host_serves_on(host: Host, path
 
 
 async def test_a_control_character_names_the_place_not_a_field(host: Host) -> None:
-    body = b'{"model":"gemma-3-270m","prompt":"a\x01b"}'
+    body = b'{"model":"smollm2-135m","prompt":"a\x01b"}'
     response = await host.client.post(
         "/v1/completions", content=body, headers={"content-type": "application/json"}
     )
@@ -135,7 +135,7 @@ async def test_a_non_streaming_client_that_leaves_cancels_its_jobs(
 
 async def test_a_chunked_body_over_the_limit_is_cut_off_with_a_413(host: Host) -> None:
     async def chunks():  # no Content-Length: the host counts as the bytes come
-        yield b'{"model":"gemma-3-270m","prompt":"'
+        yield b'{"model":"smollm2-135m","prompt":"'
         for _ in range(5):
             yield b"x" * 2**20
         yield b'"}'

@@ -90,12 +90,12 @@ async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
     (model,) = listed.models
     assert model.model == MODEL and model.size and model.size > 100_000_000
     assert model.details is not None and model.details.format == "gguf"
-    assert model.details.family == "gemma3" and model.details.quantization_level
+    assert model.details.family == "llama" and model.details.quantization_level
     shown = await client.show(MODEL)
-    assert shown.details is not None and shown.details.family == "gemma3"
-    assert shown.modelfile and "gemma-3-270m" in shown.modelfile
+    assert shown.details is not None and shown.details.family == "llama"
+    assert shown.modelfile and "smollm2-135m" in shown.modelfile
     assert shown.capabilities == ["completion", "tools", "embedding"]  # what clients offer
-    assert shown.modelinfo is not None and shown.modelinfo["gemma3.context_length"] > 0
+    assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] > 0
     running = await client.ps()
     assert [m.model for m in running.models] == [MODEL]
     assert running.models[0].size and running.models[0].size > 0

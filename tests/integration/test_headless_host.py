@@ -151,7 +151,7 @@ def test_reloads_give_the_old_models_memory_back() -> None:
     try:
         lines = wait_for(proc, "ready")
         url = next(line.split("http on ")[1].split()[0] for line in lines if "http on " in line)
-        reload = f"{url.rstrip(',')}/v1/pools/gemma-3-270m/reload"
+        reload = f"{url.rstrip(',')}/v1/pools/smollm2-135m/reload"
         for _ in range(3):  # first-use buffers and the allocator's arenas settle
             assert httpx.post(reload, json={}, timeout=60).status_code == 200
         before = _settled_anon_mb(proc.pid)

@@ -127,10 +127,10 @@ async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
         await client.close()
 
     # the upstream's model is also a name for the pool, listed under its own id
-    assert (await via.chat.completions.create(model="gemma-3-270m", messages=ASK, **GREEDY)).choices
+    assert (await via.chat.completions.create(model="smollm2-135m", messages=ASK, **GREEDY)).choices
     listed = {card.id: card.owned_by async for card in via.models.list()}
-    assert listed == {"up": "infertui", "gemma-3-270m": "up"}
-    assert (await via.models.retrieve("gemma-3-270m")).owned_by == "up"
+    assert listed == {"up": "infertui", "smollm2-135m": "up"}
+    assert (await via.models.retrieve("smollm2-135m")).owned_by == "up"
     with pytest.raises(openai.NotFoundError):
         await via.models.retrieve("no-such-model")
     (metrics,) = front.service.metrics()  # the decoding is the upstream's: no loop time here
@@ -331,16 +331,16 @@ async def test_llama_cpp_python_server_as_an_upstream(
             start_process,
             [sys.executable, "-c", THIRD_PARTY_SERVER, "--model", str(model),
              "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "2",
-             "--model_alias", "gemma-direct", "--chat_format", "gemma",
+             "--model_alias", "smol-direct", "--chat_format", "chatml",
              # else any request, the front's model-list probe included, ends the running stream
              "--interrupt_requests", "False"],
             "Uvicorn running",
         )
     )  # fmt: skip
     front = await front_for(start_served_host, f"http://127.0.0.1:{port}/v1", concurrency=1)
-    assert front.service.engines()[0].model_description.startswith("gemma-direct at ")
+    assert front.service.engines()[0].model_description.startswith("smol-direct at ")
     via = openai.AsyncOpenAI(base_url=f"{front.url}/v1", api_key="-")
-    assert [card.id async for card in via.models.list()] == ["up", "gemma-direct"]
+    assert [card.id async for card in via.models.list()] == ["up", "smol-direct"]
     whole = await via.chat.completions.create(model="up", messages=ASK, **GREEDY)
     assert whole.choices[0].message.content
     assert whole.usage and 0 < whole.usage.completion_tokens <= 12  # it streams no usage: counted
@@ -378,7 +378,7 @@ async def test_an_upstream_is_added_at_run_time_over_http_and_hyperswarm(
     try:
         await client.add_engine(AddEngineRequest(engine_id="far2", model_path=f"{upstream.url}/v1"))
         statuses = {e.engine_id: e for e in await client.engines()}
-        assert statuses["far2"].model_description == f"gemma-3-270m at {upstream.url}/v1"
+        assert statuses["far2"].model_description == f"smollm2-135m at {upstream.url}/v1"
         reply_p2p = client.chat(
             [ChatMessage(role="user", content="Hi")], model="far2", temperature=0, max_tokens=4
         )
@@ -415,9 +415,9 @@ async def test_a_host_started_before_its_upstream_serves_once_the_upstream_is_up
     await wait_until(lambda: front.service.pool_health("up").ready, seconds=10)
     assert (
         front.service.engines()[0].model_description
-        == f"gemma-3-270m at http://127.0.0.1:{port}/v1"
+        == f"smollm2-135m at http://127.0.0.1:{port}/v1"
     )
-    await answers(front, model="gemma-3-270m")  # the upstream's own name for its model
+    await answers(front, model="smollm2-135m")  # the upstream's own name for its model
 
 
 async def test_an_upstream_that_hangs_ends_its_jobs_and_serves_again_when_it_wakes(

@@ -43,7 +43,7 @@ async def test_infertui_id_is_stable_and_reachable_through_the_headless_host(
             assert line, "the host exited"
             announced = f"announced as {first}" in line
         client = await connect(first)
-        assert client.server_info.model == "gemma-3-270m"
+        assert client.server_info.model == "smollm2-135m"
         assert await client.chat(prompt="Hello", max_tokens=3).text() is not None
     finally:
         host.terminate()

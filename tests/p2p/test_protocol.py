@@ -79,7 +79,7 @@ async def test_server_info_message_client_connects(p2p_host, raw_peer) -> None:
     assert info["type"] == "server_info"
     payload = info["payload"]
     assert payload["host_name"] == "test-host"
-    assert payload["model"] == "gemma-3-270m"
+    assert payload["model"] == "smollm2-135m"
     assert payload["status"] == "ready"
     assert payload["protocol_version"] == p2p.PROTOCOL_VERSION
     assert payload["server_id"] == p2p_host.server_id
@@ -225,7 +225,7 @@ async def test_one_key_is_refused_beyond_its_connection_cap(
 async def test_additive_engine_metrics_and_queue_messages(p2p_host, connect) -> None:
     client = await connect(p2p_host.server_id)
     engines = await client.request("engines")
-    assert engines["engines"][0]["engine_id"] == "gemma-3-270m"
+    assert engines["engines"][0]["engine_id"] == "smollm2-135m"
     metrics = await client.request("metrics")
     assert metrics["pools"][0]["slots_total"] == 2
     queue = await client.request("queue")
@@ -376,7 +376,7 @@ async def test_hosts_on_a_topic_are_found_with_their_server_info(start_p2p_host,
     await start_p2p_host(topics=["elsewhere"])
     found = await find_hosts("lab", bootstrap=testnet, wait_s=4)
     assert {info.server_id for info in found} == {first.server_id, second.server_id}
-    assert all(info.status == "ready" and info.model == "gemma-3-270m" for info in found)
+    assert all(info.status == "ready" and info.model == "smollm2-135m" for info in found)
 
 
 async def test_metrics_subscription_pushes_until_unsubscribed(p2p_host, connect) -> None:
@@ -386,7 +386,7 @@ async def test_metrics_subscription_pushes_until_unsubscribed(p2p_host, connect)
         received.append(snapshot)
         if len(received) == 3:
             break
-    assert all(r["pools"][0]["pool_id"] == "gemma-3-270m" for r in received)
+    assert all(r["pools"][0]["pool_id"] == "smollm2-135m" for r in received)
     await asyncio.sleep(0.5)
     assert await client.request("queue")  # and the connection still answers
 
@@ -401,7 +401,7 @@ async def test_admin_operations_only_for_admin_peers(
     stranger = await P2PClient.connect(host.server_id, bootstrap=testnet)
     try:
         with pytest.raises(InferError) as refused:
-            await stranger.request("engine_remove", {"engine_id": "gemma-3-270m"})
+            await stranger.request("engine_remove", {"engine_id": "smollm2-135m"})
         assert refused.value.kind is ErrorKind.FORBIDDEN
     finally:
         await stranger.close()
@@ -431,7 +431,7 @@ async def test_admin_operations_only_for_admin_peers(
         assert resumed["payload"]["engine"]["pool_state"] == "ready"
         removed = await ask("engine_remove", engine_id="extra")
         assert removed["payload"]["status"] == "removed"
-        assert host.service.engine_ids() == ["gemma-3-270m"]
+        assert host.service.engine_ids() == ["smollm2-135m"]
     finally:
         await peer.close()
 

@@ -60,7 +60,7 @@ async def test_a_prompt_streams_a_markdown_reply_with_its_figures(
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
         bar = str(app.screen.query_one("HostBar", Static).render())
-        assert "test-host" in bar and "gemma-3-270m" in bar
+        assert "test-host" in bar and "smollm2-135m" in bar
         view = await ask(pilot, app, "Write a long story about the sea.")  # 24 tokens: cut
         await until(pilot, lambda: "tok/s" in stats_of(view), 60)
         assert view.body.source.strip()  # the streamed text
@@ -151,7 +151,7 @@ async def test_the_engine_manager_adds_and_removes_an_engine(host: ServedHost) -
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.press("y")
-        await until(pilot, lambda: host.service.engine_ids() == ["gemma-3-270m"], 30)
+        await until(pilot, lambda: host.service.engine_ids() == ["smollm2-135m"], 30)
         await until(pilot, lambda: table.row_count == 1)
 
 

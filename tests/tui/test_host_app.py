@@ -202,5 +202,5 @@ async def test_the_host_dashboard_has_its_own_chat() -> None:
         await until(pilot, lambda: app.screen.query(AssistantMessage))
         view = app.screen.query(AssistantMessage).last()
         await until(pilot, lambda: view.stats is not None, 60)
-        assert view.stats is not None and view.stats.model == "gemma-3-270m"
+        assert view.stats is not None and view.stats.model == "smollm2-135m"
         assert view.stats.tokens_out > 0

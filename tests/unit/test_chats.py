@@ -15,7 +15,7 @@ def chat(first: str) -> SavedChat:
     saved = SavedChat.start(first, host="http://127.0.0.1:8080")
     saved.messages = [ChatMessage(role="user", content=first),
                       ChatMessage(role="assistant", content="Red, green\nand blue.")]  # fmt: skip
-    saved.model = "gemma-3-270m"
+    saved.model = "smollm2-135m"
     return saved
 
 
@@ -41,7 +41,7 @@ def test_exports_are_markdown_and_json(tmp_path) -> None:
     markdown = store.export(saved, "md", tmp_path).read_text()
     assert markdown.startswith("# Name three colours.")
     assert "## You\n\nName three colours." in markdown
-    assert "## gemma-3-270m\n\nRed, green\nand blue." in markdown
+    assert "## smollm2-135m\n\nRed, green\nand blue." in markdown
     data = json.loads(store.export(saved, "json", tmp_path).read_text())
     assert data["messages"][1]["content"] == "Red, green\nand blue."
 

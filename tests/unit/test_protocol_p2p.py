@@ -120,7 +120,7 @@ def test_chat_start_accepts_messages_model_and_sampling() -> None:
                 "payload": {
                     "prompt": "",
                     "messages": [{"role": "user", "content": "hi"}],
-                    "model": "gemma-3-270m",
+                    "model": "smollm2-135m",
                     "temperature": 0.2,
                     "max_tokens": 12,
                 },

@@ -49,7 +49,7 @@ _EXAMPLES = {
             "task_id": "job-Jz4oWqkR1dx8bS2a",
             "queue_position": 0,
             "predicted_start_ms": 0,
-            "pool_id": "gemma-3-270m",
+            "pool_id": "smollm2-135m",
             "engine": "llama.cpp",
             "output_mode": "text",
             "stream_url": "/v1/tasks/job-Jz4oWqkR1dx8bS2a/stream",
