@@ -78,14 +78,27 @@ class HttpSettings(BaseModel):
     max_connections: int = Field(
         1000, ge=1, description="connections and requests at once; beyond it a 503"
     )
-    cors_origins: list[str] = Field(
-        default_factory=list, description="origins allowed by CORS; empty: CORS off"
+    default_max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="reply length of an OpenAI request that sets none; unset: until the "
+        "context is full, as OpenAI's, Ollama's and llama-server's (spec 004 says 128)",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="browser origins allowed by CORS, as OLLAMA_ORIGINS (comma-separated in "
+        "INFERTUI_HOST__HTTP__CORS_ORIGINS; * and http://localhost:* patterns); empty: CORS off",
     )
     allowed_hosts: list[str] = Field(
         default_factory=list,
         description="names a request's Host may give besides localhost, on a loopback listen "
         "without API keys (a proxy's name); others are refused against DNS rebinding",
     )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> Any:
+        return _comma_separated(value)
 
 
 class P2PSettings(BaseModel):
@@ -222,12 +235,8 @@ class Settings(BaseSettings):
 
     @field_validator("bootstrap", mode="before")
     @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if value.lstrip().startswith("["):
-                return json.loads(value)
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+    def _bootstrap(cls, value: Any) -> Any:
+        return _comma_separated(value)
 
     @classmethod
     def settings_customise_sources(
@@ -243,6 +252,15 @@ class Settings(BaseSettings):
             env_settings,
             TomlConfigSettingsSource(settings_cls, toml_file=paths.config_file()),
         )
+
+
+def _comma_separated(value: Any) -> Any:
+    """A list given in the environment: JSON, or its items between commas."""
+    if isinstance(value, str):
+        if value.lstrip().startswith("["):
+            return json.loads(value)
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -248,10 +248,13 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
         "without one, only on a loopback bind",
     )
     host.add_argument(
+        "--origins",
         "--cors-origin",
+        dest="cors_origin",
         action="append",
-        metavar="ORIGIN",
-        help="allow this browser origin over CORS (repeatable; default: CORS off)",
+        metavar="ORIGIN[,ORIGIN]",
+        help="let web pages of these origins call the HTTP API, as OLLAMA_ORIGINS: "
+        "http://localhost:3000, http://localhost:*, * (repeatable; default: CORS off)",
     )
     host.add_argument(
         "--no-p2p", action="store_true", help="do not listen on Hyperswarm (default: listen)"
@@ -317,7 +320,10 @@ def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
                 "concurrency": args.upstream_concurrency,
             },
             "queue": args.queue,
-            "http": {"listen": args.http, "cors_origins": args.cors_origin},
+            "http": {
+                "listen": args.http,
+                "cors_origins": ",".join(args.cors_origin) if args.cors_origin else None,
+            },
             "engine": {
                 "ctx": args.ctx,
                 "gpu_layers": args.gpu_layers,

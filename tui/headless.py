@@ -49,6 +49,7 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
             service, access=access, cors_origins=http.cors_origins,
             allowed_hosts=http.allowed_hosts,
             max_body_bytes=int(http.max_body_mb * 2**20), body_timeout_s=http.body_timeout_s,
+            default_max_tokens=http.default_max_tokens,
         )  # fmt: skip
         service.attach(HttpServer(app, http.listen, http))
     return service

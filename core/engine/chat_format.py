@@ -41,6 +41,9 @@ _BY_ARCHITECTURE = {
 }
 
 
+# What a template that has the model think names: a switch for it, or its tags.
+_THINKING_MARKERS = ("enable_thinking", "<think>", "reasoning_content", "<|channel|>analysis")
+
 # Control tokens that open a new turn: a reply that reaches one is over.
 _TURN_MARKERS = ("<start_of_turn>", "<|im_start|>", "<|start_header_id|>", "<|user|>", "[INST]")
 
@@ -56,6 +59,12 @@ class ChatFormat:
     @property
     def renders_tools(self) -> bool:
         return self.source is not None and self.tools != GENERIC_FORMAT
+
+    @property
+    def thinks(self) -> bool:
+        """Whether the template has the model reason first (Qwen3's `enable_thinking`, the
+        `<think>` of DeepSeek-R1 and others): Ollama's "thinking" capability."""
+        return self.source is not None and any(m in self.source for m in _THINKING_MARKERS)
 
 
 def tool_format(source: str | None) -> str:

@@ -261,6 +261,14 @@ class HostService:
         engine = self._registry.resolve(model).engine
         return engine.chat_format.tools if engine is not None else GENERIC_FORMAT
 
+    def thinks(self, model: str | None) -> bool | None:
+        """Whether the engine `model` names (the default one for None) can think, by its chat
+        template; None for an upstream, whose server's template is not known here."""
+        engine = self._registry.resolve(model).engine
+        if engine is None or not engine.tokenizes:
+            return None
+        return engine.chat_format.thinks
+
     async def tokenize(self, model: str | None, text: str, *, add_special: bool) -> list[int]:
         """`text` as the tokens of the engine `model` names (the default one for None), off
         the event loop: a megabyte of text takes most of a second."""

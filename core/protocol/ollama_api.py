@@ -34,6 +34,12 @@ from .tools import MAX_TOOLS, RichMessage, Tool, conversation
 
 NS_PER_MS = 1_000_000
 
+# The Ollama release whose /api this one answers as, for `GET /api/version`: clients gate
+# features on it (tools from 0.3, `format` schemas from 0.5, `capabilities` in /api/show
+# from 0.6.4, all here). Not 0.8 or later: tool calls are not streamed token by token, and
+# a thinking model's reasoning is not split out into `thinking` (0.9).
+OLLAMA_API_VERSION = "0.6.4"
+
 
 def _untagged(model: str) -> str:
     """`name:latest` is how Ollama's clients name a model; engines have no tags."""
@@ -79,6 +85,9 @@ class _Generation(BaseModel):
     format: Literal["json", ""] | dict[str, Any] | None = None
     options: Options | None = None
     keep_alive: str | int | float | None = None  # engines stay loaded: accepted, not used
+    # true (or a level, as gpt-oss takes it) for a model that cannot think is a 400, as
+    # Ollama's; for one that can, its template decides, as it would without the field
+    think: bool | Literal["high", "medium", "low"] | None = None
 
     @field_validator("format")
     @classmethod

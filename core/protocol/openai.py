@@ -1,7 +1,10 @@
 """Spec 004: OpenAI-compatible completions, chat, embeddings and models bodies.
 
 Request defaults and ranges are the spec's (temperature 1.0 in 0..2, top_p 1.0 in 0..1,
-penalties in -2..2, max_tokens ≥ 1 with 128 for chat and 16 for completions). Fields OpenAI
+penalties in -2..2, max_tokens ≥ 1), but for one: a request without max_tokens runs until
+the context is full, as OpenAI's, Ollama's and llama-server's do (the spec's 128 and 16 cut
+every reply of clients that send no limit); the host's `default_max_tokens` may set one
+(None here means "the host's default"). Fields OpenAI
 clients send that the spec does not name (`user`, `metadata`, later ones) are ignored rather
 than refused, as OpenAI does; those the host cannot honour (`suffix`, `echo`) are refused by
 name. llama.cpp's own sampling knobs (`top_k`, `min_p`, `typical_p`, `mirostat`, `grammar`...)
@@ -75,6 +78,7 @@ LogitBias = Annotated[
     AfterValidator(_token_ids),
 ]
 NO_ECHO = "echo is not supported: the reply holds the completion only"
+_NO_LIMIT = "unset: until the context is full (or the host's http.default_max_tokens)"
 
 
 class JsonSchemaFormat(BaseModel):
@@ -182,7 +186,7 @@ class _Sampling(BaseModel):
 
 class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[RichMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
-    max_tokens: int = Field(128, ge=1)
+    max_tokens: int | None = Field(None, ge=1, description=_NO_LIMIT)
     max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
     logprobs: bool = False
@@ -195,7 +199,8 @@ class ChatCompletionRequest(_Sampling):
         return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
-    def token_budget(self) -> int:
+    def token_budget(self) -> int | None:
+        """The reply's limit; None: the host's default (until the context is full)."""
         return self.max_completion_tokens or self.max_tokens
 
     @property
@@ -218,8 +223,6 @@ class ChatCompletionRequest(_Sampling):
     def _coherent(self) -> ChatCompletionRequest:
         if isinstance(self.tool_choice, NamedChoice) and not self.offered:
             raise ValueError(f"tool_choice names '{self.tool_choice.name}', not in tools")
-        if self.forced and self.response_format and self.response_format.schema_text:
-            raise ValueError("a forced tool call and response_format cannot both shape the reply")
         if self.forced and self.grammar is not None:
             raise ValueError("a forced tool call and a grammar cannot both shape the reply")
         if self.top_logprobs and not self.logprobs:  # as OpenAI refuses it: read past, no
@@ -228,6 +231,8 @@ class ChatCompletionRequest(_Sampling):
 
     def sampling(self, max_tokens: int | None, tool_format: str = GENERIC_FORMAT) -> SamplingParams:
         params = super().sampling(max_tokens)
+        # A forced call's grammar wins over response_format, as OpenAI's: this reply is the
+        # call; the format shapes the answer a later request (tool_choice auto) asks for.
         if self.forced:
             several = self.parallel_tool_calls and self.tool_choice == "required"
             schema, wrap = forcing_schema(self.offered, parallel=several, form=tool_format)
@@ -282,7 +287,7 @@ class CompletionRequest(_Sampling):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] = Field(
         description=f"one prompt, or up to {MAX_PROMPTS} (one choice each)"
     )
-    max_tokens: int = Field(16, ge=1)
+    max_tokens: int | None = Field(None, ge=1, description=_NO_LIMIT)
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices per prompt, side by side")
     logprobs: int | None = Field(None, ge=0, le=5, description="alternatives per token")
     suffix: Annotated[str | None, refused(NO_SUFFIX)] = None

@@ -2,7 +2,8 @@
 agents (`client.responses.create`, the Agents SDK, Codex), beside Chat Completions.
 
 A request means a chat completion (`as_chat`): the conversation of the response it continues
-(`previous_response_id`, kept by the HTTP face, see response_store.py), then its `input`
+(`previous_response_id`) or the items of the conversation it is in (`conversation`, see
+conversations.py), both kept by the HTTP face (response_store.py), then its `input`
 items become turns (messages, earlier `function_call`s and their
 `function_call_output`s), `instructions` the first system turn, its flat function tools and
 `tool_choice` the chat's nested ones, `text.format` the `response_format`. So it is
@@ -53,11 +54,30 @@ class ResponsesRequest(BaseModel):
         None, max_length=256, description="a kept response this one continues"
     )
     store: bool | None = Field(True, description="keep it, for later requests to continue")
+    conversation: str | dict[str, Any] | None = Field(
+        None, description='a conversation (id, or {"id": ...}) to read and add this turn to'
+    )
     # beyond OpenAI: llama.cpp's own knobs, as on the chat endpoint
     seed: int | None = None
     top_k: int | None = None
     min_p: float | None = None
     ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The conversation named by `conversation`; a 400 for one both continued and in a
+        conversation, as OpenAI refuses it."""
+        given = self.conversation
+        if given is None:
+            return None
+        named = given if isinstance(given, str) else given.get("id")
+        if not isinstance(named, str) or not named:
+            raise _refuse('conversation is an id, or {"id": ...}', "conversation")
+        if self.previous_response_id is not None:
+            raise _refuse(
+                "previous_response_id and conversation cannot be used together", "conversation"
+            )
+        return named
 
     def input_items(self) -> list[dict[str, Any]]:
         """`input` as items: a text is one user message."""
@@ -93,6 +113,15 @@ class ResponsesRequest(BaseModel):
             return ChatCompletionRequest.model_validate(chat)
         except ValidationError as err:
             raise _as_responses_error(err, origins) from None
+
+
+def check_items(items: list[dict[str, Any]], param: str) -> None:
+    """Items that a response could read, or a 400 naming `param`: messages, function calls
+    and their outputs with text content, as `input` takes them."""
+    try:
+        _turns(None, [], items)
+    except InferError as err:
+        raise InferError(err.kind, err.message, param=param) from None
 
 
 def _as_responses_error(err: ValidationError, origins: list[int | None]) -> InferError:
@@ -274,6 +303,10 @@ class ResponseError(BaseModel):
     message: str
 
 
+class ConversationRef(BaseModel):
+    id: str
+
+
 class IncompleteDetails(BaseModel):
     reason: Literal["max_output_tokens", "content_filter"]
 
@@ -291,6 +324,7 @@ class ResponseObject(BaseModel):
     max_output_tokens: int | None = None
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
+    conversation: ConversationRef | None = None  # the conversation this turn was added to
     store: bool = True  # kept: a later request may continue it
     temperature: float = 1.0
     top_p: float = 1.0
@@ -303,7 +337,12 @@ class ResponseObject(BaseModel):
 
     @classmethod
     def started(
-        cls, request: ResponsesRequest, response_id: str, model: str, created_at: int
+        cls,
+        request: ResponsesRequest,
+        response_id: str,
+        model: str,
+        created_at: int,
+        conversation: str | None = None,
     ) -> ResponseObject:
         """The response as a request starts it: in progress, no output yet."""
         return cls(
@@ -313,6 +352,7 @@ class ResponseObject(BaseModel):
             model=model,
             instructions=request.instructions,
             previous_response_id=request.previous_response_id,
+            conversation=ConversationRef(id=conversation) if conversation else None,
             store=request.store is not False,
             max_output_tokens=request.max_output_tokens,
             parallel_tool_calls=request.parallel_tool_calls is not False,

@@ -47,6 +47,7 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         limits: HttpSettings | None = None,
         chat_template: str | None = None,
         pooling: str = "auto",
+        default_max_tokens: int | None = None,
     ) -> Host:
         settings = HostSettings.model_validate(
             {"queue": queue, "drain_on_stop_ms": 0,
@@ -59,7 +60,7 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         app = create_app(
             service, access=access or Access([api_key] if api_key else []),
             cors_origins=cors_origins, allowed_hosts=allowed_hosts,
-            body_timeout_s=limits.body_timeout_s,
+            body_timeout_s=limits.body_timeout_s, default_max_tokens=default_max_tokens,
         )  # fmt: skip
         server = HttpServer(app, "127.0.0.1:0", limits)
         service.attach(server)

@@ -9,12 +9,15 @@ from infertui.core.protocol import host_api, ollama, openai, orchestrator, p2p
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 
-def test_spec_004_chat_defaults_follow_the_parameter_reference() -> None:
+def test_spec_004_chat_defaults_follow_the_parameter_reference_but_max_tokens() -> None:
+    """max_tokens unset is None, "the host's default": until the context is full unless
+    http.default_max_tokens says otherwise (issue 34: clients that send no limit)."""
     req = openai.ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     )
-    assert (req.temperature, req.top_p, req.max_tokens, req.stream) == (1.0, 1.0, 128, False)
-    assert openai.CompletionRequest.model_validate({"model": "m", "prompt": "x"}).max_tokens == 16
+    assert (req.temperature, req.top_p, req.max_tokens, req.stream) == (1.0, 1.0, None, False)
+    assert req.token_budget is None
+    assert openai.CompletionRequest.model_validate({"model": "m", "prompt": "x"}).max_tokens is None
 
 
 @pytest.mark.parametrize(
@@ -48,7 +51,7 @@ def test_spec_004_sampling_maps_stop_and_extras() -> None:
     req = openai.CompletionRequest.model_validate(
         {"model": "m", "prompt": ["a", "b"], "stop": "\n", "top_k": 5, "seed": 3, "logprobs": None}
     )
-    params = req.sampling(req.max_tokens)
+    params = req.sampling(16)
     assert params.stop == ("\n",)
     assert (params.top_k, params.seed, params.max_tokens) == (5, 3, 16)
     assert req.prompts == ["a", "b"]

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 
 from ...host import HostService
 from ...protocol.orchestrator import API_VERSION
 from . import (
     metrics,
+    routes_conversations,
     routes_engines,
     routes_host,
     routes_ollama,
@@ -32,10 +32,13 @@ from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
     CorrelationMiddleware,
+    Cors,
+    HeadMiddleware,
     LoopbackHostsMiddleware,
     ScriptBodiesMiddleware,
+    cors_options,
 )
-from .response_store import ResponseStore
+from .response_store import ConversationStore, ResponseStore
 from .routes_engines import ProcessUsage
 from .task_store import TaskStore
 
@@ -79,6 +82,7 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout_s: float = 30.0,
+    default_max_tokens: int | None = None,
 ) -> FastAPI:
     app = FastAPI(
         title="infertui",
@@ -92,8 +96,10 @@ def create_app(
     app.state.service = service
     app.state.access = access
     app.state.max_body_bytes = max_body_bytes
+    app.state.default_max_tokens = default_max_tokens  # see HttpSettings.default_max_tokens
     app.state.tasks = TaskStore()
     app.state.responses = ResponseStore()
+    app.state.conversations = ConversationStore()
     app.state.usage = ProcessUsage()
     app.state.metrics_registry = metrics.collector_registry(service)
     app.state.background = set[asyncio.Task[object]]()
@@ -102,6 +108,7 @@ def create_app(
         for module in (
             routes_openai,
             routes_responses,
+            routes_conversations,
             routes_engines,
             routes_ollama,
             routes_ollama_api,
@@ -116,24 +123,20 @@ def create_app(
         app.include_router(router)
     install_error_handlers(app)
     document_errors(app, api_key=access.keys_required)
-    # Added last runs first: correlation IDs wrap everything, then CORS, then the key check,
-    # then the body limit, then a script's untyped body typed as JSON, then the fast lane.
+    # Added last runs first: correlation IDs wrap everything, then HEAD as GET, then the
+    # loopback Host check, then CORS, then the key check, then the body limit, then a
+    # script's untyped body typed as JSON, then the fast lane.
     lanes = fast_lanes([route for router in routers for route in router.routes], GENERATION_PATHS)
     app.add_middleware(FastLane, fastapi=app, lanes=lanes)
     app.add_middleware(ScriptBodiesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if access.keys_required:
         app.add_middleware(ApiKeyMiddleware, access=access)
-    if cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(cors_origins),
-            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "X-Correlation-Id"],
-            expose_headers=["X-Correlation-Id", "Retry-After", "X-Backoff-Ms"],
-        )
+    if cors_origins:  # OC-CTRL-2070: off unless origins are given
+        app.add_middleware(Cors, **cors_options(cors_origins))
     if access.loopback and not access.keys_required:  # who reaches it is trusted: see there
         app.add_middleware(LoopbackHostsMiddleware, allowed=frozenset(allowed_hosts))
+    app.add_middleware(HeadMiddleware)
     app.add_middleware(CorrelationMiddleware)
     return app
 

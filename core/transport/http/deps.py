@@ -21,6 +21,15 @@ def service_of(request: Request) -> HostService:
     return service
 
 
+def reply_limit(request: Request, asked: int | None) -> int | None:
+    """A reply's max tokens: the request's, else the host's default (`http.default_max_tokens`;
+    None: until the context is full, which the pool makes the limit)."""
+    if asked is not None:
+        return asked
+    default: int | None = request.app.state.default_max_tokens
+    return default
+
+
 def client_of(request: Request) -> str:
     peer = request.client
     return f"http:{peer.host}" if peer else "http"

@@ -25,7 +25,7 @@ class Family(Enum):
     ORCHESTRATOR = "orchestrator"  # spec 002
 
 
-HEALTH_PATHS = frozenset({"/v1/health", "/health", "/status"})
+HEALTH_PATHS = frozenset({"/", "/v1/health", "/health", "/status"})  # open without a key
 
 
 def family_of(path: str) -> Family:

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...logging import correlation_id
@@ -199,3 +205,73 @@ def _host_name(host: str) -> str:
     if host.count(":") == 1:
         return host.split(":", 1)[0]
     return host
+
+
+class HeadMiddleware:
+    """HEAD on a GET route answers as GET does, status and headers, without the body, as
+    Starlette's own routes and Ollama's do (clients check liveness with `HEAD /`); FastAPI's
+    routes would answer 405. A streamed body is not waited for: once the head is out, the
+    route is told the client left."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def head_only(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                await send(message)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        async def until_the_head() -> Message:
+            if started:
+                return {"type": "http.disconnect"}
+            return await receive()
+
+        await self.app({**scope, "method": "GET"}, until_the_head, head_only)
+
+
+# What a browser client may send: Ollama's list (its own clients and OpenAI's JavaScript SDK,
+# whose x-stainless-* headers a page sends too), and the correlation ID (OC-CTRL-2070).
+_CORS_HEADERS = [
+    "Authorization", "Content-Type", "User-Agent", "Accept", "X-Requested-With",
+    "X-Correlation-Id", "OpenAI-Beta", "x-stainless-arch", "x-stainless-async",
+    "x-stainless-custom-poll-interval", "x-stainless-helper-method", "x-stainless-lang",
+    "x-stainless-os", "x-stainless-package-version", "x-stainless-poll-helper",
+    "x-stainless-retry-count", "x-stainless-runtime", "x-stainless-runtime-version",
+    "x-stainless-timeout",
+]  # fmt: skip
+
+
+def cors_options(origins: Sequence[str]) -> dict[str, Any]:
+    """CORSMiddleware's options for `http.cors_origins`, read as OLLAMA_ORIGINS is: an origin,
+    `*` for any, or a pattern with `*` in it (`http://localhost:*`, `chrome-extension://*`)."""
+    exact = [origin for origin in origins if "*" not in origin]
+    patterns = [origin for origin in origins if "*" in origin and origin != "*"]
+    regex = "|".join(re.escape(p).replace(r"\*", ".*") for p in patterns) or None
+    return {
+        "allow_origins": ["*"] if "*" in origins else exact,
+        "allow_origin_regex": regex,
+        "allow_methods": ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+        "allow_headers": _CORS_HEADERS,
+        "expose_headers": ["X-Correlation-Id", "Retry-After", "X-Backoff-Ms"],
+        "max_age": 600,
+    }
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS, with a preflight it allows answered 204 and no body, as Ollama's."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 200:
+            return response
+        kept = {k: v for k, v in response.headers.items() if k not in ("content-length",
+                                                                      "content-type")}  # fmt: skip
+        return Response(status_code=204, headers=kept)

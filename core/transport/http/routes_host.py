@@ -1,7 +1,8 @@
 """infertui's own snapshots over HTTP: what the P2P additive messages give, for dashboards.
 
 GET /v1/host (server info), /v1/host/queue and /v1/host/metrics carry the same payloads as
-spec 000's `server_info` and the additive `queue` and `metrics` messages.
+spec 000's `server_info` and the additive `queue` and `metrics` messages. `GET /` is the
+liveness line Ollama answers there, which its clients read before anything else.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse
 
 from ...protocol.p2p import ServerInfo
 from ...protocol.snapshots import SnapshotKind
@@ -17,6 +19,13 @@ from .deps import service_of
 from .routing import StrictJSONRoute
 
 router = APIRouter(tags=["Host snapshots (infertui)"], route_class=StrictJSONRoute)
+
+
+@router.get(
+    "/", response_class=PlainTextResponse, summary="Liveness, as Ollama answers it (HEAD too)"
+)
+async def root() -> str:
+    return "Ollama is running"
 
 
 @router.get("/v1/host", response_model=ServerInfo, summary="Host name, models and addresses")

@@ -21,6 +21,7 @@ from ...protocol.common import ChatMessage, without_oldest_turn
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama_api import (
+    OLLAMA_API_VERSION,
     ApiChatRequest,
     ApiEmbeddingsRequest,
     ApiEmbedRequest,
@@ -37,7 +38,6 @@ from ...protocol.ollama_api import (
 from ...protocol.snapshots import EngineState, EngineStatus
 from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
 from ...scheduler import Job
-from ...version import infertui_version
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
 from .routing import StrictJSONRoute
@@ -56,6 +56,7 @@ NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_ali
 
 @router.post("/chat", summary="Ollama's chat: NDJSON unless `stream: false`; `tools` too")
 async def chat(body: ApiChatRequest, request: Request) -> Any:
+    _check_thinking(request, body.model, body.think)
     if not body.messages:  # how Ollama's clients load a model: it is loaded
         return _loaded_answer(request, body.model, "message", {"role": "assistant", "content": ""})
     tool_format = service_of(request).tool_format(body.model) if body.tools else GENERIC_FORMAT
@@ -84,6 +85,7 @@ async def chat(body: ApiChatRequest, request: Request) -> Any:
 
 @router.post("/generate", summary="Ollama's completion of a prompt (chat template unless raw)")
 async def generate(body: ApiGenerateRequest, request: Request) -> Any:
+    _check_thinking(request, body.model, body.think)
     if not body.prompt and not body.system:  # how Ollama's clients load a model: it is loaded
         return _loaded_answer(request, body.model, "response", "")
     if body.raw:
@@ -93,6 +95,16 @@ async def generate(body: ApiGenerateRequest, request: Request) -> Any:
         turns = [*system, ChatMessage(role="user", content=body.prompt)]
         job = await submit(request, model=body.model, messages=turns, params=body.sampling())
     return await reply(request, job, "response", stream=body.stream)
+
+
+def _check_thinking(request: Request, model: str, think: bool | str | None) -> None:
+    """`think` asked of a model whose template cannot think is refused, as Ollama refuses it,
+    rather than ignored: the client would wait for reasoning that never comes."""
+    if think and service_of(request).thinks(model) is False:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS, f"{json.dumps(model)} does not support thinking",
+            param="think",
+        )  # fmt: skip
 
 
 def _loaded_answer(request: Request, model: str, field: str, empty: object) -> dict[str, Any]:
@@ -232,14 +244,15 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         # Ollama's clients offer tools only where "tools" is listed; every engine here takes
         # them (/api/chat's `tools`). Embeddings come from local engines, not upstream ones.
         "capabilities": ["completion", "tools"]
-        + ([] if status.model_path.startswith(("http://", "https://")) else ["embedding"]),
+        + ([] if status.model_path.startswith(("http://", "https://")) else ["embedding"])
+        + (["thinking"] if service_of(request).thinks(status.engine_id) else []),
         "modified_at": entry.modified_at,
     }
 
 
-@router.get("/version", summary="The host's version (infertui's, not an Ollama release)")
+@router.get("/version", summary="The Ollama release whose API this one answers as")
 async def api_version() -> dict[str, str]:
-    return {"version": infertui_version()}
+    return {"version": OLLAMA_API_VERSION}  # infertui's own: `infertui --version`
 
 
 def _loaded(request: Request) -> list[EngineStatus]:

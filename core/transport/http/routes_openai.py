@@ -44,7 +44,7 @@ from ...protocol.tool_stream import CallDelta
 from ...protocol.tool_use import HeldReply, ToolUse
 from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
-from .deps import collect, embed_texts, service_of, submit_all
+from .deps import collect, embed_texts, reply_limit, service_of, submit_all
 from .families import documented_errors
 from .routing import StrictJSONRoute
 from .streams import HOLE, LiveResponse, Template, json_line, merged, sse_response
@@ -97,7 +97,7 @@ def usage_of(jobs: list[Job], n: int) -> Usage:
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | LiveResponse:
-    asked, use = chat_job(request, body, body.token_budget)
+    asked, use = chat_job(request, body, reply_limit(request, body.token_budget))
     variants = n_choices(asked["params"], body.n)
     jobs = await submit_all(request, [{**asked, "params": p} for p in variants], "n")
     model, created = jobs[0].pool_id, int(time.time())
@@ -211,7 +211,7 @@ async def chat_chunks(
     summary="Text completion of a string or an array of prompts (one choice each)",
 )
 async def completions(body: CompletionRequest, request: Request) -> TextCompletion | LiveResponse:
-    variants = n_choices(body.sampling(body.max_tokens), body.n)
+    variants = n_choices(body.sampling(reply_limit(request, body.max_tokens)), body.n)
     jobs = await submit_all(  # choice i * n + j is choice j of prompt i, as OpenAI numbers them
         request,
         [

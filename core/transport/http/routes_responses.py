@@ -8,20 +8,24 @@ goes out in the Responses shapes: a message item with one `output_text` part, or
 cut it, `response.failed` when the engine failed it). A reply that may be a tool call is
 held back until it is known, as on the chat endpoint. An ended response is kept (unless the
 request says `store: false`) for `previous_response_id`, `GET` and `DELETE
-/v1/responses/{id}`: response_store.py.
+/v1/responses/{id}` and its `input_items`: response_store.py. A request with `conversation`
+reads that conversation's items first, and adds its input and output to it once it ended
+(routes_conversations.py).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from ...protocol.conversations import MAX_PAGE, ItemList, item_page, stored_item
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.openai import ErrorEnvelope, ToolCallOut
@@ -43,14 +47,16 @@ from ...protocol.tool_stream import CallDelta
 from ...protocol.tool_use import HeldReply, ToolUse
 from ...scheduler import Job
 from .access import access_of
-from .deps import collect, submit_all
+from .deps import collect, reply_limit, submit_all
 from .families import documented_errors
-from .response_store import ResponseStore, StoredResponse
+from .response_store import Conversation, ResponseStore, StoredResponse, output_items
+from .routes_conversations import conversation_store, kept_conversation
 from .routes_openai import chat_job
 from .routing import StrictJSONRoute
 from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
 
 router = APIRouter(tags=["OpenAI Responses"], route_class=StrictJSONRoute)
+log = logging.getLogger(__name__)
 
 _SSE = {
     "content": {
@@ -71,15 +77,19 @@ _SSE = {
 async def create_response(
     body: ResponsesRequest, request: Request
 ) -> ResponseObject | LiveResponse:
-    before = None
+    before, within = None, None
     if body.previous_response_id is not None:
         before = _kept(request, body.previous_response_id, continued=True)
-    conversation = before.conversation if before else []
-    # max_output_tokens None: until the context ends
-    asked, use = chat_job(request, body.as_chat(conversation), body.max_output_tokens)
+    if (conversation_id := body.conversation_id) is not None:
+        within = kept_conversation(request, conversation_id, param="conversation")
+    context = before.conversation if before else list(within.items) if within else []
+    limit = reply_limit(request, body.max_output_tokens)  # None: until the context ends
+    asked, use = chat_job(request, body.as_chat(context), limit)
     [job] = await submit_all(request, [asked])
-    started = ResponseObject.started(body, f"resp_{job.id}", job.pool_id, int(time.time()))
-    keep = _keeper(request, body, before)
+    started = ResponseObject.started(
+        body, f"resp_{job.id}", job.pool_id, int(time.time()), conversation_id
+    )
+    keep = _keeper(request, body, before, within)
     if body.stream:
         return sse_response(_Stream(job, started, use, keep).events())
     [(text, final)] = await collect(request, job)
@@ -115,6 +125,30 @@ async def delete_response(response_id: str, request: Request) -> DeletedResponse
     return DeletedResponse(id=response_id)
 
 
+@router.get(
+    "/v1/responses/{response_id}/input_items",
+    response_model=ItemList,
+    responses=documented_errors(ErrorEnvelope),
+    summary="A kept response's input items (client.responses.input_items.list)",
+)
+async def input_items(
+    response_id: str,
+    request: Request,
+    after: str | None = None,
+    limit: int = Query(20, ge=1, le=MAX_PAGE),
+    order: Literal["asc", "desc"] = "desc",
+) -> ItemList:
+    stored = _kept(request, response_id)
+    start, end = stored.inputs
+    page = item_page(stored.conversation[start:end], after=after, limit=limit, order=order)
+    if page is None:
+        raise InferError(
+            ErrorKind.NOT_FOUND, f"no input item '{after}' in response '{response_id}'",
+            param="after",
+        )  # fmt: skip
+    return page
+
+
 def _store(request: Request) -> ResponseStore:
     store: ResponseStore = request.app.state.responses
     return store
@@ -141,16 +175,30 @@ def _kept(request: Request, response_id: str, *, continued: bool = False) -> Sto
 
 
 def _keeper(
-    request: Request, body: ResponsesRequest, before: StoredResponse | None
+    request: Request,
+    body: ResponsesRequest,
+    before: StoredResponse | None,
+    within: Conversation | None,
 ) -> Callable[[ResponseObject], ResponseObject]:
     """What to do with the response once it ended: keep it with its conversation, unless the
     request said `store: false` or it failed (a failed one is not continued: a whole reply
-    that fails is an error, and is not kept either), and hand it on."""
+    that fails is an error, and is not kept either); add its input and output to the
+    conversation it is in, unless it failed; and hand it on."""
     owner = access_of(request).owner(request)
+    conversations = conversation_store(request)
 
     def keep(ended: ResponseObject) -> ResponseObject:
-        if body.store is not False and ended.status != "failed":
-            _store(request).put(ended, before, body.input_items(), owner)
+        if ended.status == "failed":
+            return ended
+        inputs = [stored_item(item) for item in body.input_items()]
+        if body.store is not False:
+            _store(request).put(ended, before, inputs, owner)
+        if within is not None and conversations.find(within.id) is within:  # not deleted
+            try:
+                conversations.add(within, [*inputs, *output_items(ended)])
+            except InferError as err:  # the reply went out already: say so in the log
+                log.warning("response %s not added to its conversation: %s", ended.id,
+                            err.message)  # fmt: skip
         return ended
 
     return keep
