@@ -176,17 +176,21 @@ class ClientSettings(BaseModel):
         None, ge=0.0, le=2.0, description="0 is greedy; unset: the model's own"
     )
     top_p: float | None = Field(None, ge=0.0, le=1.0, description="unset: the model's own")
-    max_tokens: int = Field(1024, ge=1, description="longest reply, in tokens")
+    max_tokens: int | None = Field(
+        None, ge=1, description="longest reply, in tokens; unset: until the context is full"
+    )
     connect_timeout_s: float = Field(10.0, gt=0, description="give up connecting after this")
 
-    @field_validator("temperature", "top_p", mode="before")
+    @field_validator("temperature", "top_p", "max_tokens", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
-        """An options field left empty means the model's own value."""
+        """An options field left empty means the model's own value (no limit, for max_tokens)."""
         return None if isinstance(value, str) and not value.strip() else value
 
     def sampling(self) -> ChatSampling:
-        chosen: ChatSampling = {"max_tokens": self.max_tokens}
+        chosen: ChatSampling = {}
+        if self.max_tokens is not None:
+            chosen["max_tokens"] = self.max_tokens
         if self.temperature is not None:
             chosen["temperature"] = self.temperature
         if self.top_p is not None:

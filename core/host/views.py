@@ -5,6 +5,7 @@ health and capabilities, and the host dashboard's live jobs. Before an engine ha
 from __future__ import annotations
 
 from ..engine.chat_format import ChatFormat
+from ..protocol.common import SamplingParams
 from ..protocol.orchestrator import PoolCapabilities, PoolHealth
 from ..protocol.snapshots import (
     EngineState,
@@ -70,7 +71,9 @@ def llama_props(pool: Pool, version: str) -> Props:
     return Props(
         default_generation_settings=GenerationSettings(
             n_ctx=engine.parameters.n_ctx if engine else pool.spec.n_ctx,
-            params=default_sampling(),
+            params=default_sampling(
+                SamplingParams().with_defaults(engine.sampling_defaults) if engine else None
+            ),
         ),
         total_slots=pool.n_slots,
         model_alias=pool.id,

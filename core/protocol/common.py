@@ -142,15 +142,23 @@ class SamplingParams(BaseModel):
         stop = values["stop"]
         if stop is not None:
             values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop)
-        return cls.model_validate({k: v for k, v in values.items() if v is not None})
+        params = cls.model_validate({k: v for k, v in values.items() if v is not None})
+        # Only what the client wrote counts as set: a dialect's own default (spec 004's
+        # temperature 1.0) yields to the model's recommended sampling (with_defaults).
+        written = request.model_fields_set | set(request.__pydantic_extra__ or {})
+        written |= {name for name, value in overrides.items() if value is not None}
+        object.__setattr__(params, "__pydantic_fields_set__", params.model_fields_set & written)
+        return params
 
     def with_defaults(self, defaults: Mapping[str, float]) -> SamplingParams:
         """These params with `defaults` (an engine's recommended sampling) in the fields the
         request left unset; a field it set, even to llama.cpp's default value, stays."""
         unset = {k: v for k, v in defaults.items() if k not in self.model_fields_set}
-        return (
-            self.model_validate({**self.model_dump(exclude_unset=True), **unset}) if unset else self
-        )
+        if not unset:
+            return self
+        filled = self.model_validate({**self.model_dump(), **unset})
+        object.__setattr__(filled, "__pydantic_fields_set__", self.model_fields_set | set(unset))
+        return filled
 
     @property
     def constrained(self) -> bool:

@@ -64,9 +64,10 @@ class Props(BaseModel):
     is_sleeping: bool = False
 
 
-def default_sampling() -> dict[str, float | int]:
-    """SamplingParams' defaults under llama-server's names (`n_predict` -1: to the context)."""
-    defaults = SamplingParams()
+def default_sampling(defaults: SamplingParams | None = None) -> dict[str, float | int]:
+    """A request's sampling when it sets none (SamplingParams' defaults, or an engine's own),
+    under llama-server's names (`n_predict` -1: to the context)."""
+    defaults = defaults or SamplingParams()
     names = (
         "temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
         "repeat_last_n", "presence_penalty", "frequency_penalty", "mirostat", "mirostat_tau",

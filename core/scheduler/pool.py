@@ -246,6 +246,15 @@ class Pool:
             )
         if tokens is None:
             tokens = self.prompt_tokens(messages, prompt)
+        if not tokens and not embed and engine.tokenizes:
+            # a model that reads no start token (SmolLM2) has nothing to go on, as llama.cpp's
+            # own tools say; llama_decode would refuse the empty batch
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                "the prompt is empty: this model needs at least one token to go on from",
+                param="prompt",
+                engine_id=self.id,
+            )
         n_ctx = engine.n_ctx
         max_tokens = params.max_tokens if params.max_tokens is not None else n_ctx - len(tokens)
         if embed and not engine.embeds:

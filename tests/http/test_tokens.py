@@ -20,14 +20,14 @@ async def test_tokenize_counts_what_a_completion_reads_and_detokenize_reads_it_b
     tokens = plain.json()["tokens"]
     special = await host.client.post("/tokenize", json={"content": TEXT, "add_special": True})
     with_bos = special.json()["tokens"]
-    assert with_bos[1:] == tokens  # Gemma's BOS first
+    assert with_bos == tokens  # SmolLM2 reads no BOS: add_special adds nothing
     completion = await host.client.post(
         "/v1/completions", json={"model": MODEL, "prompt": TEXT, "max_tokens": 1}
     )
     assert completion.json()["usage"]["prompt_tokens"] == len(with_bos)  # the same count
     back = await host.client.post("/detokenize", json={"tokens": tokens, "model": MODEL})
     assert back.status_code == 200 and back.json() == {"content": TEXT}
-    turn = await host.client.post("/tokenize", json={"content": "<start_of_turn>user"})
+    turn = await host.client.post("/tokenize", json={"content": "<|im_start|>user"})
     assert len(turn.json()["tokens"]) == 2  # a control token written out is read as one
 
 
@@ -50,9 +50,15 @@ async def test_props_says_the_context_per_slot_the_slots_and_the_template(host: 
     assert props["default_generation_settings"]["n_ctx"] == card["max_model_len"] > 0
     assert props["total_slots"] == 2  # the fixture's --parallel
     assert props["model_alias"] == MODEL and props["model_path"].endswith(".gguf")
-    assert props["chat_template"] == ""  # the bundled GGUF has none: a built-in one renders
+    assert "<|im_start|>" in props["chat_template"]  # the GGUF's own, ChatML
     defaults = props["default_generation_settings"]["params"]
-    assert defaults["temperature"] == 0.8 and defaults["n_predict"] == -1
+    # the bundled model's own sampling (its card's), where a request sets none
+    assert (defaults["temperature"], defaults["top_p"], defaults["repeat_penalty"]) == (
+        0.2,
+        0.9,
+        1.1,
+    )
+    assert defaults["n_predict"] == -1
     named = await host.client.get("/props", params={"model": MODEL})
     assert named.json() == props
     unknown = await host.client.get("/props", params={"model": "nope"})

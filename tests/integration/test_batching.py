@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -28,8 +29,9 @@ def prompt_of(pool: Pool, tokens: int, topic: int) -> str:
     engine = pool.engine
     assert engine is not None
     words = f"Item {topic}: the river runs past the old mill and on to the sea. " * 400
+    start = 1 if engine.model.add_bos else 0  # the BOS the prompt's reading adds again
     ids = engine.text_prompt(words)[:tokens]
-    text = engine.model.detokenize(ids[1:]) if tokens > 1 else ""
+    text = engine.model.detokenize(ids[start:])
     assert abs(len(engine.text_prompt(text)) - tokens) <= 2
     return text
 
@@ -213,16 +215,19 @@ async def test_when_the_job_reading_a_shared_prompt_is_cancelled_the_others_read
     ids=["within the window", "beyond the window"],
 )
 async def test_a_prompt_already_running_is_copied_where_its_cells_are_intact(
-    make_pool, length: int, copied: bool
+    make_pool, swa_model_path: Path, length: int, copied: bool
 ) -> None:
     """The same prompt asked again while its first job decodes: the cells are copied while
     they hold all the last prompt token attends to. Gemma 3's sliding-window layers (512
     tokens) reuse cells that fall out of the newest token's window, so beyond it the second
-    job reads the prompt itself; either way it gives its solo text."""
-    pool = await make_pool(parallel=2, batch=512)
+    job reads the prompt itself; either way it gives its solo text. (Gemma 3 270M, the
+    suite's model with sliding-window layers.)"""
+    pool = await make_pool(parallel=2, batch=512, path=swa_model_path)
     prompt = prompt_of(pool, length, 8)
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
-    solo = await make_pool(parallel=1, engine_id="solo")  # its kept cells are not this pool's
+    solo = await make_pool(
+        parallel=1, engine_id="solo", path=swa_model_path
+    )  # its kept cells are not this pool's
     solo_text, _ = await solo.submit(prompt=prompt, params=params).text()
     first = pool.submit(prompt=prompt, params=params)
     while first.tokens_out < 3:  # decoding, a few tokens past its prompt
@@ -261,13 +266,13 @@ async def test_a_prompt_that_begins_as_a_running_one_copies_that_head(make_pool)
     ("length", "batch"), [(400, 128), (700, 512)], ids=["within the window", "past the window"]
 )
 async def test_prompts_with_one_head_arriving_together_read_it_once(
-    make_pool, length: int, batch: int
+    make_pool, swa_model_path: Path, length: int, batch: int
 ) -> None:
     """Four jobs with one head and different questions, at once: one reads the head, the
     others wait for its cells and copy them, then read their own questions. Past Gemma 3's
     512-token window the reader's chunk stops at the head's end, so that its cells still hold
     what the questions attend to. The reader gives its solo text (read in the same chunks)."""
-    pool = await make_pool(parallel=4, batch=batch)  # the head takes several steps to read
+    pool = await make_pool(parallel=4, batch=batch, path=swa_model_path)  # several steps
     head = prompt_of(pool, length, 12)
     prompts = [f"{head} Question {k}: what is item {k}?" for k in range(4)]
     results = await run_all(pool, prompts)
@@ -276,7 +281,7 @@ async def test_prompts_with_one_head_arriving_together_read_it_once(
     assert all(length - 10 <= c < length + 10 for c in sorted(cached)[1:]), cached
     assert all(text and end.finish_reason == "length" for text, end in results)
     reader = cached.index(0)
-    solo = await make_pool(parallel=1, batch=batch, engine_id="solo")
+    solo = await make_pool(parallel=1, batch=batch, engine_id="solo", path=swa_model_path)
     alone = await solo.submit(prompt=prompts[reader], params=SHORT).text()
     if length < 512:  # past the window the reader's chunks are cut at the head, not alone
         assert alone[0] == results[reader][0]
@@ -357,11 +362,11 @@ async def test_kept_cells_survive_fillers_and_serve_the_next_turn(make_pool) -> 
 
 
 async def test_kept_cells_past_a_sliding_window_serve_only_a_prompt_that_goes_on_from_them(
-    make_pool,
+    make_pool, swa_model_path: Path
 ) -> None:
     """Gemma 3's sliding-window layers (512 tokens) reuse cells that fall out of the newest
     token's window: a prompt that shares only the start of 700 kept tokens decodes itself."""
-    pool = await make_pool(parallel=1)
+    pool = await make_pool(parallel=1, path=swa_model_path)
     prompt = prompt_of(pool, 700, 10)
     await pool.submit(prompt=prompt, params=TURN).text()
     engine = pool.engine

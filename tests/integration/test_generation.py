@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -109,19 +110,33 @@ async def test_chat_messages_use_the_models_turn_format(make_pool) -> None:
 
 
 async def test_emoji_and_cjk_stream_valid_utf8_in_every_chunk(make_pool) -> None:
+    """A character whose bytes span tokens is never cut between chunks. What is compared is
+    the stream with the reply's own bytes (its tokens', joined): a model may itself write bytes
+    that are no UTF-8 (a byte-level BPE can), and those may show as U+FFFD, but only there."""
     pool = await make_pool(parallel=2)
     prompts = ["日本の首都は東京です。中国の首都は", "I love 🍕 and 🍣 and 🎉🎉 because 😀"]
-    jobs = [
-        pool.submit(prompt=p, params=SamplingParams(temperature=0, max_tokens=64)) for p in prompts
-    ]
-    results = await asyncio.gather(*(stream(job) for job in jobs))
-    produced = "".join("".join(chunks) for chunks, _ in results)
+    params = SamplingParams(temperature=0, max_tokens=64, logprobs=0)
+    jobs = [pool.submit(prompt=p, params=params) for p in prompts]
+    results = await asyncio.gather(*(job_events(job) for job in jobs))
+    produced = "".join(e.text for events, _ in results for e in events)
     assert any(ord(ch) > 0x2E80 for ch in produced), "the model should answer with CJK or emoji"
-    for chunks, end in results:
+    for events, end in results:
         assert end.finish_reason in ("stop", "length")
-        for chunk in chunks:
-            assert "\ufffd" not in chunk, f"broken UTF-8 in {chunk!r}"
-            chunk.encode("utf-8")  # no lone surrogates either
+        written = b"".join(lp.token for e in events for lp in e.logprobs)
+        assert "".join(e.text for e in events) == written.decode("utf-8", "replace")
+        try:
+            written.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # the model's own broken bytes: the join above is what can be asked
+        for event in events:
+            assert "\ufffd" not in event.text, f"broken UTF-8 in {event.text!r}"
+            event.text.encode("utf-8")  # no lone surrogates either
+
+
+async def job_events(job: Job) -> tuple[list[TokenText], Finished]:
+    events = [e async for e in job.events() if isinstance(e, TokenText)]
+    assert job.result is not None
+    return events, job.result
 
 
 async def test_a_stop_string_is_never_emitted_not_even_its_first_part(make_pool) -> None:
@@ -186,3 +201,12 @@ async def test_the_prompt_rate_and_ttft_are_known_as_a_reply_starts(make_pool) -
     assert end.timings.tokens_cached > 0
     metrics = pool.metrics
     assert metrics.tokens_read == metrics.tokens_in - end.timings.tokens_cached
+
+
+async def test_a_written_bos_is_not_doubled(make_pool, swa_model_path: Path) -> None:
+    """On a model that reads a BOS (Gemma 3, the suite's second model), a completion prompt
+    that writes `<bos>` out is read as llama-server reads it: one BOS, not two."""
+    pool = await make_pool(parallel=1, path=swa_model_path)
+    assert pool.engine is not None
+    assert pool.engine.text_prompt("<bos>Hi") == pool.engine.text_prompt("Hi")
+    assert len(pool.engine.text_prompt("<start_of_turn>")) == 2  # the BOS and the token

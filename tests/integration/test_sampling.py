@@ -104,7 +104,7 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path) -> None:
     assert ctx.decode(batch) == 0
     rows = [i for i in range(batch.n) if batch.logits[i]]
     typical = SEEDED.model_copy(update={"typical_p": 0.5})  # still on the top-k prefilter
-    biased = GREEDY.model_copy(update={"logit_bias": ((236772, 4.0), (107, -100.0))})
+    biased = GREEDY.model_copy(update={"logit_bias": ((1000, 4.0), (107, -100.0))})
     kinds = [GREEDY, SEEDED, PENALISED, typical, biased, SEEDED.model_copy(update={"top_k": 5})]
     kinds = kinds * 2
     params = [kinds[i].model_copy(update={"seed": 100 + i}) for i in range(len(rows))]

@@ -244,3 +244,23 @@ async def test_draining_refuses_new_chats_in_plain_words_until_resumed(host: Ser
         await pilot.press("f2")
         view = await ask(pilot, app, "Hello again?")
         await until(pilot, lambda: "tok/s" in stats_of(view), 60)
+
+
+@pytest.mark.parametrize("transport", ["p2p", "http"])
+async def test_the_default_models_reply_ends_by_itself_with_the_apps_defaults(
+    host: ServedHost, transport: str
+) -> None:
+    """Issue 34 §2: with the chat app's own defaults (no temperature or top-p, so the model's
+    recommended sampling; no length limit), a plain question's reply ends by itself well
+    within 256 tokens and repeats no line. Its words depend on the CPU; how it ends does not."""
+    settings = Settings(bootstrap=host.bootstrap)
+    app = ClientApp(host.target(transport), settings, client_seed=CLIENT_SEED)
+    assert app.options.sampling() == {}
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        view = await ask(pilot, app, "What is the capital of France?")
+        await until(pilot, lambda: view.stats is not None, 60)
+        assert view.stats is not None and view.stats.finish_reason == "stop", stats_of(view)
+        assert 0 < view.stats.tokens_out < 256
+        lines = [line.strip() for line in view.body.source.splitlines() if line.strip()]
+        assert lines and len(lines) == len(set(lines)), view.body.source

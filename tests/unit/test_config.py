@@ -63,11 +63,11 @@ def test_client_settings_and_keymap_follow_the_same_order(
 
 def test_client_sampling_left_unset_is_the_models_own() -> None:
     """Issue 34 §2: the apps send no temperature or top_p unless the user set one, so the
-    model's recommended sampling (its GGUF's keys, else the host's defaults) applies; an
-    options field left empty means the same."""
-    assert load_settings().client.sampling() == {"max_tokens": 1024}
-    blank = load_settings(client={"temperature": " ", "top_p": ""}).client
-    assert blank.temperature is None and blank.top_p is None
+    model's recommended sampling (its GGUF's keys, else the host's defaults) applies, and no
+    length limit, as Ollama's `num_predict` -1; an options field left empty means the same."""
+    assert load_settings().client.sampling() == {}  # max_tokens too: until the context fills
+    blank = load_settings(client={"temperature": " ", "top_p": "", "max_tokens": ""}).client
+    assert blank.temperature is None and blank.top_p is None and blank.max_tokens is None
 
 
 def test_parallel_takes_a_number_or_auto(monkeypatch: pytest.MonkeyPatch) -> None:

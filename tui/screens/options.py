@@ -35,7 +35,8 @@ class OptionsModal(FormModal[ClientSettings | None]):
                 yield Input(_shown(c.top_p), placeholder="model's own", id="top_p",
                             type="number", compact=True)  # fmt: skip
                 yield Label("max tokens")
-                yield Input(str(c.max_tokens), id="max_tokens", type="integer", compact=True)
+                yield Input(_shown(c.max_tokens), placeholder="to the context", id="max_tokens",
+                            type="integer", compact=True)  # fmt: skip
             yield from self.footer("Apply", "apply")
 
     @on(Button.Pressed, "#apply")
@@ -49,6 +50,6 @@ class OptionsModal(FormModal[ClientSettings | None]):
             self.show_error(first_problem(err))
 
 
-def _shown(value: float | None) -> str:
+def _shown(value: float | None) -> str:  # an int is a float to the type checker
     """An option as its field shows it: empty where the model's own value applies."""
     return "" if value is None else str(value)
