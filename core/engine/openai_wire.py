@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ from ..protocol.events import TokenLogprob
 from .types import GenerationRequest
 
 DRAIN_S = 1.0  # how long the end of a stream past [DONE] is waited for
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _DEFAULTS = SamplingParams()
 # llama.cpp's and vLLM's sampling extensions, sent only where a job sets them: a strictly
 # OpenAI server may refuse fields it does not know. vLLM names the repeat penalty its own way.
@@ -122,9 +124,25 @@ async def _read_out(reads: AsyncIterator[str]) -> None:
 
 def _event_object(data: str, error: bool) -> dict[str, Any]:
     document = json.loads(data)
+    if "\\ud" in data or "\\uD" in data:  # it may hold a lone surrogate: see _characters
+        document = _characters(document)
     if not isinstance(document, dict):
         raise ValueError(f"an SSE event that is not an object: {data[:80]}")
     return {"error": document.get("error", document)} if error else document
+
+
+def _characters(value: Any) -> Any:
+    """A JSON value with each lone UTF-16 surrogate in its strings as U+FFFD. json.loads
+    decodes a lone `\\ud83d` escape to one, which UTF-8 cannot carry: a reply holding it
+    would fail as it is sent out (issue 34 §5). A server may send one where it cut text inside
+    a UTF-16 pair; json.loads joins only the pairs it is given whole."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_characters(item) for item in value]
+    if isinstance(value, dict):
+        return {_characters(key): _characters(item) for key, item in value.items()}
+    return value
 
 
 def chunk_logprobs(raw: Any) -> tuple[TokenLogprob, ...]:

@@ -11,13 +11,14 @@ echoed by some models) come whole, once the string is closed.
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass, field
 
-from .tools import ToolCall
+from .tools import ToolCall, read_json
 
 _MARKERS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
 _ARGUMENT_KEYS = ("arguments", "parameters")
+_LITERAL_END = re.compile(r"[,}\] \t\r\n]")
 
 
 @dataclass(slots=True)
@@ -27,6 +28,7 @@ class PartialCall:
     name: str | None = None
     arguments: str = ""
     whole: bool = False  # the arguments' value is closed
+    given: bool = False  # an arguments value began: a stream sends that one, no later one
 
 
 @dataclass(slots=True)
@@ -75,7 +77,7 @@ class CallScanner:
                     end = _string_end(text, i)
                     if end is None:
                         break
-                    frame.key, frame.expect_key = json.loads(text[i : end + 1]), False
+                    frame.key, frame.expect_key = _string(text[i : end + 1]), False
                     i = end + 1
                 elif c == "}":
                     _close(stack, text, i)
@@ -95,10 +97,11 @@ class CallScanner:
             is_arguments = owner is not None and frame is not None and frame.key in _ARGUMENT_KEYS
             inside = frame is not None and (frame.in_arguments or frame.arguments_of is not None)
             if c in "{[":
-                child = _Frame(is_object=c == "{", start=i, in_arguments=inside)
-                if is_arguments:
-                    child.arguments_of = owner
-                elif child.is_object and not inside:
+                # a second arguments value (a repeated key) is read as arguments, not calls
+                child = _Frame(is_object=c == "{", start=i, in_arguments=inside or is_arguments)
+                if is_arguments and owner is not None and not owner.given:
+                    child.arguments_of, owner.given = owner, True
+                elif child.is_object and not child.in_arguments:
                     child.call = PartialCall()
                     calls.append(child.call)
                 stack.append(child)
@@ -107,15 +110,20 @@ class CallScanner:
                 end = _string_end(text, i)
                 if end is None:
                     break
-                value = json.loads(text[i : end + 1])
+                # the first name and arguments stand, as a stream has sent them; a string
+                # that is no valid JSON string gives neither
                 if owner is not None and frame is not None and frame.key == "name":
-                    owner.name = value if isinstance(value, str) else None
-                elif owner is not None and is_arguments and isinstance(value, str):
-                    owner.arguments, owner.whole = value, True
+                    owner.name = owner.name or _string(text[i : end + 1])
+                elif owner is not None and is_arguments and not owner.given:
+                    owner.given = True
+                    if (value := _string(text[i : end + 1])) is not None:
+                        owner.arguments, owner.whole = value, True
                 i = end + 1
             else:  # a number, true, false or null
-                while i < n and text[i] not in ",}] \t\r\n":
-                    i += 1
+                after = _LITERAL_END.search(text, i)
+                if after is None:
+                    break  # perhaps not whole yet: read again with what follows
+                i = after.start()
             if frame is not None and frame.is_object:
                 frame.key, frame.expect_key = None, True
         self._i = i
@@ -137,6 +145,14 @@ def _close(stack: list[_Frame], text: str, i: int) -> None:
         frame.arguments_of.whole = True
     if stack and stack[-1].is_object:
         stack[-1].key, stack[-1].expect_key = None, True
+
+
+def _string(token: str) -> str | None:
+    """A JSON string's value; None where the model wrote no valid one (a bad escape, a lone
+    surrogate): never raises, whatever the model wrote (issue 34 §5). Raw control characters
+    are read, as parse_calls reads them."""
+    value = read_json(token)
+    return value if isinstance(value, str) else None
 
 
 def _string_end(text: str, i: int) -> int | None:

@@ -25,6 +25,9 @@ from .common import ChatMessage
 from .structured import checked_schema
 
 MAX_TOOLS = 128
+# JSON read from a reply nests no deeper (pydantic's parser, at the door, allows as much):
+# what is read is written and read again further on, deeper in the stack, by recursion
+MAX_DEPTH = 200
 # The tool-call formats, as the engine status names them.
 GENERIC_FORMAT = "generic JSON tool calls"
 HERMES = "hermes <tool_call>"
@@ -146,7 +149,7 @@ class RichMessage(ChatMessage):
             function = dict(call.get("function") or {})
             arguments = function.get("arguments")
             if isinstance(arguments, str):
-                function["arguments"] = _json(arguments) or {}
+                function["arguments"] = read_json(arguments) or {}
             calls.append({**call, "function": function, **function})  # both shapes templates read
         return self.model_copy(update={"tool_calls": calls})
 
@@ -166,44 +169,74 @@ def may_be_a_call(text: str) -> bool:
 
 def parse_calls(text: str, names: set[str]) -> list[ToolCall]:
     """The calls of offered tools in a reply, in any of the formats above; [] if it is not a
-    call (text that only looks like one stays text)."""
+    call (text that only looks like one stays text). Total: whatever the model wrote, it
+    returns, and each call's arguments are the JSON text of an object (issue 34 §5)."""
     body = text.strip()
     found: list[ToolCall] = []
     if "<tool_call>" in body:  # Hermes, Qwen 2.5/3
         for block in _HERMES.findall(body):
-            found.extend(_calls(_json(block)))
+            found.extend(_calls(read_json(block)))
     elif body.startswith("[TOOL_CALLS]"):  # Mistral
-        found = list(_calls(_json(body.removeprefix("[TOOL_CALLS]").strip())))
+        found = list(_calls(read_json(body.removeprefix("[TOOL_CALLS]").strip())))
     else:  # generic {"tool_calls": [...]}, or Llama 3.x {"name": ..., "parameters": ...}
         body = body.removeprefix("<|python_tag|>").strip()
         for part in body.split(";") if body.startswith("{") and ";" in body else [body]:
-            found.extend(_calls(_json(part)))
+            found.extend(_calls(read_json(part)))
     return found if found and all(call.name in names for call in found) else []
 
 
-def _json(text: Any) -> Any:
+def read_json(text: Any) -> Any:
     """JSON text parsed (None if it is not JSON); anything else as it is (Ollama sends
-    arguments as objects already)."""
+    arguments as objects already). Never raises, whatever the model wrote (issue 34 §5).
+    Raw control characters in strings are read: llama.cpp's grammar for a forced call lets
+    the model write them, and what is read goes out escaped. What cannot go back out as JSON
+    in UTF-8 is not JSON here: NaN and inf, a lone surrogate escape (no character), an
+    integer past Python's digit limit, nesting deeper than MAX_DEPTH."""
     if not isinstance(text, str):
         return text
     try:
-        return json.loads(text)
-    except ValueError:
+        value = json.loads(text, strict=False, parse_constant=_no_constant)
+        if _too_deep(value):
+            return None
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         return None
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether containers nest deeper than MAX_DEPTH (a loop: recursion is what it guards)."""
+    todo = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth > MAX_DEPTH:
+                return True
+            todo.extend((child, depth + 1) for child in item)
+    return False
 
 
 def _calls(value: Any) -> Iterator[ToolCall]:
     if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
         value = value["tool_calls"]
     for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, dict) and isinstance(item.get("function"), dict):
+            item = item["function"]  # OpenAI's own shape, echoed back by some models
         if not isinstance(item, dict):
             continue
-        item = item.get("function", item)  # OpenAI's own shape, echoed back by some models
         name = item.get("name")
         arguments = item.get("arguments", item.get("parameters", {}))
-        if isinstance(name, str) and isinstance(arguments, dict | str):
-            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-            yield ToolCall(name, text)
+        if isinstance(arguments, str):  # given as JSON text (OpenAI's shape): an object's
+            arguments = read_json(arguments)
+        if isinstance(name, str) and isinstance(arguments, dict):
+            # written again: what a client's JSON parser reads, whatever the model wrote
+            yield ToolCall(name, json.dumps(arguments))
 
 
 # ---- the history, for the model -------------------------------------------------------------
@@ -245,7 +278,7 @@ def plain_turns(messages: list[Any]) -> list[Any]:
             for call in message["tool_calls"]:
                 function = call.get("function", {}) if isinstance(call, dict) else {}
                 names[str(call.get("id", ""))] = str(function.get("name", ""))
-                arguments = _json(function.get("arguments", "{}"))
+                arguments = read_json(function.get("arguments", "{}"))
                 calls.append({"name": function.get("name"), "arguments": arguments or {}})
             said = message.get("content") or ""
             written = json.dumps({"tool_calls": calls})
