@@ -114,6 +114,44 @@ async def test_calls_cut_by_max_tokens_are_the_same_whole_and_streamed(
     assert [(names[k], arguments.get(k, "")) for k in sorted(names)] == calls
 
 
+# A tab the grammar makes the model write raw inside a string ("pattern" is a literal tab),
+# then a string longer than any max_tokens below: the call is always cut after the tab
+PROBE_FUNCTION = {"name": "probe", "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["sep", "note"],
+    "properties": {"sep": {"type": "string", "pattern": "^\t$"},
+                   "note": {"type": "string", "minLength": 200}}}}  # fmt: skip
+PROBE = {"type": "function", "function": PROBE_FUNCTION}
+
+
+async def test_a_call_cut_after_a_raw_control_character_is_a_reply(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    """Issue 34 §5: llama.cpp's grammar lets a forced call's strings hold raw control
+    characters, which json.loads refuses; max_tokens cut such a call, and its reader raised:
+    HTTP 500. Whole and streamed, chat and responses, the reply is the call as far as it got,
+    cut ("length", "incomplete"), whatever the model wrote around the tab."""
+    ask = dict(model=MODEL, messages=ASK, tools=[PROBE], tool_choice="required", max_tokens=48,
+               temperature=0)  # fmt: skip
+    whole = (await sdk.chat.completions.create(**ask)).choices[0]  # type: ignore[call-overload]
+    assert whole.finish_reason == "length" and whole.message.content is None
+    [call] = whole.message.tool_calls or []
+    assert call.function.name == "probe" and "\t" in call.function.arguments
+    stream = await sdk.chat.completions.create(**ask, stream=True)  # type: ignore[call-overload]
+    names, finish = [], None
+    async for chunk in stream:
+        for choice in chunk.choices:
+            names += [d.function.name for d in choice.delta.tool_calls or [] if d.function]
+            finish = choice.finish_reason or finish
+    assert finish == "length" and [n for n in names if n] == ["probe"]
+    function = {"type": "function", **PROBE_FUNCTION}  # the responses API's flat shape
+    reply = await sdk.responses.create(
+        model=MODEL, input=ASK, tools=[function], tool_choice="required",  # type: ignore[list-item]
+        max_output_tokens=48, temperature=0,
+    )  # fmt: skip
+    assert reply.status == "incomplete"
+    assert [item.type for item in reply.output] == ["function_call"]
+
+
 async def test_a_tool_round_trip(sdk: openai.AsyncOpenAI) -> None:
     """The call goes back with its result; the model answers from it (the request is accepted
     and the host hears both turns)."""
