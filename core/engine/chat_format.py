@@ -95,7 +95,10 @@ def choose_format(model: LlamaModel, override: str | None = None) -> ChatFormat:
         )
     if model.chat_template:
         source, tools = model.chat_template, tool_format(model.chat_template)
-        if _render_builtin(source, [ChatMessage(role="user", content="x")]) is not None:
+        # llama.cpp's built-in C renderer is taken only where it writes what the template
+        # itself writes: SmolLM2's adds a default system turn that the built-in ChatML leaves
+        # out, and without it the model rambles (README, "The bundled model").
+        if all(_builtin_writes_it(model, source, probe) for probe in _PROBES):
             return ChatFormat(source, False, "gguf template (llama.cpp built-in)", source, tools)
         return ChatFormat(source, True, "gguf template (jinja)", source, tools)
     name = _BY_ARCHITECTURE.get(model.architecture, "chatml")
@@ -118,15 +121,8 @@ def render(
     if not messages:
         raise InferError(ErrorKind.INVALID_PARAMS, "messages must not be empty", param="messages")
     if fmt.use_jinja or (tools and fmt.renders_tools):
-        formatter = Jinja2ChatFormatter(
-            fmt.source or fmt.template,
-            eos_token=model.token_text(model.eos),
-            bos_token=model.token_text(model.bos),
-        )
         try:
-            dicts: Any = [m.model_dump(exclude_none=True) for m in messages]
-            extra: Any = {"tools": list(tools)} if tools else {}
-            return str(formatter(messages=dicts, **extra).prompt)
+            return _jinja(model, fmt.source or fmt.template, messages, tools)
         except Exception as exc:  # a template may raise for role orders it does not accept
             raise InferError(
                 ErrorKind.INVALID_PARAMS, f"the model's chat template rejected the messages: {exc}"
@@ -137,6 +133,42 @@ def render(
             ErrorKind.INVALID_PARAMS, "the chat template could not format the messages"
         )
     return text
+
+
+# Conversations both renderers must write alike for the built-in one to be taken
+_PROBES = (
+    [ChatMessage(role="user", content="x")],
+    [ChatMessage(role="system", content="s"), ChatMessage(role="user", content="x"),
+     ChatMessage(role="assistant", content="y"), ChatMessage(role="user", content="z")],
+)  # fmt: skip
+
+
+def _builtin_writes_it(model: LlamaModel, source: str, probe: list[ChatMessage]) -> bool:
+    """Whether llama.cpp's built-in renderer knows `source` and writes `probe` as it does;
+    where the template itself refuses the probe (a role order it rejects), the built-in's
+    word stands."""
+    built = _render_builtin(source, probe)
+    if built is None:
+        return False
+    try:
+        return built == _jinja(model, source, probe)
+    except Exception:  # the template's own refusal, whatever it raises
+        return True
+
+
+def _jinja(
+    model: LlamaModel,
+    source: str,
+    messages: Sequence[ChatMessage],
+    tools: Sequence[dict[str, Any]] | None = None,
+) -> str:
+    """The prompt a Jinja template writes; raises what the template raises."""
+    formatter = Jinja2ChatFormatter(
+        source, eos_token=model.token_text(model.eos), bos_token=model.token_text(model.bos)
+    )
+    dicts: Any = [m.model_dump(exclude_none=True) for m in messages]
+    extra: Any = {"tools": list(tools)} if tools else {}
+    return str(formatter(messages=dicts, **extra).prompt)
 
 
 def _render_builtin(template: str, messages: Sequence[ChatMessage]) -> str | None:
