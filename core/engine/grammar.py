@@ -7,6 +7,9 @@ from functools import lru_cache
 
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+_LOOSE_CHAR = r'char ::= [^"\\] |'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
+
 
 @lru_cache(maxsize=64)  # clients send the same few schemas again and again
 def schema_grammar(schema: str, wrap: tuple[str, str] | None = None) -> str:
@@ -17,6 +20,10 @@ def schema_grammar(schema: str, wrap: tuple[str, str] | None = None) -> str:
         grammar = str(json_schema_to_gbnf(schema))
     except Exception as err:
         raise ValueError(f"the schema cannot be turned into a grammar: {err}") from err
+    # llama-cpp-python's converter lets a string hold raw control characters, which no JSON
+    # parser takes (a model wrote a raw tab into a schema's string); llama.cpp's own excludes
+    # them, as here
+    grammar = grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
     if wrap is None:
         return grammar
     before, after = (_literal(text) for text in wrap)

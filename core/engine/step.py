@@ -230,9 +230,10 @@ class Stepper:
         if slot.first_token_at is None:
             slot.first_token_at = time.perf_counter()
         slot.generated.append(token)
-        if token in request.stop_tokens or (
-            self._model.is_end_of_generation(token) and not request.params.ignore_eos
-        ):
+        # ignore_eos (benchmarks) goes past every end, a chat's turn markers too, as
+        # llama-server's does
+        ends = token in request.stop_tokens or self._model.is_end_of_generation(token)
+        if ends and not request.params.ignore_eos:
             self._seqs.finish(slot, "stop", events)
             return
         request.tokens_out += 1
