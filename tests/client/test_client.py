@@ -50,7 +50,10 @@ async def test_chat_streams_text_then_reports_stats(client: Client) -> None:
     assert reply.stats.ttft_ms is not None and reply.stats.ttft_ms > 0
 
 
+@pytest.mark.deterministic
 async def test_both_transports_give_the_same_greedy_text(host: ServedHost) -> None:
+    """The host is deterministic: the second request reads its prompt afresh as the first did,
+    not on the cells the first left, so the transport is all that differs."""
     texts = []
     for transport in ("http", "p2p"):
         async with await connect(host.target(transport), bootstrap=host.bootstrap) as client:

@@ -14,6 +14,8 @@ from infertui.core.config import HostSettings, HttpSettings
 from infertui.core.host import HostService
 from infertui.core.transport.http import Access, HttpServer, create_app
 
+from ..conftest import deterministic_for
+
 pytestmark = pytest.mark.model
 
 
@@ -32,7 +34,11 @@ HostFactory = Callable[..., Coroutine[Any, Any, Host]]
 
 
 @pytest.fixture
-async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HostFactory]:
+async def start_host(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[HostFactory]:
+    """Start (and at teardown stop) hosts; --deterministic in a test marked so, which compares
+    two generations (tests/conftest.py, deterministic_for)."""
     hosts: list[Host] = []
 
     async def start(
@@ -53,7 +59,8 @@ async def start_host(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
             {"queue": queue, "drain_on_stop_ms": 0,
              "model_dirs": [str(tmp_path_factory.getbasetemp())],  # tests' copies load
              "engine": {"ctx": ctx, "parallel": parallel, "threads": 2,
-                        "chat_template": chat_template, "pooling": pooling}}
+                        "chat_template": chat_template, "pooling": pooling,
+                        "deterministic": deterministic_for(request)}}
         )  # fmt: skip
         service = HostService(settings)
         limits = limits or HttpSettings()

@@ -29,10 +29,15 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture
 async def lanes() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    """(with the lane, without it), both over HTTP on 127.0.0.1, serving one host."""
+    """(with the lane, without it), both over HTTP on 127.0.0.1, serving one host. The host
+    is deterministic: the plain app's request reads its prompt afresh as the lane's did, not
+    on the cells that one left (the prompt cache), so their replies are one generation."""
     service = HostService(
         HostSettings.model_validate(
-            {"drain_on_stop_ms": 0, "engine": {"ctx": 512, "parallel": 1, "threads": 2}}
+            {
+                "drain_on_stop_ms": 0,
+                "engine": {"ctx": 512, "parallel": 1, "threads": 2, "deterministic": True},
+            }
         )
     )
     fast, plain = create_app(service), create_app(service)

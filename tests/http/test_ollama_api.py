@@ -32,7 +32,10 @@ async def test_spec_001_regular_response(host: Host) -> None:
     assert body["message"]["role"] == "assistant" and body["message"]["content"]
 
 
+@pytest.mark.deterministic
 async def test_spec_001_json_streaming_lines_index_and_done(host: Host) -> None:
+    """NDJSON lines, indexed, the last one done; streamed, the whole reply's words (the host is
+    deterministic, so the second request reads its prompt afresh, not on the first's cells)."""
     async with host.client.stream(
         "POST", "/chat/completions", json={**BODY, "stream": True}
     ) as response:

@@ -29,9 +29,11 @@ TOOL = {"type": "function", "name": "get_weather", "description": "The weather n
 ASK = "What is the weather in Paris?"
 
 
+@pytest.mark.deterministic
 async def test_a_response_is_the_chat_completion_it_means(sdk: openai.AsyncOpenAI) -> None:
     """instructions + input are the system and user turns: at temperature 0 the text is the
-    chat endpoint's for the same turns, and the usage counts the same tokens."""
+    chat endpoint's for the same turns, and the usage counts the same tokens. (The host is
+    deterministic: the chat request reads the prompt afresh, not on the response's cells.)"""
     reply = await sdk.responses.create(
         model=MODEL, instructions="Answer in one word.", input="Name a colour.",
         max_output_tokens=12, temperature=0,
@@ -65,9 +67,11 @@ async def test_max_output_tokens_ends_it_incomplete(sdk: openai.AsyncOpenAI) -> 
     assert reply.usage is not None and reply.usage.output_tokens == 4
 
 
+@pytest.mark.deterministic
 async def test_a_stream_is_the_sdk_s_events_and_ends_as_the_whole_reply(
     sdk: openai.AsyncOpenAI,
 ) -> None:
+    """The host is deterministic: the stream reads its prompt afresh as the whole reply did."""
     ask: dict[str, Any] = dict(model=MODEL, input="Name three colours.", max_output_tokens=24,
                                temperature=0)  # fmt: skip
     whole = await sdk.responses.create(**ask)
@@ -90,13 +94,15 @@ async def test_a_stream_is_the_sdk_s_events_and_ends_as_the_whole_reply(
     assert done.usage.output_tokens == whole.usage.output_tokens
 
 
+@pytest.mark.deterministic
 async def test_the_sdk_s_stream_helper_builds_the_reply_from_the_events(
     sdk: openai.AsyncOpenAI,
 ) -> None:
     """`client.responses.stream` keeps a snapshot from the events (items by output_index,
     parts by content_index) and raises on one out of place: its final response is the
     whole reply, text or call. (It wants `response.completed`: the replies here end on their
-    own, a schema's or a call's JSON closed.)"""
+    own, a schema's or a call's JSON closed.) The host is deterministic, so that each stream
+    reads its prompt afresh as the whole reply did, not on the cells that reply left."""
     form = {"format": {"type": "json_schema", "name": "city", "schema": WEATHER}}
     ask: dict[str, Any] = dict(model=MODEL, input=ASK, max_output_tokens=60, temperature=0)
     whole = await sdk.responses.create(**ask, text=form)
@@ -112,7 +118,9 @@ async def test_the_sdk_s_stream_helper_builds_the_reply_from_the_events(
         final = await stream.get_final_response()
     [call] = final.output
     assert call.type == "function_call" and whole.output[0].type == "function_call"
-    assert call.arguments == whole.output[0].arguments
+    # the same call: a whole reply's arguments are written again as JSON, a stream's go out
+    # as the model wrote them (spacing may differ)
+    assert json.loads(call.arguments) == json.loads(whole.output[0].arguments)
 
 
 async def test_a_reply_the_host_cuts_short_fails_with_what_went_out(host: Host) -> None:
@@ -140,9 +148,11 @@ async def test_a_reply_the_host_cuts_short_fails_with_what_went_out(host: Host) 
     assert again.status_code == 200 and again.json()["status"] == "incomplete"
 
 
+@pytest.mark.deterministic
 async def test_message_items_with_parts_are_the_conversation(sdk: openai.AsyncOpenAI) -> None:
     """A list of items: a developer message (a system turn), earlier turns, and content as
-    parts, as the SDK's typed inputs send them."""
+    parts, as the SDK's typed inputs send them: the reply is the chat endpoint's for those
+    turns (deterministic host: the second prompt is read afresh, not on the first's cells)."""
     items: Any = [
         {"role": "developer", "content": "Answer in one word."},
         {"role": "user", "content": [{"type": "input_text", "text": "Name a colour."}]},
@@ -317,12 +327,14 @@ async def test_a_kept_response_is_its_owner_s(start_host: HostFactory) -> None:
     assert gone.status_code == 200 and gone.json()["deleted"] is True
 
 
+@pytest.mark.deterministic
 async def test_several_streamed_calls_each_close_before_the_next_opens(
     sdk: openai.AsyncOpenAI,
 ) -> None:
     """Parallel calls (this model, forced, calls until max_output_tokens cuts it): as OpenAI
     orders them, call k's `.done` events come before call k+1's `output_item.added`, and the
-    one cut short is incomplete."""
+    one cut short is incomplete; the whole reply has the same calls (the host is
+    deterministic: it reads its prompt afresh, not on the stream's kept cells)."""
     stream = await sdk.responses.create(
         model=MODEL, input=ASK, tools=[TOOL], tool_choice="required",  # type: ignore[list-item]
         max_output_tokens=60, temperature=0, stream=True,

@@ -43,7 +43,10 @@ async def test_a_json_schema_reply_always_validates(
         jsonschema.validate(json.loads(reply.choices[0].message.content or ""), PET)
 
 
+@pytest.mark.deterministic
 async def test_a_streamed_json_schema_reply_is_the_same_json(sdk: openai.AsyncOpenAI) -> None:
+    """The host is deterministic: the stream reads its prompt as the whole reply did, not from
+    the cells that reply left, so the two are one generation."""
     whole = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=160, temperature=0,
         response_format=AS_PET,  # type: ignore[arg-type]
@@ -105,9 +108,13 @@ async def test_a_schema_the_grammar_cannot_enforce_is_refused_by_name(
     assert ok.choices[0].message.content is not None  # the host serves on
 
 
+@pytest.mark.deterministic
 async def test_content_parts_are_joined_and_images_refused_by_name(
     sdk: openai.AsyncOpenAI,
 ) -> None:
+    """Text parts make the prompt their joined text makes: at temperature 0 the reply is the
+    plain text's. (Deterministic host: the second prompt is read afresh, not on the first's
+    kept cells, so equal prompts take one path.)"""
     plain = await sdk.chat.completions.create(
         model=MODEL, max_tokens=12, temperature=0,
         messages=[{"role": "user", "content": "Name three colours.\nBe brief."}],
@@ -151,7 +158,11 @@ async def test_streamed_completions_end_with_usage_when_asked(sdk: openai.AsyncO
     assert all(c.usage is None for c in chunks[:-1])
 
 
+@pytest.mark.deterministic
 async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
+    """`n` choices, each its own seed; greedy ones agree. The host is deterministic: each
+    choice reads the prompt alone at the same chunks (by default the others copy the first's
+    cells and read only the last token, and a greedy near tie may part them)."""
     reply = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=12, temperature=1.0, seed=11, n=3,
         extra_body={"ignore_eos": True},
@@ -160,7 +171,7 @@ async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     texts = [c.message.content for c in reply.choices]
     assert all(texts) and len(set(texts)) > 1, texts  # a seed each: the choices differ
     assert reply.usage is not None and reply.usage.completion_tokens == 36
-    # the prompt counts once, as OpenAI counts it (the other choices copy its cells)
+    # the prompt counts once, as OpenAI counts it (by default the other choices copy its cells)
     one = await sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=1)
     assert one.usage is not None and reply.usage.prompt_tokens == one.usage.prompt_tokens
     details = reply.usage.prompt_tokens_details
@@ -179,9 +190,11 @@ async def test_n_choices_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     assert chunks[-1].usage.prompt_tokens == one.usage.prompt_tokens
 
 
+@pytest.mark.deterministic
 async def test_completions_give_n_choices_for_each_prompt(sdk: openai.AsyncOpenAI) -> None:
     """Choice i * n + j is choice j of prompt i, as OpenAI numbers them; greedy choices of
-    one prompt agree, and each prompt is read once."""
+    one prompt agree, and each prompt counts once. The host is deterministic, so that the
+    choices of a prompt take one path (each reads it alone, at the same chunks)."""
     reply = await sdk.completions.create(
         model=MODEL, prompt=["Once upon a time", "The sea is"], n=2, max_tokens=5, temperature=0
     )
@@ -196,9 +209,11 @@ async def test_completions_give_n_choices_for_each_prompt(sdk: openai.AsyncOpenA
     assert reply.usage.completion_tokens == 4 * 5
 
 
+@pytest.mark.deterministic
 async def test_chat_logprobs_whole_and_streamed(sdk: openai.AsyncOpenAI) -> None:
     """Issue 14 §3: each token's log-probability under the model, with the likeliest ones;
-    greedy picks the likeliest, so it heads its own list."""
+    greedy picks the likeliest, so it heads its own list. Streamed, the same tokens: the host
+    is deterministic, so the stream reads its prompt afresh as the whole reply did."""
     reply = await sdk.chat.completions.create(
         model=MODEL, messages=ASK, max_tokens=8, temperature=0, logprobs=True, top_logprobs=3
     )

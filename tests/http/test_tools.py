@@ -84,13 +84,16 @@ async def test_a_streamed_forced_call_arrives_as_deltas(sdk: openai.AsyncOpenAI)
     assert pieces > 2  # the arguments streamed as the model wrote them
 
 
+@pytest.mark.deterministic
 async def test_calls_cut_by_max_tokens_are_the_same_whole_and_streamed(
     sdk: openai.AsyncOpenAI,
 ) -> None:
     """A weak model under `required` writes calls until max_tokens cuts the last one. Whole,
     the reply was its raw text as content; streamed, the calls. Both give the calls now, the
-    last as far as it got, and finish "length" (the reply was cut)."""
-    ask = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60,
+    last as far as it got, and finish "length" (the reply was cut). The host is deterministic:
+    the streamed request reads its prompt afresh as the whole one did (not from its kept
+    cells), so the two are one generation, told apart only by how it goes out."""
+    ask = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=16,
                temperature=0, seed=1)  # fmt: skip
     whole = (await sdk.chat.completions.create(**ask)).choices[0]  # type: ignore[call-overload]
     assert whole.finish_reason == "length" and whole.message.content is None
@@ -234,11 +237,17 @@ async def test_a_template_that_renders_tools_decides_the_call_format(
     jsonschema.validate(json.loads(made.function.arguments), SCHEMAS[made.function.name])
 
 
+@pytest.mark.deterministic
 async def test_a_reply_held_back_as_a_possible_call_keeps_its_logprobs(
     sdk: openai.AsyncOpenAI,
 ) -> None:
     """With tools offered, a stream holds the first tokens back until it knows the reply is
-    not a call; their logprobs go out with them."""
+    not a call; their logprobs go out with them: the streamed tokens are the whole reply's,
+    token for token. The host is deterministic, so the two requests take one path (a fresh
+    sequence, the prompt prefilled alone in the same chunks, sampled on the host for the
+    logprobs): with the prompt cache the stream read only its last prompt token on the
+    whole reply's cells, and a near tie fell the other way ("You can call this tool." and
+    "these tools." on an AMD EPYC)."""
     kwargs = dict(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=8, temperature=0)
     whole = await sdk.chat.completions.create(**kwargs, logprobs=True)  # type: ignore[call-overload]
     stream = await sdk.chat.completions.create(**kwargs, logprobs=True, stream=True)  # type: ignore[call-overload]

@@ -210,10 +210,14 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
 async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(make_pool) -> None:
     """A slot's chain outlives its job for reuse; after IDLE_STEPS steps without one it
     is removed from the graph, and a later job installs a fresh chain. Each install and
-    removal re-plans the graph: the texts must not change, nor the process abort."""
-    host = await make_pool(parallel=2, backend_sampling=False, engine_id="reference")
-    want = (await host.submit(prompt=PROMPTS[0], params=GREEDY).text())[0]
-    await host.close()
+    removal re-plans the graph: the texts must not change, nor the process abort. They are
+    compared with a fresh pool's, deterministic and sampling in the graph as this one: the
+    same prefill and sampler, so that only the chains' comings and goings differ."""
+    reference = await make_pool(
+        parallel=2, backend_sampling=True, deterministic=True, engine_id="reference"
+    )
+    want = (await reference.submit(prompt=PROMPTS[0], params=GREEDY).text())[0]
+    await reference.close()
     pool = await make_pool(parallel=2, backend_sampling=True, deterministic=True)
     long = SEEDED.model_copy(update={"max_tokens": 100, "ignore_eos": True})
     short_job = pool.submit(prompt=PROMPTS[0], params=GREEDY)  # slot 0, done quickly

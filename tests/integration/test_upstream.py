@@ -62,9 +62,14 @@ async def answers(front: ServedHost, model: str = "up") -> None:
     assert done.finish_reason in ("stop", "length") and text
 
 
+@pytest.mark.deterministic
 async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
     upstream: ServedHost, start_served_host: ServedHostFactory
 ) -> None:
+    """Each face's reply is the upstream's own. The upstream is deterministic: every request
+    reaches it one at a time and reads its prompt afresh, as the direct one did (by default
+    each would read only its last prompt token on the cells the one before left, and a greedy
+    near tie could fall the other way)."""
     front = await front_for(start_served_host, f"{upstream.url}/v1")
     assert front.service.engine_ids() == ["up"]  # only the upstream: no local model loaded
     direct = openai.AsyncOpenAI(base_url=f"{upstream.url}/v1", api_key="-")

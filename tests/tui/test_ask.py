@@ -54,9 +54,11 @@ async def test_json_prints_ndjson_events_over_hyperswarm(host: ServedHost, tmp_p
     assert all(e["request_id"] == end["request_id"] for e in events)
 
 
+@pytest.mark.deterministic
 async def test_a_dash_reads_the_prompt_from_stdin(host: ServedHost, tmp_path: Path) -> None:
     """The piped text is the prompt: the reply is the one that text gets when typed. (A short
-    sampled reply may be only whitespace, so the test compares rather than looks for words.)"""
+    sampled reply may be only whitespace, so the test compares rather than looks for words.
+    The host is deterministic: the typed prompt is read afresh, not on the piped one's cells.)"""
     flags = ("--max-tokens", "6", "--temperature", "0")
     code, out, err = await ask(host.url, "-", *flags, stdin="Hello", data=tmp_path)
     assert code == 0, err
@@ -65,9 +67,11 @@ async def test_a_dash_reads_the_prompt_from_stdin(host: ServedHost, tmp_path: Pa
     assert out == typed and out.endswith("\n") and len(out) > 1
 
 
+@pytest.mark.deterministic
 async def test_a_question_and_piped_text_make_one_prompt(host: ServedHost, tmp_path: Path) -> None:
     """`git diff | infertui ask ID "A commit message for:" -`: the parts, joined by a blank
-    line, are the prompt; the reply is the one that prompt gets typed whole."""
+    line, are the prompt; the reply is the one that prompt gets typed whole (on a
+    deterministic host, which reads the second prompt afresh, not on the first's cells)."""
     question, piped = "Repeat the word after the colon:", "lighthouse"
     flags = ("--max-tokens", "8", "--temperature", "0", "--json")
     code, out, err = await ask(host.url, question, "-", *flags, stdin=piped, data=tmp_path)

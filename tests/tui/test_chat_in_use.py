@@ -85,7 +85,8 @@ async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(
         assert [m.role for m in chat.history] == ["user", "assistant"]
         assert chat.history[0].content == "Hi"
         assert fresh.stats is not None and fresh.stats.tokens_in is not None
-        assert fresh.stats.tokens_in < 20, fresh.stats  # "Hi" alone, not the old story
+        # "Hi" after the template's own system turn (31 tokens), not the old story as well
+        assert fresh.stats.tokens_in < 40, fresh.stats
 
 
 async def test_a_pasted_multi_line_prompt_is_sent_whole(host: ServedHost) -> None:
@@ -194,12 +195,15 @@ async def test_a_conversation_is_saved_resumed_renamed_and_exported(
         assert kept.title == "colours" and len(kept.messages) == 4
 
 
+@pytest.mark.deterministic
 @pytest.mark.parametrize("transport", ["p2p", "http"])
 async def test_the_last_reply_is_copied_asked_again_and_its_question_edited(
     host: ServedHost, transport: str, tmp_path
 ) -> None:
     """Copy reply (Ctrl+Y), regenerate last (Ctrl+G) and edit-and-resend last (↑ in an empty
-    prompt): each replaces the last turn in the transcript, the history and the saved chat."""
+    prompt): each replaces the last turn in the transcript, the history and the saved chat.
+    The host is deterministic: the question asked again is read afresh, as the first time,
+    not on the cells the first reply left, so greedy gives the same words."""
     from infertui.core.client.chats import ChatStore
 
     app = app_for(host, transport)
