@@ -8,7 +8,12 @@ lines). With neither, SamplingParams' defaults apply: llama.cpp's own, as llama-
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
+
+from ..protocol.common import SamplingParams
+
+log = logging.getLogger(__name__)
 
 # GGUF key (after `general.sampling.`) -> SamplingParams field, and how to read its text
 GGUF_KEYS: dict[str, tuple[str, Callable[[str], float]]] = {
@@ -39,5 +44,13 @@ def from_gguf(meta: Callable[[str], str | None]) -> dict[str, float]:
 
 
 def recommended(meta: Callable[[str], str | None], chosen: Mapping[str, float]) -> dict[str, float]:
-    """The GGUF's recommendation with the spec's own choices over it."""
-    return {**from_gguf(meta), **chosen}
+    """The GGUF's recommendation with the spec's own choices over it, each checked against
+    SamplingParams' ranges here, once, so that jobs take them without validating again. A
+    GGUF's key out of range is passed over (and logged); a spec's is the caller's mistake."""
+    found = {}
+    for field, value in from_gguf(meta).items():
+        try:
+            found.update(SamplingParams.valid_defaults({field: value}))
+        except ValueError as err:
+            log.warning("the GGUF's general.sampling %s=%s is passed over: %s", field, value, err)
+    return {**found, **SamplingParams.valid_defaults(chosen)}

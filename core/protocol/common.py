@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 Role = Literal["system", "user", "assistant"]
 MAX_STOPS = 16  # stop strings per request
@@ -151,14 +158,21 @@ class SamplingParams(BaseModel):
         return params
 
     def with_defaults(self, defaults: Mapping[str, float]) -> SamplingParams:
-        """These params with `defaults` (an engine's recommended sampling) in the fields the
-        request left unset; a field it set, even to llama.cpp's default value, stays."""
+        """These params with `defaults` (an engine's recommended sampling, checked when it
+        loaded: `valid_defaults`) in the fields the request left unset; a field it set, even
+        to llama.cpp's default value, stays. Once per job: a copy, not a validation."""
         unset = {k: v for k, v in defaults.items() if k not in self.model_fields_set}
-        if not unset:
-            return self
-        filled = self.model_validate({**self.model_dump(), **unset})
-        object.__setattr__(filled, "__pydantic_fields_set__", self.model_fields_set | set(unset))
-        return filled
+        return self.model_copy(update=unset) if unset else self
+
+    @classmethod
+    def valid_defaults(cls, defaults: Mapping[str, float]) -> dict[str, float]:
+        """The `defaults` that are fields of these params within their ranges; ValueError
+        naming the first that is not (a GGUF's key out of range, say)."""
+        try:
+            checked = cls.model_validate(dict(defaults))
+        except ValidationError as err:
+            raise ValueError(str(err.errors()[0]["msg"])) from None
+        return {name: getattr(checked, name) for name in defaults}
 
     @property
     def constrained(self) -> bool:

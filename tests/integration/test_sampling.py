@@ -330,6 +330,8 @@ def test_recommended_sampling_reads_the_ggufs_keys_under_the_specs_choices() -> 
     assert recommended.from_gguf(keys.get) == {"temperature": 0.6, "top_k": 20}
     chosen = recommended.recommended(keys.get, {"temperature": 0.2})
     assert chosen == {"temperature": 0.2, "top_k": 20}
+    # out of SamplingParams' range: passed over at load, rather than failing every job
+    assert recommended.recommended({"general.sampling.temp": "7"}.get, {}) == {}
 
 
 def test_a_requests_own_fields_stay_and_only_unset_ones_take_the_models() -> None:
