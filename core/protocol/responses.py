@@ -93,14 +93,16 @@ class ResponsesRequest(BaseModel):
         chat: dict[str, Any] = {
             "model": self.model,
             "messages": turns,
-            "temperature": 1.0 if self.temperature is None else self.temperature,
-            "top_p": 1.0 if self.top_p is None else self.top_p,
             "parallel_tool_calls": self.parallel_tool_calls is not False,
             "seed": self.seed,
             "top_k": self.top_k,
             "min_p": self.min_p,
             "ignore_eos": self.ignore_eos,
         }
+        # unset, they stay unset: the model's recommended sampling applies, not OpenAI's 1.0
+        for name in ("temperature", "top_p"):
+            if (value := getattr(self, name)) is not None:
+                chat[name] = value
         if self.max_output_tokens is not None:
             chat["max_completion_tokens"] = self.max_output_tokens
         if self.tools is not None:

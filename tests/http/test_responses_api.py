@@ -331,9 +331,9 @@ async def test_a_kept_response_is_its_owner_s(start_host: HostFactory) -> None:
 async def test_several_streamed_calls_each_close_before_the_next_opens(
     sdk: openai.AsyncOpenAI,
 ) -> None:
-    """Parallel calls (this model, forced, calls until max_output_tokens cuts it): as OpenAI
-    orders them, call k's `.done` events come before call k+1's `output_item.added`, and the
-    one cut short is incomplete; the whole reply has the same calls (the host is
+    """Parallel calls (this model, forced, calls until max_output_tokens cuts it, or on some
+    CPUs stops after a few): as OpenAI orders them, call k's `.done` events come before call
+    k+1's `output_item.added`, and one cut short is incomplete; the whole reply has the same calls (the host is
     deterministic: it reads its prompt afresh, not on the stream's kept cells)."""
     stream = await sdk.responses.create(
         model=MODEL, input=ASK, tools=[TOOL], tool_choice="required",  # type: ignore[list-item]
@@ -348,10 +348,14 @@ async def test_several_streamed_calls_each_close_before_the_next_opens(
         (kind, k) for k in range(n)
         for kind in ("response.output_item.added", "response.output_item.done")
     ]  # fmt: skip
-    last = events[-1]
-    assert last.type == "response.incomplete"
+    last = events[-1]  # cut short on this CPU; where the model stops after n calls, whole
+    cut = last.type == "response.incomplete"
+    assert cut or last.type == "response.completed", last.type
     calls = last.response.output
-    assert len(calls) == n and calls[-1].status == "incomplete"
+    assert len(calls) == n
+    assert [c.status for c in calls] == ["completed"] * (n - 1) + [  # type: ignore[union-attr]
+        "incomplete" if cut else "completed"
+    ]
     assert all(call.type == "function_call" for call in calls)
     assert set(json.loads(calls[0].arguments)) == {"city"}
     whole = await sdk.responses.create(
