@@ -51,12 +51,12 @@ async def run(args: argparse.Namespace) -> None:
         for n in streams:
             await one_round(pool, n, params.model_copy(update={"max_tokens": 4}), nonce)
             nonce += 1
-            before = pool.engine.loop_time if pool.engine else (0.0, 0.0)
+            before = pool.engine.usage().loop_time if pool.engine else (0.0, 0.0)
             rates = []
             for _ in range(args.rounds):
                 rates.append(await one_round(pool, n, params, nonce))
                 nonce += 1
-            after = pool.engine.loop_time if pool.engine else (0.0, 0.0)
+            after = pool.engine.usage().loop_time if pool.engine else (0.0, 0.0)
             busy = after[1] - before[1]
             share = f"{(after[0] - before[0]) / busy:.2f}" if busy > 0 else "–"
             sampling = "greedy" if temp == 0 else f"temp {temp}"

@@ -41,7 +41,7 @@ async def run(load: str, head_tokens: int, threads: int) -> dict[str, float]:
     engine = pool.engine
     assert engine is not None
     text = "".join(SENTENCE.format(k=k) for k in range(400))
-    head = engine.model.detokenize(engine.text_prompt(text)[1:head_tokens])
+    head = engine.model.detokenize(engine.tokenizer.text_prompt(text)[1:head_tokens])
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     await pool.submit(prompt="warm up", params=SamplingParams(max_tokens=4)).text()
     if load == "burst":

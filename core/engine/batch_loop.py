@@ -1,10 +1,12 @@
 """The continuous-batching decode loop: one thread, one context, one KV stream per slot.
 
-Each step, under the lock that the event loop's calls take: retire cancelled jobs, take the
-embedding jobs one decode holds, and admit waiting jobs into free sequences (sequences.py:
-kept and shared cells). Then, without the lock: embed, run one step over the sequences
-(step.py: one `llama_decode` for the running streams and prompt chunks, sampling, text), and
-publish the step's events to the event loop in one call.
+The scheduler hands it a job only when a slot is free (an embedding job needs none), so what
+it holds between steps is no queue, only the jobs given since the last step. Each step, under
+the lock that the event loop's calls take: retire cancelled jobs, take the embedding jobs,
+and put the jobs given into free sequences (sequences.py: kept and shared cells). Then,
+without the lock: embed, run one step over the sequences (step.py: one `llama_decode` for
+the running streams and prompt chunks, sampling, text), and publish the step's events to the
+event loop in one call.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -55,7 +56,7 @@ class BatchLoop:
     def __init__(self, name: str, publish: Publisher) -> None:
         self._publish = publish
         self._slots: list[Slot | None] = []  # the sequences', once the thread has made them
-        self._waiting: deque[GenerationRequest] = deque()
+        self._given: list[GenerationRequest] = []  # started since the last step
         self._embedder: Embedder | None = None  # made on the first embedding job
         # Seconds of device work (the step's decodes, embedding), and seconds the loop had work
         # (the decodes and the host's own work around them, when the device idles). The loop
@@ -82,15 +83,15 @@ class BatchLoop:
         self._thread.start()
         return self._opened.result()
 
-    def submit(self, request: GenerationRequest) -> None:
-        """Queue a job. An idle loop is woken once the event loop has had a turn with no new
-        job (a few turns at most): a burst's requests, read over a turn or two, then start in
-        one step. Woken at the first, the loop prefilled that one alone while the others
-        queued behind its decode."""
+    def start(self, request: GenerationRequest) -> None:
+        """Run a job (on a free slot, unless it embeds). An idle loop is woken once the event
+        loop has had a turn with no new job (a few turns at most): a burst's requests, read
+        over a turn or two, then start in one step. Woken at the first, the loop prefilled
+        that one alone while the others waited behind its decode."""
         with self._lock:
             if self._stopping:
                 raise InferError(ErrorKind.POOL_UNREADY, "the engine is shutting down")
-            self._waiting.append(request)
+            self._given.append(request)
             self._submitted += 1
             try:
                 loop = asyncio.get_running_loop()
@@ -112,28 +113,10 @@ class BatchLoop:
                 self._wake_due = None
             self._wake.notify()
 
-    def withdraw(self, request: GenerationRequest) -> bool:
-        """Take a job out of the queue before it reached a slot; False if it already left."""
-        with self._lock:
-            try:
-                self._waiting.remove(request)
-            except ValueError:
-                return False
-            return True
-
     def wake(self) -> None:
-        """Make the loop look at its slots now (after a cancel flag was set)."""
+        """Make the loop look at its jobs now (after a cancel flag was set)."""
         with self._lock:
             self._wake.notify()
-
-    def waiting(self) -> list[GenerationRequest]:
-        with self._lock:
-            return list(self._waiting)
-
-    def occupancy(self) -> tuple[int, int]:
-        """(jobs waiting, slots busy), read together."""
-        with self._lock:
-            return len(self._waiting), self.busy_slots
 
     def slots(self) -> list[SlotSnapshot]:
         return [
@@ -188,17 +171,17 @@ class BatchLoop:
         try:
             while True:
                 with self._lock:
-                    while not self._stopping and not self._waiting and self.busy_slots == 0:
+                    while not self._stopping and not self._given and self.busy_slots == 0:
                         self._wake.wait()
                     if self._stopping:
                         break
                     began = time.perf_counter()
                     events: Events = []
                     seqs.retire_cancelled(events)
-                    if seqs.graph is not None and not self._waiting:
+                    if seqs.graph is not None and not self._given:
                         seqs.graph.remove_idle(seqs.steps, lambda i: self._slots[i] is not None)
-                    embeddings = self._take_embeddings()
-                    self._admit_waiting(events)
+                    embeddings = self._take_embeddings(events)
+                    self._admit_given(events)
                 if embeddings:  # their decodes, in the embedder's context, are device work
                     start = time.perf_counter()
                     self._embed(embeddings, events)
@@ -216,42 +199,50 @@ class BatchLoop:
 
     # ---- admission --------------------------------------------------------
 
-    def _admit_waiting(self, events: Events) -> None:
-        """Move waiting jobs into free slots. Called under the lock, so that a job is always
-        either waiting or in a slot when the event loop looks (see occupancy)."""
-        n_free = len(self._seqs.free())
-        admitted: list[GenerationRequest] = []
-        passed: list[GenerationRequest] = []  # embedding jobs beyond this step's batch
-        while len(admitted) < n_free and self._waiting:
-            request = self._waiting.popleft()
-            if request.embed:
-                passed.append(request)
-            elif not request.cancelled:  # else already ended by the event loop
-                admitted.append(request)
-        self._waiting.extendleft(reversed(passed))
+    def _admit_given(self, events: Events) -> None:
+        """Put the jobs given into free sequences (there is one for each: the scheduler
+        counts them), under the lock. One cancelled before it got there ends here."""
+        given = [r for r in self._given if not r.embed]
+        self._given = [r for r in self._given if r.embed]
+        admitted = self._live(given, events)
+        if len(admitted) > len(self._seqs.free()):
+            raise RuntimeError("the scheduler started more jobs than the engine has slots")
         if admitted:
             self._seqs.admit(admitted, events)
 
-    def _take_embeddings(self) -> list[GenerationRequest]:
-        """Embedding jobs need no slot: this step takes, in queue order, as many as one decode
-        of the embedding context holds, so running streams wait at most that one decode."""
-        if not any(r.embed for r in self._waiting):
-            return []
+    def _take_embeddings(self, events: Events) -> list[GenerationRequest]:
+        """Embedding jobs need no slot: this step takes, in the order given, as many as one
+        decode of the embedding context holds, so running streams wait at most that one
+        decode; the rest stay for the next step."""
         taken: list[GenerationRequest] = []
-        tokens = 0
-        for request in self._waiting:
-            if not request.embed:
-                continue
-            if taken and (
-                len(taken) == MAX_SEQUENCES
-                or tokens + len(request.prompt_tokens) > MAX_INPUT_TOKENS
-            ):
-                break
-            taken.append(request)
-            tokens += len(request.prompt_tokens)
-        for request in taken:
-            self._waiting.remove(request)
-        return [r for r in taken if not r.cancelled]
+        rest: list[GenerationRequest] = []
+        tokens, full = 0, False
+        for request in self._given:
+            if request.embed and not full:
+                full = bool(taken) and (
+                    len(taken) == MAX_SEQUENCES
+                    or tokens + len(request.prompt_tokens) > MAX_INPUT_TOKENS
+                )
+                if not full:
+                    taken.append(request)
+                    tokens += len(request.prompt_tokens)
+                    continue
+            rest.append(request)
+        self._given = rest
+        return self._live(taken, events)
+
+    @staticmethod
+    def _live(requests: list[GenerationRequest], events: Events) -> list[GenerationRequest]:
+        """The requests not cancelled; a cancelled one ends (the event loop has closed it
+        for its consumer already; this frees its place in the scheduler's count)."""
+        live = []
+        for request in requests:
+            if request.cancelled:
+                timings = TimingStats(tokens_in=len(request.prompt_tokens))
+                events.append((request, Finished("abort", timings)))
+            else:
+                live.append(request)
+        return live
 
     def _embed(self, requests: list[GenerationRequest], events: Events) -> None:
         if not requests:
@@ -279,8 +270,8 @@ class BatchLoop:
         self._seqs.finish_all("abort", events)
         with self._lock:
             self._stopping = True
-            waiting, self._waiting = list(self._waiting), deque()
-        for request in waiting:
+            given, self._given = self._given, []
+        for request in given:
             events.append(
                 (request, Finished("abort", TimingStats(tokens_in=len(request.prompt_tokens))))
             )

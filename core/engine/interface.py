@@ -1,9 +1,10 @@
 """Engine: what a pool drives, whichever engine it holds.
 
 Two engines implement it: `LlamaEngine` (local.py), a GGUF model decoded here by llama.cpp,
-and `UpstreamEngine` (upstream.py), an OpenAI-compatible server somewhere else. The scheduler
-admits, queues, cancels and measures jobs the same way on either: it hands over
-`GenerationRequest`s and reads the events each engine publishes for them.
+and `UpstreamEngine` (upstream.py), an OpenAI-compatible server somewhere else. An engine runs
+the jobs it is given, one per slot, and publishes their events; the queue, admission and
+forecasts are the scheduler's, the same whichever engine it holds. What only some engines can
+do (tokenize here, embed) they offer as capability objects, None where they cannot.
 """
 
 from __future__ import annotations
@@ -13,67 +14,58 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..protocol.common import ChatMessage
-from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
+from ..protocol.snapshots import SlotSnapshot
 from .chat_format import ChatFormat
 from .local import LlamaEngine
-from .types import AnySpec, GenerationRequest, Publisher, UpstreamSpec
+from .types import AnySpec, EngineInfo, EngineUsage, GenerationRequest, Publisher, UpstreamSpec
 from .upstream import UpstreamEngine
 
 HealthHook = Callable[[str | None], None]
 """Told when an engine stops being reachable (why, in a sentence) or is again (None)."""
 
 
-class Engine(Protocol):
-    """A running engine. Everything but `shutdown` is cheap and called on the event loop."""
+class Tokenizer(Protocol):
+    """Offered by an engine that reads prompts as tokens here (a local model); any thread:
+    a long prompt is worth tokenizing on one."""
 
-    version: str
-    n_gpu_layers: int
-    chat_format: ChatFormat
-    chat_stop_tokens: frozenset[int]
-    sampling_defaults: Mapping[str, float]  # for the fields a request leaves unset
-    problem: str | None  # why it cannot serve now (an upstream that does not answer); None: it can
+    stop_tokens: frozenset[int]  # the template's turn markers, which end a chat reply
 
-    @property
-    def description(self) -> str: ...
-    @property
-    def model_names(self) -> tuple[str, ...]: ...  # what a request's `model` may call it
-    @property
-    def embeds(self) -> bool: ...
-    @property
-    def tokenizes(self) -> bool: ...  # prompts become tokens here (else the server reads text)
-    @property
-    def n_ctx(self) -> int: ...
-    @property
-    def n_parallel(self) -> int: ...
-    @property
-    def busy_slots(self) -> int: ...
-    @property
-    def parameters(self) -> EngineParameters: ...
-    @property
-    def memory(self) -> MemoryUsage | None: ...
-    @property
-    def loop_time(self) -> tuple[float, float] | None: ...  # (decoding, busy) seconds
-    def placement(self) -> str: ...
-
-    # A prompt as tokens, for admission and the local batch loop; an engine that tokenizes
-    # remotely returns none and reads the request's messages or text instead.
     def chat_prompt(
         self, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]] | None = None
     ) -> list[int]: ...
     def text_prompt(self, prompt: str) -> list[int]: ...
-
-    # Text and tokens both ways, as the model sees them (/tokenize, /detokenize): only an
-    # engine that `tokenizes`; any thread.
+    # as the model sees them (/tokenize, /detokenize)
     def tokenize(self, text: str, *, add_special: bool) -> list[int]: ...
     def detokenize(self, tokens: Sequence[int]) -> str: ...
 
-    def submit(self, request: GenerationRequest) -> None: ...
-    def withdraw(self, request: GenerationRequest) -> bool: ...
-    def wake(self) -> None: ...
-    def waiting(self) -> list[GenerationRequest]: ...
-    def occupancy(self) -> tuple[int, int]: ...
+
+class Embeddings(Protocol):
+    """Offered by an engine that embeds: embedding jobs take no slot, `capacity` at a time."""
+
+    capacity: int
+
+    def start(self, request: GenerationRequest) -> None: ...
+
+
+class Engine(Protocol):
+    """A running engine. Everything but `shutdown` is cheap and called on the event loop."""
+
+    problem: str | None  # why it cannot serve now (an upstream that does not answer); None: it can
+    sampling_defaults: Mapping[str, float]  # for the fields a request leaves unset
+    chat_format: ChatFormat  # how its prompts are rendered, tools included
+
+    # What it can do beyond generating: None where it cannot.
+    @property
+    def tokenizer(self) -> Tokenizer | None: ...  # None: its server reads messages or text
+    @property
+    def embeddings(self) -> Embeddings | None: ...
+
+    def describe(self) -> EngineInfo: ...
+    def usage(self) -> EngineUsage: ...
+    def start(self, request: GenerationRequest) -> None: ...  # only when a slot is free
+    def cancel(self, request: GenerationRequest) -> None: ...  # it ends with Finished("abort")
     def slots(self) -> list[SlotSnapshot]: ...
-    async def shutdown(self) -> None: ...
+    async def shutdown(self) -> None: ...  # every job it holds ends as aborted
 
 
 async def open_engine(spec: AnySpec, publish: Publisher, on_health: HealthHook) -> Engine:

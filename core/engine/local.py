@@ -9,21 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
 from . import chat_format
 from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
 from .batch_loop import BatchLoop
 from .devices import MIB, Device, cards_in_use, gpus
+from .embedder import MAX_SEQUENCES
 from .memory import auto_parallel
 from .native import LlamaContext, LlamaModel
+from .prompts import ModelTokenizer
 from .recommended import recommended
-from .types import EngineSpec, GenerationRequest, LoopOptions, Publisher, default_threads
+from .types import (
+    EngineInfo,
+    EngineSpec,
+    EngineUsage,
+    GenerationRequest,
+    LoopOptions,
+    Publisher,
+    default_threads,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +55,29 @@ class LlamaEngine:
         self._loop = loop
         self.n_gpu_layers = n_gpu
         self.chat_format = chat_format.choose_format(model, spec.chat_template)
-        self.chat_stop_tokens = chat_format.turn_stop_tokens(model)
+        self.tokenizer = ModelTokenizer(model, self.chat_format)
+        self.chat_stop_tokens = self.tokenizer.stop_tokens
+        self.embeddings = _LoopEmbeddings(loop)
         self.sampling_defaults: Mapping[str, float] = recommended(model.meta, dict(spec.sampling))
         self.version = engine_version()
         self.options = options
         self.device_bytes = device_bytes  # GPU memory the model and its context took to load
         self.problem: str | None = None  # a loaded model can always serve
+        self._info = EngineInfo(
+            description=model.description,
+            version=self.version,
+            model_names=spec.names,
+            n_ctx=ctx.n_ctx_seq,
+            n_parallel=ctx.n_seq,
+            n_gpu_layers=n_gpu,
+            parameters=EngineParameters(
+                n_ctx=ctx.n_ctx_seq,
+                n_gpu_layers=n_gpu,
+                main_gpu_id=spec.main_gpu_id or 0,
+                n_threads=spec.n_threads or default_threads(),
+                n_parallel=ctx.n_seq,
+            ),
+        )
 
     @classmethod
     def load(cls, spec: EngineSpec, publish: Publisher) -> LlamaEngine:
@@ -126,86 +151,23 @@ class LlamaEngine:
             f"{cards.used_bytes / MIB:,.0f} of {cards.total_bytes / MIB:,.0f} MiB in use"
         )
 
-    # ---- prompts -----------------------------------------------------------------------------
-
-    @property
-    def n_ctx(self) -> int:
-        """Tokens one job may use: prompt plus output."""
-        return self._ctx.n_ctx_seq
-
-    @property
-    def n_parallel(self) -> int:
-        return self._ctx.n_seq
-
-    def chat_prompt(
-        self, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]] | None = None
-    ) -> list[int]:
-        return self._prompt(chat_format.render(self.model, self.chat_format, messages, tools))
-
-    @property
-    def description(self) -> str:
-        return self.model.description
-
-    @property
-    def model_names(self) -> tuple[str, ...]:
-        return self.spec.names
-
-    @property
-    def embeds(self) -> bool:
-        return True
-
-    @property
-    def tokenizes(self) -> bool:
-        return True
-
-    def text_prompt(self, prompt: str) -> list[int]:
-        """A plain completion prompt, no template. Control tokens written out in it are read
-        as such, as llama-server, llama-cpp-python and Ollama's raw mode read them: a prompt
-        in the model's own turn format is what its template would have made."""
-        return self._prompt(prompt)
-
-    def _prompt(self, text: str) -> list[int]:
-        """Text as prompt tokens, control tokens read, with the model's BOS unless the text
-        begins with it already (a template that writes it out, a hand-made prompt)."""
-        add_bos = self.model.add_bos and not text.startswith(self.model.token_text(self.model.bos))
-        return self.model.tokenize(text, add_bos=add_bos, parse_special=True)
-
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        """Control tokens written out (`<start_of_turn>`) are read as such, as llama-server's
-        /tokenize does; `add_special` adds the model's BOS where it has one."""
-        return self.model.tokenize(
-            text, add_bos=add_special and self.model.add_bos, parse_special=True
-        )
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        n_vocab = self.model.n_vocab
-        if bad := [t for t in tokens if not 0 <= t < n_vocab]:
-            raise InferError(
-                ErrorKind.INVALID_PARAMS,
-                f"token {bad[0]} is not in the model's vocabulary (0 to {n_vocab - 1})",
-                param="tokens",
-            )
-        return self.model.detokenize(tokens)
-
     # ---- jobs --------------------------------------------------------------------------------
 
-    def submit(self, request: GenerationRequest) -> None:
-        self._loop.submit(request)
+    def start(self, request: GenerationRequest) -> None:
+        self._loop.start(request)
 
-    def withdraw(self, request: GenerationRequest) -> bool:
-        return self._loop.withdraw(request)
-
-    def wake(self) -> None:
+    def cancel(self, request: GenerationRequest) -> None:
+        """The loop frees its slot at its next step (the flag is set already)."""
+        request.cancelled = True
         self._loop.wake()
-
-    def waiting(self) -> list[GenerationRequest]:
-        return self._loop.waiting()
-
-    def occupancy(self) -> tuple[int, int]:
-        return self._loop.occupancy()
 
     def slots(self) -> list[SlotSnapshot]:
         return self._loop.slots()
+
+    # For tests and diagnostics: the batch loop's own view of its sequences.
+    @property
+    def busy_slots(self) -> int:
+        return self._loop.busy_slots
 
     def sequence_length(self, slot: int) -> int:
         return self._loop.sequence_length(slot)
@@ -213,38 +175,23 @@ class LlamaEngine:
     def kept_cells(self, slot: int) -> int:
         return self._loop.kept_cells(slot)
 
-    @property
-    def busy_slots(self) -> int:
-        return self._loop.busy_slots
-
     # ---- status ------------------------------------------------------------------------------
 
-    @property
-    def parameters(self) -> EngineParameters:
-        return EngineParameters(
-            n_ctx=self.n_ctx,
-            n_gpu_layers=self.n_gpu_layers,
-            main_gpu_id=self.spec.main_gpu_id or 0,
-            n_threads=self.spec.n_threads or default_threads(),
-            n_parallel=self.n_parallel,
-        )
+    def describe(self) -> EngineInfo:
+        return self._info
 
-    @property
-    def loop_time(self) -> tuple[float, float]:
-        """(Seconds decoding, seconds the batch loop had work) since loading."""
-        return self._loop.loop_time
-
-    @property
-    def memory(self) -> MemoryUsage:
-        """Sizes of the model and context, and the memory of the GPUs it is on, as of now."""
+    def usage(self) -> EngineUsage:
+        """The sizes of the model and context and the memory of the GPUs it is on, as of now,
+        and (seconds decoding, seconds the batch loop had work) since loading."""
         cards = cards_in_use(self.cards())
-        return MemoryUsage(
+        memory = MemoryUsage(
             model_size_mb=round(self.model.size_bytes / MIB, 1),
             context_size_mb=self._ctx.size_mb,
             device=cards.name if cards else None,
             device_used_mb=round(cards.used_bytes / MIB) if cards else None,
             device_total_mb=round(cards.total_bytes / MIB) if cards else None,
         )
+        return EngineUsage(memory, self._loop.loop_time)
 
     def cards(self) -> list[Device]:
         """The GPUs that hold the model, read anew: its card with `--main-gpu`, else every
@@ -263,6 +210,16 @@ class LlamaEngine:
 
     async def shutdown(self) -> None:
         await asyncio.to_thread(self.close)
+
+
+class _LoopEmbeddings:
+    """Embedding jobs run in the batch loop, beside the slots: as many per step as one decode
+    of its embedding context holds."""
+
+    capacity = MAX_SEQUENCES
+
+    def __init__(self, loop: BatchLoop) -> None:
+        self.start = loop.start
 
 
 def gpu_layers(spec: EngineSpec) -> int:

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import JobEvent
-from ..protocol.snapshots import EngineParameters
+from ..protocol.snapshots import EngineParameters, MemoryUsage
 
 
 def default_threads() -> int:
@@ -118,6 +118,28 @@ class UpstreamSpec:
 
 
 AnySpec = EngineSpec | UpstreamSpec
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What an engine is. An upstream learns its model and context once its server answers,
+    so this is asked anew, never kept."""
+
+    description: str
+    version: str
+    model_names: tuple[str, ...]  # what a request's `model` may call it
+    n_ctx: int  # tokens one job may use: prompt plus output
+    n_parallel: int  # jobs it runs at once: its slots
+    n_gpu_layers: int
+    parameters: EngineParameters  # as spec 004 shows them (n_ctx 0: not known)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineUsage:
+    """What an engine takes now: memory, and (decoding, busy) seconds of its loop."""
+
+    memory: MemoryUsage | None
+    loop_time: tuple[float, float] | None
 
 
 @dataclass(slots=True)

@@ -2,13 +2,13 @@
 as an engine, so that infertui's queue, cancel, dashboards and Hyperswarm reach stand in front
 of an engine it does not run.
 
-At most `concurrency` jobs are sent at once, each as one streamed request (chat or text
-completion); the rest wait here in arrival order, where the pool bounds them and forecasts
-their start as it does for slots. A cancel cancels the job's task, which closes its stream:
-the server sees the disconnect. The server's model list is read every few seconds; when it
-cannot be read twice running, every job in flight ends with POOL_UNREADY and the pool is told,
-and when it can be read again the pool serves again. Timings are measured here, on the stream
-as it arrives; token counts come from the server's usage where it sends one.
+It has `concurrency` slots: the scheduler gives it a job when one is free, and the job goes
+as one streamed request (chat or text completion). A cancel cancels the job's task, which
+closes its stream: the server sees the disconnect. The server's model list is read every few
+seconds; when it cannot be read twice running, every job in flight ends with POOL_UNREADY and
+the pool is told, and when it can be read again the pool serves again. Timings are measured
+here, on the stream as it arrives; token counts come from the server's usage where it sends
+one.
 """
 
 from __future__ import annotations
@@ -18,21 +18,18 @@ import logging
 import time
 import urllib.parse
 import urllib.request
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import httpx
 
-from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
 from ..protocol.snapshots import (
     EngineParameters,
     FinishReason,
-    MemoryUsage,
     SlotSnapshot,
     TimingStats,
 )
@@ -40,7 +37,14 @@ from ..protocol.tools import GENERIC_FORMAT
 from .chat_format import ChatFormat
 from .hop import HopClient, HopError, Sent, os_reason
 from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_batches
-from .types import EngineEvent, GenerationRequest, Publisher, UpstreamSpec
+from .types import (
+    EngineEvent,
+    EngineInfo,
+    EngineUsage,
+    GenerationRequest,
+    Publisher,
+    UpstreamSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +77,9 @@ class _Running:
 class UpstreamEngine:
     """Jobs sent to one OpenAI-compatible server. Create with `await UpstreamEngine.open`."""
 
-    n_gpu_layers = 0  # whatever the server offloads is its own business
-    chat_stop_tokens: frozenset[int] = frozenset()
     sampling_defaults: Mapping[str, float] = MappingProxyType({})  # the server applies its own
-    embeds = False
-    tokenizes = False  # the server renders and tokenizes; jobs carry their messages or text
+    tokenizer = None  # the server renders and tokenizes; jobs carry their messages or text
+    embeddings = None  # ask the server for them directly
     chat_format = ChatFormat(
         "upstream", use_jinja=False, description="the upstream server's own template",
         tools=GENERIC_FORMAT,  # offered tools travel inside the messages, as JSON
@@ -99,7 +101,6 @@ class UpstreamEngine:
         self._client = client  # for the model list
         self._hop = hop  # for the jobs
         self._n_ctx = spec.n_ctx
-        self._waiting: deque[GenerationRequest] = deque()
         self._slots: list[_Running | None] = [None] * spec.concurrency
         self._failed_probes = 0
         self._closing = False
@@ -153,93 +154,50 @@ class UpstreamEngine:
 
     # ---- what the pool reads -----------------------------------------------------------------
 
-    @property
-    def description(self) -> str:
-        return f"{self.model or '(model not known yet)'} at {self.spec.url}"
+    def describe(self) -> EngineInfo:
+        model_names = (self.model,) if self.model else ()
+        return EngineInfo(
+            description=f"{self.model or '(model not known yet)'} at {self.spec.url}",
+            version=self.version,
+            model_names=model_names,
+            n_ctx=self._n_ctx or UNKNOWN_CTX,
+            n_parallel=len(self._slots),
+            n_gpu_layers=0,  # whatever the server offloads is its own business
+            # n_ctx 0: not known (as UpstreamSpec.planned says before the server is reached)
+            parameters=EngineParameters(
+                n_ctx=self._n_ctx, n_gpu_layers=0, n_parallel=len(self._slots)
+            ),
+        )
 
-    @property
-    def model_names(self) -> tuple[str, ...]:
-        return (self.model,) if self.model else ()
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx or UNKNOWN_CTX
-
-    @property
-    def n_parallel(self) -> int:
-        return len(self._slots)
-
-    @property
-    def busy_slots(self) -> int:
-        return sum(1 for slot in self._slots if slot is not None)
-
-    @property
-    def parameters(self) -> EngineParameters:
-        # n_ctx 0: not known (as UpstreamSpec.planned says before the server is reached)
-        return EngineParameters(n_ctx=self._n_ctx, n_gpu_layers=0, n_parallel=self.n_parallel)
-
-    @property
-    def memory(self) -> MemoryUsage | None:
-        return None
-
-    @property
-    def loop_time(self) -> None:
-        return None  # the decoding is the upstream's own
+    def usage(self) -> EngineUsage:
+        return EngineUsage(memory=None, loop_time=None)  # the decoding is the upstream's own
 
     def placement(self) -> str:
         state = f"unreachable ({self.problem})" if self.problem else "reachable"
         context = f"{self._n_ctx} tokens" if self._n_ctx else "not known"
         return (
             f"upstream {self.spec.url}, model {self.model or 'not known yet'}, context "
-            f"{context}, {self.n_parallel} jobs at a time, {state}"
-        )
-
-    def chat_prompt(
-        self, messages: Sequence[ChatMessage], tools: Sequence[dict[str, Any]] | None = None
-    ) -> list[int]:
-        return []  # the server renders and tokenizes; the request carries the messages
-
-    def text_prompt(self, prompt: str) -> list[int]:
-        return []
-
-    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
-        raise self._no_tokens()
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        raise self._no_tokens()
-
-    def _no_tokens(self) -> InferError:
-        return InferError(
-            ErrorKind.INVALID_PARAMS,
-            f"engine '{self.spec.engine_id}' is an upstream server: it tokenizes there",
-            param="model",
-            engine_id=self.spec.engine_id,
+            f"{context}, {len(self._slots)} jobs at a time, {state}"
         )
 
     # ---- jobs --------------------------------------------------------------------------------
 
-    def submit(self, request: GenerationRequest) -> None:
-        self._waiting.append(request)
-        self._start_waiting()
+    def start(self, request: GenerationRequest) -> None:
+        """Send a job on a free slot: its request is written now where a connection is idle
+        (see _send_now), and its task reads the reply."""
+        slot = self._slots.index(None)  # the scheduler starts a job only on a free slot
+        sent = self._send_now(request)
+        task = asyncio.create_task(
+            self._run(slot, request, sent), name=f"upstream {request.job_id}"
+        )
+        self._slots[slot] = _Running(request, task, time.perf_counter())
 
-    def withdraw(self, request: GenerationRequest) -> bool:
-        try:
-            self._waiting.remove(request)
-        except ValueError:
-            return False
-        return True
-
-    def wake(self) -> None:
-        """A cancel flag was set: close the streams of the cancelled jobs."""
+    def cancel(self, request: GenerationRequest) -> None:
+        """Close the job's stream (the server sees the disconnect)."""
+        request.cancelled = True
         for running in self._slots:
-            if running is not None and running.request.cancelled:
+            if running is not None and running.request is request:
                 running.stop()
-
-    def waiting(self) -> list[GenerationRequest]:
-        return list(self._waiting)
-
-    def occupancy(self) -> tuple[int, int]:
-        return len(self._waiting), self.busy_slots
 
     def slots(self) -> list[SlotSnapshot]:
         now = time.perf_counter()
@@ -272,17 +230,6 @@ class UpstreamEngine:
         await self._client.aclose()
         await self._hop.aclose()
         log.info("engine %s closed", self.spec.engine_id)
-
-    def _start_waiting(self) -> None:
-        for i, running in enumerate(self._slots):
-            if not self._waiting:
-                return
-            if running is None:
-                request = self._waiting.popleft()
-                sent = self._send_now(request)
-                job = self._run(i, request, sent)
-                task = asyncio.create_task(job, name=f"upstream {request.job_id}")
-                self._slots[i] = _Running(request, task, time.perf_counter())
 
     def _send_now(self, request: GenerationRequest) -> Sent | None:
         """The job's request, written now on an idle connection where there is one: its task
@@ -335,7 +282,6 @@ class UpstreamEngine:
                 tokens_out=_count(usage, "completion_tokens", request.tokens_out),
             )  # fmt: skip
             self._publish([(request, Finished(reason, timings, error))])
-            self._start_waiting()
 
     async def _stream(
         self, request: GenerationRequest, running: _Running, sent: Sent | None
@@ -449,11 +395,8 @@ class UpstreamEngine:
         self._end_all(exc)
 
     def _end_all(self, error: InferError | None) -> list[asyncio.Task[None]]:
-        """End every job, waiting or running: aborted (None), or with this error. The
-        running ones' tasks, which publish their own ends, are returned to be awaited."""
-        final = Finished("error" if error else "abort", TimingStats(), error)
-        while self._waiting:
-            self._publish([(self._waiting.popleft(), final)])
+        """End every job: aborted (None), or with this error. Their tasks, which publish
+        their own ends, are returned to be awaited."""
         running = [slot for slot in self._slots if slot is not None]
         for slot in running:
             slot.ended_by = error

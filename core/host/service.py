@@ -237,7 +237,7 @@ class HostService:
         never holds up the event loop that serves the others (a 4 MB prompt takes seconds)."""
         pool = self._pool_for(model, pool_id)
         engine = pool.engine
-        if engine is not None and not engine.tokenizes:  # an upstream: nothing to wait for
+        if engine is not None and engine.tokenizer is None:  # an upstream: nothing to wait for
             return pool.submit(**job)
         messages, prompt = job.get("messages"), job.get("prompt")
         size = len(prompt or "") + sum(len(message.content) for message in messages or ())
@@ -265,7 +265,7 @@ class HostService:
         """Whether the engine `model` names (the default one for None) can think, by its chat
         template; None for an upstream, whose server's template is not known here."""
         engine = self._registry.resolve(model).engine
-        if engine is None or not engine.tokenizes:
+        if engine is None or engine.tokenizer is None:
             return None
         return engine.chat_format.thinks
 

@@ -34,15 +34,15 @@ def engine_status(pool: Pool) -> EngineStatus:
         engine_id=pool.id,
         status=_ENGINE_STATE[pool.state],
         model_path=spec.model_path,
-        parameters=engine.parameters if engine else spec.planned,
-        memory_usage=engine.memory if engine else None,
+        parameters=engine.describe().parameters if engine else spec.planned,
+        memory_usage=engine.usage().memory if engine else None,
         performance=Performance(
             last_inference_tps=round(pool.metrics.last_job_tps, 2),
             total_requests=pool.total_requests,
         ),
         pool_state=pool.state,
         chat_format=_with_tools(engine.chat_format) if engine else None,
-        model_description=engine.description if engine else None,
+        model_description=engine.describe().description if engine else None,
         gpu_offload=pool.gpu_offload,
         error=pool.error,
     )
@@ -56,7 +56,7 @@ def pool_health(pool: Pool) -> PoolHealth:
         ready=pool.state is PoolState.READY,
         draining=pool.state is PoolState.DRAINING,
         state=pool.state,
-        engine=pool.engine.version if pool.engine else pool.spec.kind,
+        engine=pool.engine.describe().version if pool.engine else pool.spec.kind,
         model_path=(pool.model_names or ("",))[0],  # open without a key: never where it lives
         metrics=pool.metrics_snapshot(),
         last_error=pool.error,
@@ -70,7 +70,7 @@ def llama_props(pool: Pool, version: str) -> Props:
     chat = engine.chat_format if engine else None
     return Props(
         default_generation_settings=GenerationSettings(
-            n_ctx=engine.parameters.n_ctx if engine else pool.spec.n_ctx,
+            n_ctx=engine.describe().parameters.n_ctx if engine else pool.spec.n_ctx,
             params=default_sampling(
                 SamplingParams().with_defaults(engine.sampling_defaults) if engine else None
             ),
@@ -88,7 +88,7 @@ def pool_capabilities(pool: Pool, version: str) -> PoolCapabilities:
     return PoolCapabilities(
         pool_id=pool.id,
         engine=pool.spec.kind,
-        engine_version=pool.engine.version if pool.engine else version,
+        engine_version=pool.engine.describe().version if pool.engine else version,
         model=pool.spec.model_path,
         ctx_max=pool.n_ctx,
         max_tokens_out=pool.n_ctx - 1,

@@ -14,6 +14,9 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .job import Job
+from .metrics import MetricsRecorder
+
 FALLBACK_DECODE_TPS = 10.0  # per sequence, before anything was measured: on the slow side
 
 
@@ -55,3 +58,32 @@ def start_times(
         heapq.heappush(frees, start + service)
     starts.append(frees[0])
     return starts
+
+
+def forecast(
+    running: Sequence[Job], waiting: Sequence[Job], n_slots: int, metrics: MetricsRecorder
+) -> list[float]:
+    """Seconds until each waiting job starts, in queue order, and last, until a job that
+    joins now would, at the rates the pool measured."""
+    rates = Rates(
+        decode_tps=decode_tps_per_sequence(metrics, len(running)),
+        prefill_tps=metrics.prefill_rate(),
+        typical_tokens_out=metrics.typical_tokens_out(),
+    )
+    busy_for = [
+        rates.expected_tokens(job.request.max_tokens, job.tokens_out) / rates.decode_tps
+        for job in running
+    ]
+    services = [
+        rates.service_s(job.request.max_tokens, len(job.request.prompt_tokens)) for job in waiting
+    ]
+    return start_times(busy_for, max(0, n_slots - len(busy_for)), services)
+
+
+def decode_tps_per_sequence(metrics: MetricsRecorder, running: int) -> float:
+    """What one sequence gets at the batch size now: the rate of the latest steady run over
+    all slots shared out, else the last job's own rate, else a slow guess."""
+    total = metrics.active_decode_rate()
+    if total and running:
+        return total / running
+    return metrics.last_job_tps or FALLBACK_DECODE_TPS

@@ -89,13 +89,15 @@ class Job:
         engine: Engine,
         pool_id: str,
         client_id: str | None,
+        on_cancel: Callable[[Job], None],
         on_closed: Callable[[Job, Finished], None],
         queue_position: int,
         predicted_start_ms: int,
     ) -> None:
         self.id = request.job_id
         self.request = request
-        self.engine = engine
+        self.engine = engine  # the one that tokenized its prompt, and runs it
+        self.started = False  # given to the engine (it may not have a slot yet)
         self.pool_id = pool_id
         self.client_id = client_id
         self.queue_position = queue_position
@@ -112,6 +114,7 @@ class Job:
         self._pending: deque[JobEvent | _TextRun] = deque()
         self._ready = asyncio.Event()
         self._released = asyncio.Event()  # the engine no longer holds this job
+        self._on_cancel = on_cancel
         self._on_closed = on_closed
 
     @property
@@ -175,10 +178,7 @@ class Job:
         if self.done:
             return False
         self.request.cancelled = True
-        if self.engine.withdraw(self.request):
-            self._released.set()  # it never reached a slot
-        else:
-            self.engine.wake()  # the batch loop frees the slot at its next step
+        self._on_cancel(self)  # out of the queue, or its engine stops it at its next step
         # The engine's own timings arrive later; the consumer's figures come from here.
         now, first = time.perf_counter(), self.first_token_at
         timings = TimingStats.measured(
@@ -195,6 +195,10 @@ class Job:
     @property
     def released(self) -> bool:
         return self._released.is_set()
+
+    def release(self) -> None:
+        """The job never reached its engine (withdrawn from the queue): nothing to free."""
+        self._released.set()
 
     # ---- pool side (event loop) --------------------------------------------------------------
 

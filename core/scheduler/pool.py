@@ -1,9 +1,10 @@
-"""Pool: one engine and its jobs, with admission, a bounded queue, drain and reload.
+"""Pool: one engine and its jobs, with admission, the one queue, drain and reload.
 
 The engine is a local llama.cpp model or an upstream server (engine/interface.py); the pool
-does not tell them apart. The waiting jobs themselves sit in the engine, which admits them to
-slots in arrival order; the pool bounds how many may wait and predicts when each will start.
-An upstream that stops answering makes the pool FAILED (unready) until it answers again.
+does not tell them apart. Admitted jobs wait in the pool's queue (queue.py) and are given to
+the engine one per free slot, as slots free; the pool bounds the queue and forecasts when
+each job will start. An upstream that stops answering makes the pool FAILED (unready) until
+it answers again.
 
 Admission happens before a job is queued (OC-CTRL-2010): the pool must be ready, the client
 under its concurrent-job limit, prompt plus max_tokens within the context, and the queue not
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any, Unpack
 
 from ..engine import AnySpec, Engine, EngineEvent, GenerationRequest, open_engine
-from ..engine.embedder import MAX_INPUT_TOKENS
+from ..engine.interface import Tokenizer
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished, TokenText
@@ -33,10 +34,13 @@ from ..protocol.snapshots import (
     QueueEntry,
     QueueSnapshot,
     SlotSnapshot,
+    TimingStats,
 )
-from .forecast import FALLBACK_DECODE_TPS, Rates, start_times
+from .admission import check_fits
+from .forecast import forecast
 from .job import Job, JobArgs, new_job_id
 from .metrics import MetricsRecorder
+from .queue import JobQueue
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,9 @@ class Pool:
         self.error: str | None = None
         self.metrics = MetricsRecorder(self.id)
         self.total_requests = 0
-        self._jobs: dict[str, Job] = {}
+        self._jobs: dict[str, Job] = {}  # admitted and not yet done, waiting or started
+        self._queue = JobQueue()
+        self._started: Counter[tuple[Engine, bool]] = Counter()  # per engine and kind, as lines
         self._per_client: Counter[str] = Counter()
         self._retiring: set[Engine] = set()
         self._closing: set[asyncio.Task[None]] = set()  # retired engines shutting down
@@ -79,21 +85,21 @@ class Pool:
     # What the engine has, or before it has loaded what its spec asks for.
     @property
     def n_ctx(self) -> int:
-        return self.engine.n_ctx if self.engine else self.spec.n_ctx
+        return self.engine.describe().n_ctx if self.engine else self.spec.n_ctx
 
     @property
     def n_slots(self) -> int:
-        return self.engine.n_parallel if self.engine else self.spec.slots_requested
+        return self.engine.describe().n_parallel if self.engine else self.spec.slots_requested
 
     @property
     def model_names(self) -> tuple[str, ...]:
         """What a request's `model` may call this pool besides its id (its file's name, or
         its upstream's model), the first one its name."""
-        return self.engine.model_names if self.engine else self.spec.names
+        return self.engine.describe().model_names if self.engine else self.spec.names
 
     @property
     def gpu_offload(self) -> bool:
-        return bool(self.engine and self.engine.n_gpu_layers != 0)
+        return bool(self.engine and self.engine.describe().n_gpu_layers != 0)
 
     @classmethod
     async def start(cls, spec: AnySpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> Pool:
@@ -137,6 +143,11 @@ class Pool:
             if self.state is PoolState.READY:
                 self.state = PoolState.FAILED
                 log.warning("pool %s unready: %s", self.id, problem)
+            # no client waits on a server that is gone: the queue ends as its jobs would
+            error = InferError(ErrorKind.POOL_UNREADY, problem, engine_id=self.id,
+                               retry_after_ms=1000)  # fmt: skip
+            for job in self._queue.drain():
+                job._deliver(Finished("error", TimingStats(tokens_in=job.tokens_in), error))
         elif was:
             self.error = None
             if self.state is PoolState.FAILED:
@@ -180,19 +191,35 @@ class Pool:
         """A job's prompt as tokens: its messages through the chat template, or its plain
         prompt. Safe on any thread (it reads only the model's vocabulary), and for a long
         prompt worth running on one: a megabyte of text takes most of a second."""
-        engine = self._ready_engine()
+        tokenizer = self._tokenizer()
+        if tokenizer is None:
+            return []  # its server reads the messages or the text
         if messages is not None:
-            return engine.chat_prompt(messages, tools)
+            return tokenizer.chat_prompt(messages, tools)
         if prompt is not None:
-            return engine.text_prompt(prompt)
+            return tokenizer.text_prompt(prompt)
         raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")
 
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         """The text as the model's tokens (any thread: a long text is worth running on one)."""
-        return self._ready_engine().tokenize(text, add_special=add_special)
+        return self._needs_tokenizer().tokenize(text, add_special=add_special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._ready_engine().detokenize(tokens)
+        return self._needs_tokenizer().detokenize(tokens)
+
+    def _tokenizer(self) -> Tokenizer | None:
+        return self._ready_engine().tokenizer
+
+    def _needs_tokenizer(self) -> Tokenizer:
+        tokenizer = self._tokenizer()
+        if tokenizer is None:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"engine '{self.id}' is an upstream server: it tokenizes there",
+                param="model",
+                engine_id=self.id,
+            )
+        return tokenizer
 
     def _ready_engine(self) -> Engine:
         engine = self.engine
@@ -237,7 +264,7 @@ class Pool:
             raise InferError(
                 ErrorKind.CLIENT_BUSY,
                 f"this client already has {client_limit} job(s) running; wait or abort first",
-                retry_after_ms=self._eta_ms(0),
+                retry_after_ms=self._start_ms(0),
                 engine_id=self.id,
             )
         if job_id is not None and job_id in self._jobs:
@@ -246,134 +273,83 @@ class Pool:
             )
         if tokens is None:
             tokens = self.prompt_tokens(messages, prompt)
-        if not tokens and not embed and engine.tokenizes:
-            # a model that reads no start token (SmolLM2) has nothing to go on, as llama.cpp's
-            # own tools say; llama_decode would refuse the empty batch
-            raise InferError(
-                ErrorKind.INVALID_PARAMS,
-                "the prompt is empty: this model needs at least one token to go on from",
-                param="prompt",
-                engine_id=self.id,
-            )
-        n_ctx = engine.n_ctx
-        max_tokens = params.max_tokens if params.max_tokens is not None else n_ctx - len(tokens)
-        if embed and not engine.embeds:
-            raise InferError(
-                ErrorKind.INVALID_PARAMS,
-                f"engine '{self.id}' is an upstream server; ask it for embeddings directly",
-                param="model",
-                engine_id=self.id,
-            )
-        if embed:
-            max_tokens = 0
-            if not tokens or len(tokens) > MAX_INPUT_TOKENS:
-                raise InferError(
-                    ErrorKind.CONTEXT_OVERFLOW,
-                    f"an input of {len(tokens)} tokens: embeddings take 1 to "
-                    f"{MAX_INPUT_TOKENS} tokens per input",
-                    param="input",
-                    engine_id=self.id,
-                )
-        elif len(tokens) + max_tokens > n_ctx or max_tokens < 1:
-            raise self._too_long(engine, len(tokens), max_tokens, params.max_tokens is not None,
-                                 chat=messages is not None)  # fmt: skip
-        # Jobs submitted a moment ago that will take a free slot at the next step do not wait.
-        behind, busy = engine.occupancy()
-        depth = max(0, behind - (engine.n_parallel - busy))
-        if depth >= self.queue_capacity:
+        max_tokens = check_fits(engine, self.id, tokens, params.max_tokens, embed=embed,
+                                chat=messages is not None)  # fmt: skip
+        depth = len(self._queue)
+        starts_now = not self._queue.waits_for(engine, embed) and self._has_room(engine, embed)
+        if depth >= self.queue_capacity:  # (embeddings too, though they need no slot)
             raise InferError(
                 ErrorKind.QUEUE_FULL,
                 f"the queue of engine '{self.id}' is full ({depth} waiting)",
-                retry_after_ms=self._eta_ms(behind),
+                retry_after_ms=self._start_ms(depth),
                 engine_id=self.id,
             )
-        stops = engine.chat_stop_tokens if messages is not None else frozenset()
+        tokenizer = engine.tokenizer
+        stops = tokenizer.stop_tokens if tokenizer and messages is not None else frozenset()
         request = GenerationRequest(
             job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed,
             messages=messages, prompt_text=prompt,
         )  # fmt: skip
-        position = depth
-        job = Job(
-            request, engine, self.id, client_id, self._on_job_closed, position, self._eta_ms(behind)
-        )
+        position, start_ms = (0, 0) if starts_now else (depth, self._start_ms(depth))
+        job = Job(request, engine, self.id, client_id, self._cancel, self._on_job_closed,
+                  position, start_ms)  # fmt: skip
         self._jobs[job.id] = job
         self._idle.clear()
         if client_id is not None:
             self._per_client[client_id] += 1
-        engine.submit(request)
+        self._queue.push(job)
+        self._start_waiting()
         return job
 
-    def _too_long(
-        self, engine: Engine, n_prompt: int, max_tokens: int, asked: bool, *, chat: bool
-    ) -> InferError:
-        """CONTEXT_OVERFLOW naming what to shorten: the prompt where it leaves no room, else
-        max_tokens. An upstream tokenizes on its own server: its prompt's size is not known."""
-        n_ctx = engine.n_ctx
-        prompt = "messages" if chat else "prompt"
-        if not engine.tokenizes:
-            known = engine.parameters.n_ctx
-            bound = f"the context of {n_ctx} tokens" if known else (
-                f"{n_ctx} tokens, the most infertui asks of an upstream that does not say its "
-                "context"
-            )  # fmt: skip
-            message = f"max_tokens {max_tokens} is more than {bound}"
-            return InferError(ErrorKind.CONTEXT_OVERFLOW, message, param="max_tokens",
-                              engine_id=self.id)  # fmt: skip
-        if n_prompt >= n_ctx or not asked:
-            message = (
-                f"a prompt of {n_prompt} tokens leaves no room for a reply in the context of "
-                f"{n_ctx} tokens"
-            )
-            param = prompt
-        else:
-            message = (
-                f"prompt of {n_prompt} tokens plus max_tokens {max_tokens} exceeds the context "
-                f"of {n_ctx} tokens"
-            )
-            param = "max_tokens"
-        return InferError(ErrorKind.CONTEXT_OVERFLOW, message, param=param, engine_id=self.id)
+    # ---- the queue: jobs start as their engine has room ----------------------------------------
 
-    def _eta_ms(self, index: int) -> int:
-        """When the job at this index of the engine's waiting list should start (the index
-        one past the end: a job that joins now), forecast from the slots' and the queue's
-        expected work at the measured rates (forecast.py)."""
-        engine = self.engine
-        if engine is not None:
-            _, busy = engine.occupancy()
-            if index < engine.n_parallel - busy:
-                return 0  # a free slot awaits it: no forecast to walk (O(jobs) each time)
-        starts = self._forecast()
-        return int(1000 * starts[min(index, len(starts) - 1)])
+    def _has_room(self, engine: Engine, embed: bool) -> bool:
+        """Whether the engine can take one more job of this kind now: a free slot, or room in
+        its embedding batch. An engine whose server is down takes none (its queue has ended)."""
+        if engine.problem is not None:
+            return False
+        if embed:
+            return engine.embeddings is not None and (
+                self._started[engine, True] < engine.embeddings.capacity
+            )
+        return self._started[engine, False] < engine.describe().n_parallel
+
+    def _start_waiting(self) -> None:
+        """Give the engines the waiting jobs they have room for, in queue order."""
+        for job in self._queue.take(self._has_room):
+            job.started = True
+            self._started[job.engine, job.request.embed] += 1
+            try:
+                if job.request.embed and job.engine.embeddings is not None:
+                    job.engine.embeddings.start(job.request)
+                else:
+                    job.engine.start(job.request)
+            except InferError as exc:  # an engine shutting down: the job ends, the rest wait
+                job.started = False
+                self._started[job.engine, job.request.embed] -= 1
+                job._deliver(Finished("error", TimingStats(tokens_in=job.tokens_in), exc))
+
+    def _cancel(self, job: Job) -> None:
+        """A job's cancel: out of the queue, or its engine stops it (and frees its slot)."""
+        if self._queue.remove(job):
+            job.release()
+        elif job.started:
+            job.engine.cancel(job.request)
 
     def _forecast(self) -> list[float]:
-        engine = self.engine
-        if engine is None:
+        """Seconds until each waiting job starts, in queue order, and last, until a job that
+        joins now would: the one place positions turn into times."""
+        if self.engine is None:
             return [1.0]
-        queue = engine.waiting()
-        queued = {request.job_id for request in queue}
-        # Taken by the engine (a job it popped a moment ago counts before it is told so).
-        running = [job for job in self._jobs.values() if job.id not in queued and not job.done]
-        rates = Rates(
-            decode_tps=self._decode_tps_per_sequence(len(running)),
-            prefill_tps=self.metrics.prefill_rate(),
-            typical_tokens_out=self.metrics.typical_tokens_out(),
-        )
-        busy_for = [
-            rates.expected_tokens(job.request.max_tokens, job.tokens_out) / rates.decode_tps
-            for job in running
-        ]
-        waiting = [
-            rates.service_s(request.max_tokens, len(request.prompt_tokens)) for request in queue
-        ]
-        return start_times(busy_for, max(0, engine.n_parallel - len(busy_for)), waiting)
+        running = [job for job in self._jobs.values() if job.started and not job.done]
+        return forecast(running, self._queue.jobs(), self.n_slots, self.metrics)
 
-    def _decode_tps_per_sequence(self, running: int) -> float:
-        """What one sequence gets at the batch size now: the rate of the latest steady run
-        over all slots shared out, else the last job's own rate, else a slow guess."""
-        total = self.metrics.active_decode_rate()
-        if total and running:
-            return total / running
-        return self.metrics.last_job_tps or FALLBACK_DECODE_TPS
+    def _start_ms(self, position: int) -> int:
+        """When the job at this queue position should start (the position one past the end:
+        a job that joins now), forecast from the slots' and the queue's expected work at the
+        measured rates (forecast.py)."""
+        starts = self._forecast()
+        return int(1000 * starts[min(position, len(starts) - 1)])
 
     # ---- events from the engine thread -------------------------------------------------------
 
@@ -389,7 +365,7 @@ class Pool:
             log.debug("pool %s: event loop closed; dropping %d events", self.id, len(batch))
 
     def _dispatch(self, batch: list[tuple[GenerationRequest, EngineEvent]]) -> None:
-        tokens = 0
+        tokens, freed = 0, False
         for request, event in batch:
             job = self._jobs.get(request.job_id)
             if job is None:
@@ -405,9 +381,14 @@ class Pool:
             if first and job.first_token_at is not None:  # (None: cancelled meanwhile)
                 self.metrics.record_first_token((job.first_token_at - job.enqueued_at) * 1000)
             if isinstance(event, Finished):
+                if job.started:  # its slot (or its place in an embedding batch) is free
+                    self._started[job.engine, request.embed] -= 1
+                    freed = True
                 self._forget(job)
         if tokens:
             self.metrics.record_tokens(tokens)
+        if freed and self._queue:
+            self._start_waiting()
 
     def _forget(self, job: Job) -> None:
         """The engine no longer holds the job: drop it (idempotent)."""
@@ -443,14 +424,11 @@ class Pool:
         return list(self._jobs.values())
 
     def position(self, job: Job) -> tuple[int, int]:
-        """(queue position, predicted start in ms) of a job now; (0, 0) once it has a slot."""
-        engine = job.engine
-        waiting = engine.waiting()
-        if job.request not in waiting:
+        """(queue position, predicted start in ms) of a job now; (0, 0) once it started."""
+        position = self._queue.position(job)
+        if position is None:
             return 0, 0
-        index = waiting.index(job.request)
-        free = engine.n_parallel - engine.occupancy()[1]
-        return max(0, index - free), self._eta_ms(index)
+        return position, self._start_ms(position)
 
     async def drain(self, deadline_ms: int) -> dict[str, int]:
         """Stop admitting; let jobs finish until the deadline; cancel the rest (OC-CTRL-2002)."""
@@ -519,6 +497,8 @@ class Pool:
         for engine in list(self._retiring):
             if not any(job.engine is engine for job in self._jobs.values()):
                 self._retiring.discard(engine)
+                for kind in (False, True):
+                    self._started.pop((engine, kind), None)
                 task = self._loop.create_task(engine.shutdown())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
@@ -546,38 +526,36 @@ class Pool:
         ]
 
     def queue(self) -> QueueSnapshot:
-        engine = self.engine
-        waiting = engine.waiting() if engine else []
+        waiting = self._queue.jobs()
         now = time.perf_counter()
         starts = self._forecast()
-        entries = []
-        for position, request in enumerate(waiting):
-            job = self._jobs.get(request.job_id)
-            entries.append(
-                QueueEntry(
-                    job_id=request.job_id,
-                    client_id=job.client_id if job else None,
-                    position=position,
-                    predicted_start_ms=int(1000 * starts[min(position, len(starts) - 1)]),
-                    tokens_in=len(request.prompt_tokens),
-                    waited_ms=round((now - request.enqueued_at) * 1000, 1),
-                )
+        entries = tuple(
+            QueueEntry(
+                job_id=job.id,
+                client_id=job.client_id,
+                position=position,
+                predicted_start_ms=int(1000 * starts[min(position, len(starts) - 1)]),
+                tokens_in=len(job.request.prompt_tokens),
+                waited_ms=round((now - job.enqueued_at) * 1000, 1),
             )
+            for position, job in enumerate(waiting)
+        )
         return QueueSnapshot(
             pool_id=self.id,
             capacity=self.queue_capacity,
             depth=len(waiting),
-            waiting=tuple(entries),
+            waiting=entries,
             slots=tuple(self.slots()),
         )
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         engine = self.engine
+        usage = engine.usage() if engine else None
         return self.metrics.snapshot(
-            queue_depth=len(engine.waiting()) if engine else 0,
+            queue_depth=len(self._queue),
             queue_capacity=self.queue_capacity,
-            slots_busy=engine.busy_slots if engine else 0,
+            slots_busy=self._started[engine, False] if engine else 0,
             slots_total=self.n_slots,
-            memory=engine.memory if engine else None,
-            loop_time=engine.loop_time if engine else None,
+            memory=usage.memory if usage else None,
+            loop_time=usage.loop_time if usage else None,
         )

@@ -221,7 +221,7 @@ async def test_a_template_that_renders_tools_decides_the_call_format(
         RichMessage(role="assistant", content="", tool_calls=[call]).for_template(),
         RichMessage(role="tool", content="18 C", tool_call_id="call_1"),
     ]
-    prompt = engine.model.detokenize(engine.chat_prompt(turns, TOOLS))
+    prompt = engine.model.detokenize(engine.tokenizer.chat_prompt(turns, TOOLS))
     assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in prompt
     assert '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}' in prompt
     assert "<tool_response>\n18 C\n</tool_response>" in prompt

@@ -54,14 +54,14 @@ async def test_a_prompt_that_cannot_fit_the_context_is_rejected_with_the_numbers
     with pytest.raises(InferError) as too_many:
         pool.submit(prompt="short", params=SamplingParams(max_tokens=1000))
     assert "1000" in too_many.value.message and too_many.value.param == "max_tokens"
-    assert pool.engine.waiting() == []
+    assert pool.queue().depth == 0
 
 
 async def test_max_tokens_unset_means_up_to_the_context(make_pool) -> None:
     pool = await make_pool(parallel=1, ctx=128)
     job = pool.submit(prompt="Hello", params=SamplingParams(temperature=0))
-    assert pool.engine.n_ctx >= 128  # llama.cpp rounds the context up (to 256)
-    assert job.request.max_tokens == pool.engine.n_ctx - job.tokens_in
+    assert pool.n_ctx >= 128  # llama.cpp rounds the context up (to 256)
+    assert job.request.max_tokens == pool.n_ctx - job.tokens_in
     job.cancel()
 
 

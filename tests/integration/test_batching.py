@@ -32,9 +32,9 @@ def prompt_of(pool: Pool, tokens: int, topic: int) -> str:
     assert engine is not None
     words = f"Item {topic}: the river runs past the old mill and on to the sea. " * 400
     start = 1 if engine.model.add_bos else 0  # the BOS the prompt's reading adds again
-    ids = engine.text_prompt(words)[:tokens]
+    ids = engine.tokenizer.text_prompt(words)[:tokens]
     text = engine.model.detokenize(ids[start:])
-    assert abs(len(engine.text_prompt(text)) - tokens) <= 2
+    assert abs(len(engine.tokenizer.text_prompt(text)) - tokens) <= 2
     return text
 
 

@@ -208,5 +208,5 @@ async def test_a_written_bos_is_not_doubled(make_pool, swa_model_path: Path) -> 
     that writes `<bos>` out is read as llama-server reads it: one BOS, not two."""
     pool = await make_pool(parallel=1, path=swa_model_path)
     assert pool.engine is not None
-    assert pool.engine.text_prompt("<bos>Hi") == pool.engine.text_prompt("Hi")
-    assert len(pool.engine.text_prompt("<start_of_turn>")) == 2  # the BOS and the token
+    assert pool.engine.tokenizer.text_prompt("<bos>Hi") == pool.engine.tokenizer.text_prompt("Hi")
+    assert len(pool.engine.tokenizer.text_prompt("<start_of_turn>")) == 2  # the BOS and the token

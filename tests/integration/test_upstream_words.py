@@ -133,7 +133,7 @@ async def test_an_upstream_that_does_not_say_its_context_shows_none_as_fact(
     """The engine's status says 0 (not known), as before the server was reached, never a
     made-up 32768; a job without max_tokens is still admitted (the server bounds it)."""
     pool = await start_pool(pools, fake.url)
-    assert pool.engine is not None and pool.engine.parameters.n_ctx == 0
+    assert pool.engine is not None and pool.engine.describe().parameters.n_ctx == 0
     assert "context not known" in pool.engine.placement()
     text, final = await asyncio.wait_for(
         pool.submit(params=SamplingParams(temperature=0), prompt="Hi").text(), 10
@@ -163,6 +163,6 @@ async def test_an_upstream_context_is_learned_from_its_model_list(
     await fake.start()
     try:
         pool = await start_pool(pools, fake.url)
-        assert pool.engine is not None and pool.engine.parameters.n_ctx == n_ctx
+        assert pool.engine is not None and pool.engine.describe().parameters.n_ctx == n_ctx
     finally:
         await fake.stop()

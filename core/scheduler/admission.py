@@ -1,0 +1,76 @@
+"""Whether a job fits its engine (OC-CTRL-2010): its prompt and reply within the context, an
+embedding within what one input may hold. Each refusal names what to shorten."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..engine import Engine
+from ..engine.embedder import MAX_INPUT_TOKENS
+from ..protocol.errors import ErrorKind, InferError
+
+
+def check_fits(
+    engine: Engine,
+    engine_id: str,
+    tokens: Sequence[int],
+    asked_max: int | None,
+    *,
+    embed: bool,
+    chat: bool,
+) -> int:
+    """The job's max_tokens (what it asked, else the rest of the context; 0 to embed), or
+    InferError. An upstream tokenizes on its own server: its prompt's size is not known here
+    (no tokens), so only max_tokens is checked."""
+    if embed:
+        if engine.embeddings is None:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                f"engine '{engine_id}' is an upstream server; ask it for embeddings directly",
+                param="model",
+                engine_id=engine_id,
+            )
+        if not tokens or len(tokens) > MAX_INPUT_TOKENS:
+            raise InferError(
+                ErrorKind.CONTEXT_OVERFLOW,
+                f"an input of {len(tokens)} tokens: embeddings take 1 to "
+                f"{MAX_INPUT_TOKENS} tokens per input",
+                param="input",
+                engine_id=engine_id,
+            )
+        return 0
+    if not tokens and engine.tokenizer is not None:
+        # a model that reads no start token (SmolLM2) has nothing to go on, as llama.cpp's
+        # own tools say; llama_decode would refuse the empty batch
+        raise InferError(
+            ErrorKind.INVALID_PARAMS,
+            "the prompt is empty: this model needs at least one token to go on from",
+            param="prompt",
+            engine_id=engine_id,
+        )
+    info = engine.describe()
+    n_ctx, n_prompt = info.n_ctx, len(tokens)
+    max_tokens = asked_max if asked_max is not None else n_ctx - n_prompt
+    if n_prompt + max_tokens <= n_ctx and max_tokens >= 1:
+        return max_tokens
+    if engine.tokenizer is None:
+        bound = f"the context of {n_ctx} tokens" if info.parameters.n_ctx else (
+            f"{n_ctx} tokens, the most infertui asks of an upstream that does not say its "
+            "context"
+        )  # fmt: skip
+        raise InferError(ErrorKind.CONTEXT_OVERFLOW,
+                         f"max_tokens {max_tokens} is more than {bound}",
+                         param="max_tokens", engine_id=engine_id)  # fmt: skip
+    if n_prompt >= n_ctx or asked_max is None:
+        message = (
+            f"a prompt of {n_prompt} tokens leaves no room for a reply in the context of "
+            f"{n_ctx} tokens"
+        )
+        param = "messages" if chat else "prompt"
+    else:
+        message = (
+            f"prompt of {n_prompt} tokens plus max_tokens {max_tokens} exceeds the context "
+            f"of {n_ctx} tokens"
+        )
+        param = "max_tokens"
+    raise InferError(ErrorKind.CONTEXT_OVERFLOW, message, param=param, engine_id=engine_id)
