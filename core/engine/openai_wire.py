@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from ..protocol.common import SamplingParams
-from ..protocol.errors import ErrorKind, InferError
+from ..protocol.errors import ErrorKind, InferError, kind_for_status
 from ..protocol.events import TokenLogprob
 from .types import GenerationRequest
 
@@ -181,21 +181,20 @@ def refusal(response: Reply, engine_id: str) -> InferError:
     except ValueError:
         message = response.text[:300]
     retry = retry_after_ms(response.headers.get("retry-after"))
-    if status == 429:
+    kind = kind_for_status(status)
+    if kind in (ErrorKind.QUEUE_FULL, ErrorKind.POOL_UNREADY):  # the same job may pass later
+        state = "is full" if kind is ErrorKind.QUEUE_FULL else "is not ready"
         return InferError(
-            ErrorKind.QUEUE_FULL, f"the upstream is full: {message}",
-            retry_after_ms=retry or 1000, engine_id=engine_id,
+            kind, f"the upstream {state}: {message}", retry_after_ms=retry or 1000,
+            engine_id=engine_id,
         )  # fmt: skip
-    if status == 503:
-        return InferError(
-            ErrorKind.POOL_UNREADY, f"the upstream is not ready: {message}",
-            retry_after_ms=retry or 1000, engine_id=engine_id,
-        )  # fmt: skip
-    if status in (400, 413, 422):
+    if kind in (ErrorKind.BAD_MESSAGE, ErrorKind.PAYLOAD_TOO_LARGE, ErrorKind.INVALID_PARAMS):
+        # the job itself was refused: what the client asked, or its size
         context = "context" in message.lower()
         kind = ErrorKind.CONTEXT_OVERFLOW if context else ErrorKind.INVALID_PARAMS
         return InferError(kind, f"the upstream refused the job: {message}", engine_id=engine_id)
-    if status in (401, 403):
+    # Anything else is the host's failure, not the client's: a key refused is infertui's own.
+    if kind in (ErrorKind.UNAUTHORIZED, ErrorKind.FORBIDDEN):
         message = f"the upstream refused infertui's API key ({status}): {message}"
     else:
         message = f"the upstream answered {status}: {message}"

@@ -28,7 +28,7 @@ from .common import (
     TypicalP,
     refused,
 )
-from .snapshots import FinishReason, TimingStats
+from .snapshots import TimingStats
 from .structured import JSON_OBJECT, checked_schema
 from .tools import MAX_TOOLS, RichMessage, Tool, conversation
 
@@ -175,10 +175,6 @@ class ApiEmbedRequest(BaseModel):
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def done_reason(reason: FinishReason) -> str:
-    return "length" if reason == "length" else "stop"
 
 
 def final_stats(timings: TimingStats) -> dict[str, int]:

@@ -49,7 +49,7 @@ from .common import (
 )
 from .errors import InferError
 from .events import TokenLogprob
-from .snapshots import FinishReason
+from .finish import OpenAIFinish
 from .structured import JSON_OBJECT, checked_schema
 from .tools import (
     GENERIC_FORMAT,
@@ -62,7 +62,6 @@ from .tools import (
     forcing_schema,
 )
 
-OpenAIFinish = Literal["stop", "length", "tool_calls"] | None
 MAX_CHOICES = 16  # n: choices in one chat completion
 
 
@@ -427,7 +426,7 @@ def _token(raw: bytes, logprob: float) -> dict[str, Any]:
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    finish_reason: OpenAIFinish
+    finish_reason: OpenAIFinish | None
     logprobs: ChatLogprobs | None = None
 
 
@@ -450,7 +449,7 @@ class Delta(BaseModel):
 class ChunkChoice(BaseModel):
     index: int
     delta: Delta
-    finish_reason: OpenAIFinish = None
+    finish_reason: OpenAIFinish | None = None
     logprobs: ChatLogprobs | None = None
 
     @model_serializer(mode="wrap")
@@ -475,7 +474,7 @@ class ChatCompletionChunk(BaseModel):
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    finish_reason: OpenAIFinish | Literal[""]
+    finish_reason: OpenAIFinish | Literal[""] | None
     logprobs: CompletionLogprobs | None = None
 
 
@@ -488,11 +487,6 @@ class TextCompletion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
-
-
-def openai_finish(reason: FinishReason) -> OpenAIFinish:
-    """OpenAI knows stop and length; an aborted or failed job ends as stop."""
-    return "length" if reason == "length" else "stop"
 
 
 class ModelCard(BaseModel):
