@@ -36,7 +36,8 @@ from ...protocol.ollama_api import (
     now_rfc3339,
 )
 from ...protocol.snapshots import EngineState, EngineStatus
-from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
+from ...protocol.tool_stream import may_be_a_call, parse_calls
+from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
