@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from . import paths
+from .protocol.sampling import MaxTokens, Temperature, TopP
 
 
 class EngineDefaults(BaseModel):
@@ -172,12 +173,10 @@ class ClientSettings(BaseModel):
     system_prompt: str = Field("", description="sent first in every conversation; empty: none")
     # Unset, as in Ollama's clients: the model's own sampling suits it better than any figure
     # written here for every model (a 135M model wanders at a temperature a 7B takes well).
-    temperature: float | None = Field(
-        None, ge=0.0, le=2.0, description="0 is greedy; unset: the model's own"
-    )
-    top_p: float | None = Field(None, ge=0.0, le=1.0, description="unset: the model's own")
-    max_tokens: int | None = Field(
-        None, ge=1, description="longest reply, in tokens; unset: until the context is full"
+    temperature: Temperature | None = Field(None, description="0 is greedy; unset: the model's own")
+    top_p: TopP | None = Field(None, description="unset: the model's own")
+    max_tokens: MaxTokens | None = Field(
+        None, description="longest reply, in tokens; unset: until the context is full"
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="give up connecting after this")
 

@@ -18,21 +18,14 @@ import httpx
 from httpx import USE_CLIENT_DEFAULT
 
 from ..protocol.common import ChatMessage
-from ..protocol.errors import ErrorKind, InferError
+from ..protocol.errors import ErrorKind, InferError, kind_for_status
+from ..protocol.finish import heard_finish
 from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
 from .base import ChatReply, ChatStats, Client, HostInfo
 from .errors import kind_for_openai_code
 
 HEALTH_POLL_S = 2.0
-_STATUS_KINDS = {
-    401: ErrorKind.UNAUTHORIZED,
-    403: ErrorKind.FORBIDDEN,
-    404: ErrorKind.NOT_FOUND,
-    405: ErrorKind.METHOD_NOT_ALLOWED,
-    429: ErrorKind.QUEUE_FULL,
-    503: ErrorKind.POOL_UNREADY,
-}
 _DONE = object()
 
 
@@ -47,11 +40,11 @@ def error_from_response(status: int, body: bytes, headers: httpx.Headers) -> Inf
         kind = kind_for_openai_code(inner.get("code"))
         message = str(inner.get("message") or f"HTTP {status}")
     else:  # spec 002 or a proxy's page
-        kind = _STATUS_KINDS.get(status, ErrorKind.INTERNAL)
+        kind = ErrorKind.INTERNAL
         said = data.get("message") if isinstance(data, dict) else None
         message = str(said) if said else f"HTTP {status}"
-    if kind is ErrorKind.INTERNAL and status in _STATUS_KINDS:
-        kind = _STATUS_KINDS[status]
+    if kind is ErrorKind.INTERNAL:  # no code this client knows: the status says what it can
+        kind = kind_for_status(status)
     backoff = headers.get("x-backoff-ms")
     return InferError(kind, message, retry_after_ms=int(backoff) if backoff else None)
 
@@ -172,7 +165,7 @@ class HttpReply(ChatReply):
             if text:
                 self._items.put_nowait(text)
             if choice.get("finish_reason"):
-                self._finish = choice["finish_reason"]
+                self._finish = heard_finish(choice["finish_reason"])
 
     async def __aiter__(self) -> AsyncIterator[str]:
         sent = time.perf_counter()

@@ -13,63 +13,56 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from ..protocol.common import SamplingParams
-from ..protocol.errors import ErrorKind, InferError
+from ..protocol.errors import ErrorKind, InferError, kind_for_status
 from ..protocol.events import TokenLogprob
 from .types import GenerationRequest
 
 DRAIN_S = 1.0  # how long the end of a stream past [DONE] is waited for
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DEFAULTS = SamplingParams()
-# llama.cpp's and vLLM's sampling extensions, sent only where a job sets them: a strictly
-# OpenAI server may refuse fields it does not know. vLLM names the repeat penalty its own way.
-_EXTENSIONS = {"top_k": ("top_k",), "min_p": ("min_p",), "ignore_eos": ("ignore_eos",),
-               "repeat_penalty": ("repeat_penalty", "repetition_penalty"),
-               "typical_p": ("typical_p",), "mirostat": ("mirostat",),
-               "mirostat_tau": ("mirostat_tau",), "mirostat_eta": ("mirostat_eta",)}  # fmt: skip
+# OpenAI's own defaults are not llama.cpp's: these fields always go out. The rest go out only
+# where a job sets them, for a strictly OpenAI server may refuse the fields it does not know
+# (llama.cpp's and vLLM's extensions: top_k, min_p, mirostat...).
+_ALWAYS = ("temperature", "top_p")
 
 
 def request_body(request: GenerationRequest, model: str) -> tuple[str, dict[str, Any]]:
     """(path under the API root, JSON body) of a job as one streamed request."""
-    p = request.params
+    chat = request.messages is not None
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "temperature": p.temperature,
-        "top_p": p.top_p,
     }
-    chat = request.messages is not None
     if request.messages is not None:
         body["messages"] = [message.model_dump() for message in request.messages]
     else:
         body["prompt"] = request.prompt_text or ""
-    optional = {
-        "max_tokens": p.max_tokens,
-        "seed": p.seed,
-        "stop": list(p.stop) or None,
-        "presence_penalty": p.presence_penalty or None,
-        "frequency_penalty": p.frequency_penalty or None,
-    }
-    body.update({k: v for k, v in optional.items() if v is not None})
-    for field, names in _EXTENSIONS.items():
-        if getattr(p, field) != getattr(_DEFAULTS, field):
-            body.update(dict.fromkeys(names, getattr(p, field)))
-    if p.logit_bias:  # OpenAI's own field: the ids are the upstream model's tokens
-        body["logit_bias"] = {str(token): bias for token, bias in p.logit_bias}
-    if p.logprobs is not None:
-        if chat:
-            body.update(logprobs=True, top_logprobs=p.logprobs)
-        else:
-            body["logprobs"] = p.logprobs
-    if p.json_schema is not None:
-        schema = json.loads(p.json_schema)
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": schema, "strict": True},
-        }
-    if p.grammar is not None:
-        body["grammar"] = p.grammar  # llama-server's and llama-cpp-python's field
+    params = request.params
+    for field in SamplingParams.model_fields:
+        value = getattr(params, field)
+        if field in _ALWAYS or value != getattr(_DEFAULTS, field):
+            body.update(_sent(field, value, chat))
     return ("chat/completions" if chat else "completions"), body
+
+
+def _sent(field: str, value: Any, chat: bool) -> dict[str, Any]:
+    """One sampling field as an OpenAI-compatible server takes it (OpenAI's name and shape,
+    else llama-server's), from SamplingParams' own."""
+    if field == "stop":
+        return {"stop": list(value)}
+    if field == "logit_bias":  # the ids are the upstream model's tokens
+        return {"logit_bias": {str(token): bias for token, bias in value}}
+    if field == "logprobs":
+        return {"logprobs": True, "top_logprobs": value} if chat else {"logprobs": value}
+    if field == "json_schema":
+        schema = {"name": "output", "schema": json.loads(value), "strict": True}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    if field == "json_wrap":  # the text around it is the engine's to write (upstream.py)
+        return {}
+    if field == "repeat_penalty":  # vLLM names it its own way
+        return {"repeat_penalty": value, "repetition_penalty": value}
+    return {field: value}  # OpenAI's name, or llama-server's (top_k, grammar, mirostat...)
 
 
 class Reply(Protocol):
@@ -181,21 +174,20 @@ def refusal(response: Reply, engine_id: str) -> InferError:
     except ValueError:
         message = response.text[:300]
     retry = retry_after_ms(response.headers.get("retry-after"))
-    if status == 429:
+    kind = kind_for_status(status)
+    if kind in (ErrorKind.QUEUE_FULL, ErrorKind.POOL_UNREADY):  # the same job may pass later
+        state = "is full" if kind is ErrorKind.QUEUE_FULL else "is not ready"
         return InferError(
-            ErrorKind.QUEUE_FULL, f"the upstream is full: {message}",
-            retry_after_ms=retry or 1000, engine_id=engine_id,
+            kind, f"the upstream {state}: {message}", retry_after_ms=retry or 1000,
+            engine_id=engine_id,
         )  # fmt: skip
-    if status == 503:
-        return InferError(
-            ErrorKind.POOL_UNREADY, f"the upstream is not ready: {message}",
-            retry_after_ms=retry or 1000, engine_id=engine_id,
-        )  # fmt: skip
-    if status in (400, 413, 422):
+    if kind in (ErrorKind.BAD_MESSAGE, ErrorKind.PAYLOAD_TOO_LARGE, ErrorKind.INVALID_PARAMS):
+        # the job itself was refused: what the client asked, or its size
         context = "context" in message.lower()
         kind = ErrorKind.CONTEXT_OVERFLOW if context else ErrorKind.INVALID_PARAMS
         return InferError(kind, f"the upstream refused the job: {message}", engine_id=engine_id)
-    if status in (401, 403):
+    # Anything else is the host's failure, not the client's: a key refused is infertui's own.
+    if kind in (ErrorKind.UNAUTHORIZED, ErrorKind.FORBIDDEN):
         message = f"the upstream refused infertui's API key ({status}): {message}"
     else:
         message = f"the upstream answered {status}: {message}"

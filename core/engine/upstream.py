@@ -27,6 +27,7 @@ import httpx
 
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished, TokenText
+from ..protocol.finish import heard_finish
 from ..protocol.snapshots import (
     EngineParameters,
     FinishReason,
@@ -55,7 +56,6 @@ PROBES_TO_UNREADY = 2  # failed reads of the model list in a row before the pool
 # Where the server does not say its context, admission caps max_tokens at this (the server
 # checks the real bound); the engine's status says 0, not known, rather than this made-up one.
 UNKNOWN_CTX = 32768
-_FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "stop"}
 
 
 @dataclass(slots=True)
@@ -321,7 +321,7 @@ class UpstreamEngine:
                             events.append((request, event))
                             index += 1
                         if choice.get("finish_reason"):
-                            reason = _FINISH.get(choice["finish_reason"], "stop")
+                            reason = heard_finish(choice["finish_reason"])
                 if events:
                     self._publish(events)
         if reason is None:  # no finish_reason: the stream broke off, whatever its status

@@ -191,6 +191,30 @@ ORCH_CODES: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+# What an HTTP status alone says, where no code of this taxonomy came with it: Starlette's own
+# refusals on the server side, a proxy's page or an upstream server's refusal on the client
+# side. The way back (each kind's status) is ErrorMapping.http_status.
+HTTP_STATUS_KINDS: dict[int, ErrorKind] = {
+    400: ErrorKind.BAD_MESSAGE,
+    401: ErrorKind.UNAUTHORIZED,
+    403: ErrorKind.FORBIDDEN,
+    404: ErrorKind.NOT_FOUND,
+    405: ErrorKind.METHOD_NOT_ALLOWED,
+    408: ErrorKind.REQUEST_TIMEOUT,
+    409: ErrorKind.CONFLICT,
+    413: ErrorKind.PAYLOAD_TOO_LARGE,
+    422: ErrorKind.INVALID_PARAMS,
+    429: ErrorKind.QUEUE_FULL,
+    503: ErrorKind.POOL_UNREADY,
+    504: ErrorKind.TIMEOUT_NO_RESPONSE,
+}
+
+
+def kind_for_status(status: int) -> ErrorKind:
+    """The kind an HTTP error status stands for; INTERNAL for one this table does not know."""
+    return HTTP_STATUS_KINDS.get(status, ErrorKind.INTERNAL)
+
+
 class InferError(Exception):
     """An error with a kind from the taxonomy, a sentence for people, and advisory hints."""
 

@@ -11,8 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .common import Messages, SamplingParams, Seed, Stops
+from .common import Messages
 from .errors import InferError
+from .sampling import MaxTokens, SamplingParams, Seed, Stops, Temperature, TopK, TopP
 
 SSE_END = "[END]"
 
@@ -23,11 +24,11 @@ class OllamaChatRequest(BaseModel):
     model: str = Field(min_length=1)
     messages: Messages
     stream: bool = False
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
     seed: Seed = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: MaxTokens | None = None
     stop: Stops | None = None
 
     def sampling(self) -> SamplingParams:

@@ -14,21 +14,26 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from .common import (
-    MAX_MESSAGES,
-    NO_IMAGES,
-    NO_SUFFIX,
-    ChatMessage,
+from .common import MAX_MESSAGES, NO_IMAGES, NO_SUFFIX, ChatMessage, refused
+from .sampling import (
+    FrequencyPenalty,
+    MinP,
+    Mirostat,
     MirostatEta,
     MirostatTau,
-    MirostatVersion,
+    NumPredict,
+    PresencePenalty,
+    RepeatLastN,
+    RepeatPenalty,
     SamplingParams,
     Seed,
     Stops,
+    Temperature,
+    TopK,
+    TopP,
     TypicalP,
-    refused,
 )
-from .snapshots import FinishReason, TimingStats
+from .snapshots import TimingStats
 from .structured import JSON_OBJECT, checked_schema
 from .tools import MAX_TOOLS, RichMessage, Tool, conversation
 
@@ -56,23 +61,24 @@ class ApiError(BaseModel):
 
 
 class Options(BaseModel):
-    """`options`: the sampling knobs Ollama maps onto llama.cpp, under Ollama's names."""
+    """`options`: the sampling knobs Ollama maps onto llama.cpp, under Ollama's names (its
+    `num_predict` is max_tokens)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
     seed: Seed = None
-    num_predict: int | None = Field(None, ge=-2, description="-1 or -2: until the context is full")
+    num_predict: NumPredict | None = None
     stop: Stops | None = None
-    repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    repeat_last_n: int | None = Field(None, ge=0, le=4096)
+    repeat_penalty: RepeatPenalty | None = None
+    presence_penalty: PresencePenalty | None = None
+    frequency_penalty: FrequencyPenalty | None = None
+    repeat_last_n: RepeatLastN | None = None
     typical_p: TypicalP | None = None
-    mirostat: MirostatVersion | None = None
+    mirostat: Mirostat | None = None
     mirostat_tau: MirostatTau | None = None
     mirostat_eta: MirostatEta | None = None
 
@@ -175,10 +181,6 @@ class ApiEmbedRequest(BaseModel):
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-def done_reason(reason: FinishReason) -> str:
-    return "length" if reason == "length" else "stop"
 
 
 def final_stats(timings: TimingStats) -> dict[str, int]:

@@ -1,10 +1,10 @@
 """Spec 004: OpenAI-compatible completions, chat, embeddings and models bodies.
 
-Request defaults and ranges are the spec's (temperature 1.0 in 0..2, top_p 1.0 in 0..1,
-penalties in -2..2, max_tokens ≥ 1), but for one: a request without max_tokens runs until
-the context is full, as OpenAI's, Ollama's and llama-server's do (the spec's 128 and 16 cut
-every reply of clients that send no limit); the host's `default_max_tokens` may set one
-(None here means "the host's default"). Fields OpenAI
+Request defaults are the spec's (temperature and top_p 1.0), and so are the ranges of the
+sampling fields (declared in sampling.py), but for one: a request without max_tokens runs
+until the context is full, as OpenAI's, Ollama's and llama-server's do (the spec's 128 and
+16 cut every reply of clients that send no limit); the host's `default_max_tokens` may set
+one (None here means "the host's default"). Fields OpenAI
 clients send that the spec does not name (`user`, `metadata`, later ones) are ignored rather
 than refused, as OpenAI does; those the host cannot honour (`suffix`, `echo`) are refused by
 name. llama.cpp's own sampling knobs (`top_k`, `min_p`, `typical_p`, `mirostat`, `grammar`...)
@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -30,26 +29,33 @@ from pydantic import (
     model_validator,
 )
 
-from .common import (
-    MAX_LOGIT_BIAS,
-    MAX_MESSAGES,
-    MAX_PROMPTS,
-    MAX_SCHEMA_CHARS,
-    NO_SUFFIX,
-    ChatMessage,
+from .common import MAX_MESSAGES, MAX_PROMPTS, NO_SUFFIX, ChatMessage, refused
+from .errors import InferError
+from .events import TokenLogprob
+from .finish import OpenAIFinish
+from .sampling import (
+    CompletionTopLogprobs,
+    FrequencyPenalty,
+    Grammar,
+    IgnoreEos,
+    LogitBias,
+    MaxTokens,
+    MinP,
+    Mirostat,
     MirostatEta,
     MirostatTau,
-    MirostatVersion,
+    PresencePenalty,
+    RepeatPenalty,
     SamplingParams,
     Seed,
     Stop,
     Stops,
+    Temperature,
+    TopK,
+    TopLogprobs,
+    TopP,
     TypicalP,
-    refused,
 )
-from .errors import InferError
-from .events import TokenLogprob
-from .snapshots import FinishReason
 from .structured import JSON_OBJECT, checked_schema
 from .tools import (
     GENERIC_FORMAT,
@@ -62,21 +68,9 @@ from .tools import (
     forcing_schema,
 )
 
-OpenAIFinish = Literal["stop", "length", "tool_calls"] | None
 MAX_CHOICES = 16  # n: choices in one chat completion
 
 
-def _token_ids(bias: dict[str, float]) -> dict[str, float]:
-    if bad := [key for key in bias if not key.isdigit()]:
-        raise ValueError(f"logit_bias keys are token ids: {bad[0]!r} is not one")
-    return bias
-
-
-LogitBias = Annotated[
-    dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]],
-    Field(max_length=MAX_LOGIT_BIAS),
-    AfterValidator(_token_ids),
-]
 NO_ECHO = "echo is not supported: the reply holds the completion only"
 _NO_LIMIT = "unset: until the context is full (or the host's http.default_max_tokens)"
 
@@ -121,6 +115,8 @@ class ResponseFormat(BaseModel):
 
 
 class _Sampling(BaseModel):
+    """What chat and text completion requests share: the engine, streaming, the sampling."""
+
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1, description="engine id (see GET /v1/models)")
@@ -128,28 +124,26 @@ class _Sampling(BaseModel):
     stream_options: dict[str, bool] | None = Field(
         None, description='{"include_usage": true} adds a last chunk with usage'
     )
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, ge=0.0, le=1.0)
+    temperature: Temperature = 1.0
+    top_p: TopP = 1.0
     seed: Seed = None
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: PresencePenalty = 0.0
+    frequency_penalty: FrequencyPenalty = 0.0
     stop: Stop | Stops | None = None
     # beyond OpenAI: llama.cpp's own knobs, as llama-server accepts them
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
-    repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    repeat_penalty: RepeatPenalty | None = None
     typical_p: TypicalP | None = None
-    mirostat: MirostatVersion | None = None
+    mirostat: Mirostat | None = None
     mirostat_tau: MirostatTau | None = None
     mirostat_eta: MirostatEta | None = None
-    ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
+    ignore_eos: IgnoreEos = False
     response_format: ResponseFormat | None = None
     logit_bias: LogitBias | None = Field(
         None, description='{"token id": bias from -100 to 100}, added to the token\'s logit'
     )
-    grammar: str | None = Field(
-        None, max_length=MAX_SCHEMA_CHARS, description="GBNF the reply follows (llama-server's)"
-    )
+    grammar: Grammar | None = Field(None, description="GBNF the reply follows (llama-server's)")
 
     @field_validator("grammar")
     @classmethod
@@ -186,11 +180,11 @@ class _Sampling(BaseModel):
 
 class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[RichMessage], Field(min_length=1, max_length=MAX_MESSAGES)]
-    max_tokens: int | None = Field(None, ge=1, description=_NO_LIMIT)
-    max_completion_tokens: int | None = Field(None, ge=1, description="OpenAI's newer max_tokens")
+    max_tokens: MaxTokens | None = Field(None, description=_NO_LIMIT)
+    max_completion_tokens: MaxTokens | None = Field(None, description="OpenAI's newer max_tokens")
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices, decoded side by side")
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: TopLogprobs | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
@@ -287,9 +281,9 @@ class CompletionRequest(_Sampling):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] = Field(
         description=f"one prompt, or up to {MAX_PROMPTS} (one choice each)"
     )
-    max_tokens: int | None = Field(None, ge=1, description=_NO_LIMIT)
+    max_tokens: MaxTokens | None = Field(None, description=_NO_LIMIT)
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="choices per prompt, side by side")
-    logprobs: int | None = Field(None, ge=0, le=5, description="alternatives per token")
+    logprobs: CompletionTopLogprobs | None = None
     suffix: Annotated[str | None, refused(NO_SUFFIX)] = None
     echo: Annotated[bool, refused(NO_ECHO)] = False
 
@@ -427,7 +421,7 @@ def _token(raw: bytes, logprob: float) -> dict[str, Any]:
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    finish_reason: OpenAIFinish
+    finish_reason: OpenAIFinish | None
     logprobs: ChatLogprobs | None = None
 
 
@@ -450,7 +444,7 @@ class Delta(BaseModel):
 class ChunkChoice(BaseModel):
     index: int
     delta: Delta
-    finish_reason: OpenAIFinish = None
+    finish_reason: OpenAIFinish | None = None
     logprobs: ChatLogprobs | None = None
 
     @model_serializer(mode="wrap")
@@ -475,7 +469,7 @@ class ChatCompletionChunk(BaseModel):
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    finish_reason: OpenAIFinish | Literal[""]
+    finish_reason: OpenAIFinish | Literal[""] | None
     logprobs: CompletionLogprobs | None = None
 
 
@@ -488,11 +482,6 @@ class TextCompletion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
-
-
-def openai_finish(reason: FinishReason) -> OpenAIFinish:
-    """OpenAI knows stop and length; an aborted or failed job ends as stop."""
-    return "length" if reason == "length" else "stop"
 
 
 class ModelCard(BaseModel):

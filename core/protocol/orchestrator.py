@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .common import MAX_PATH, Messages, SamplingParams, Seed, Stops
+from .common import MAX_PATH, Messages
 from .errors import InferError
+from .sampling import MaxTokens, SamplingParams, Seed, Stops, Temperature, TopK, TopP
 from .snapshots import MetricsSnapshot, PoolState
 
 API_VERSION = "1.0.0"
@@ -42,10 +43,10 @@ class TaskRequest(BaseModel):
     pool_id: str | None = Field(None, description="pin: this pool or an error, never another")
     prompt: str | None = None
     messages: Messages | None = None
-    max_tokens: int = Field(128, ge=1)
-    temperature: float = Field(0.8, ge=0.0, le=2.0)
-    top_p: float = Field(0.95, ge=0.0, le=1.0)
-    top_k: int = Field(40, ge=0)
+    max_tokens: MaxTokens = 128
+    temperature: Temperature = 0.8
+    top_p: TopP = 0.95
+    top_k: TopK = 40
     seed: Seed = None
     stop: Stops | None = None
     output_mode: OutputMode | None = Field(

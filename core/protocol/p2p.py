@@ -13,9 +13,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .common import Messages, Seed, Stops
+from .common import Messages
 from .errors import ErrorKind, InferError
 from .json_text import parse_json
+from .sampling import (
+    FrequencyPenalty,
+    MaxTokens,
+    MinP,
+    PresencePenalty,
+    RepeatPenalty,
+    Seed,
+    Stops,
+    Temperature,
+    TopK,
+    TopP,
+)
 
 PROTOCOL_VERSION = 1
 MAX_PROMPT_BYTES = 8 * 1024  # spec 000: a prompt over 8 KB is BAD_MESSAGE
@@ -51,16 +63,16 @@ class ChatStart(_Payload):
     messages: Messages | None = None
     model: str | None = None
     system: str | None = None
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, ge=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
     seed: Seed = None
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    repeat_penalty: float | None = Field(None, gt=0.0, le=2.0)
+    presence_penalty: PresencePenalty | None = None
+    frequency_penalty: FrequencyPenalty | None = None
+    repeat_penalty: RepeatPenalty | None = None
     stop: Stops | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: MaxTokens | None = None
     protocol_version: int | None = None
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ErrorKind, InferError
 from .openai import ChatCompletionRequest
+from .sampling import IgnoreEos, MaxTokens, MinP, Seed, Temperature, TopK, TopP
 
 # A chat field's name in a Responses request, for the param of a 400.
 _FIELD = {
@@ -41,10 +42,10 @@ class ResponsesRequest(BaseModel):
         description="a user message, or items: messages, function calls and their outputs"
     )
     instructions: str | None = Field(None, description="a system message before the input")
-    max_output_tokens: int | None = Field(None, ge=1, description="None: until the context ends")
+    max_output_tokens: MaxTokens | None = Field(None, description="None: until the context ends")
     # null is the default, as the SDK sends what it was not given
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="1 when not given")
-    top_p: float | None = Field(None, ge=0.0, le=1.0, description="1 when not given")
+    temperature: Temperature | None = Field(None, description="1 when not given")
+    top_p: TopP | None = Field(None, description="1 when not given")
     stream: bool | None = False
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
@@ -58,10 +59,10 @@ class ResponsesRequest(BaseModel):
         None, description='a conversation (id, or {"id": ...}) to read and add this turn to'
     )
     # beyond OpenAI: llama.cpp's own knobs, as on the chat endpoint
-    seed: int | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    ignore_eos: bool = Field(False, description="generate past end-of-text (benchmarks)")
+    seed: Seed = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    ignore_eos: IgnoreEos = False
 
     @property
     def conversation_id(self) -> str | None:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FinishReason = Literal["stop", "length", "abort", "error"]
+from .finish import FinishReason as FinishReason  # where every floor has found it
 
 
 class SnapshotKind(StrEnum):

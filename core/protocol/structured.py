@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .common import MAX_SCHEMA_CHARS
+from .sampling import MAX_SCHEMA_CHARS
 
 # what the converter turns into grammar rules
 ENFORCED = frozenset(

@@ -1,24 +1,81 @@
-"""Tool calls read while the model writes them, so that a stream sends each call's name as
-soon as it is whole and its arguments as they grow (OpenAI's streamed `tool_calls` deltas).
+"""The one reader of tool calls in model output. A reply is read as it grows, so that a stream
+sends each call's name as soon as it is whole and its arguments as they grow (OpenAI's
+streamed `tool_calls` deltas); a whole reply is the same stream, fed at once and ended.
 
 The reply is scanned as JSON as it grows: an object with a string "name" that is not inside
-another call's arguments is a call, and the raw text of its "arguments" (Llama 3.x:
-"parameters") value is what streams. The formats' markers are skipped between calls, so one
-scanner reads every format tools.py knows: Hermes blocks, Mistral's list, Llama 3.x objects and
-the generic `{"tool_calls": [...]}`. Arguments given as a JSON string (OpenAI's own shape,
-echoed by some models) come whole, once the string is closed.
+another call's arguments is a call, and the raw text of its arguments' value (Llama 3.x:
+"parameters") is what streams. Outside calls, the formats' markers (tool_formats.py) are
+skipped whole and any other text is passed over, so one scanner reads every format: Hermes
+blocks, Mistral's list, Llama 3.x objects (`;` between them or not) and the generic
+`{"tool_calls": [...]}`. Arguments given as a JSON string (OpenAI's own shape, echoed by some
+models) come whole, once the string is closed.
+
+Whether a reply is calls at all is decided by its head (`may_be_a_call`, what a stream holds
+back), unless a call is forced, and, once it is whole, by `whole_calls`. Every reader here
+returns whatever the model wrote (issue 34 §5).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 from dataclasses import dataclass, field
 
-from .tools import ToolCall, read_json
+from .json_text import read_json
+from .tool_formats import ARGUMENT_KEYS, MARKERS, OPENINGS
 
-_MARKERS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
-_ARGUMENT_KEYS = ("arguments", "parameters")
 _LITERAL_END = re.compile(r"[,}\] \t\r\n]")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call read out of a whole reply."""
+
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+    id: str = ""
+
+    def with_id(self) -> ToolCall:
+        return ToolCall(self.name, self.arguments, self.id or new_call_id())
+
+
+def new_call_id() -> str:
+    return f"call_{secrets.token_hex(8)}"
+
+
+def may_be_a_call(text: str) -> bool:
+    """Whether a reply that starts so could still turn out to be tool calls (a stream holds
+    such text back until it knows)."""
+    head = text.lstrip()
+    return any(o.startswith(head) or head.startswith(o) for o in OPENINGS)
+
+
+def parse_calls(text: str, names: set[str], *, forced: bool = False) -> list[ToolCall]:
+    """The calls of offered tools in a whole reply, read as a stream of it reads them
+    (`whole_calls`); [] where it is not calls: a reply whose head cannot open a call is text,
+    unless a call is forced."""
+    if not names or not (forced or may_be_a_call(text)):
+        return []
+    return whole_calls(CallScanner().scan(text), names)
+
+
+def whole_calls(calls: list[PartialCall], names: set[str]) -> list[ToolCall]:
+    """The calls of a reply that is whole: those written whole, each with arguments (none
+    given: {}) that are a JSON object, written again as JSON a client's parser reads. [] where
+    a call names a tool that is not offered: the reply is text that only looks like calls."""
+    found: list[ToolCall] = []
+    for call in calls:
+        if call.name is None or call.name not in names:
+            return []
+        if call.given:
+            written = call.arguments if call.whole else None
+        else:  # none, which a call may leave out, once its object is closed
+            written = "{}" if call.closed else None
+        arguments = read_json(written)
+        if isinstance(arguments, dict):
+            found.append(ToolCall(call.name, json.dumps(arguments)))
+    return found
 
 
 @dataclass(slots=True)
@@ -29,6 +86,7 @@ class PartialCall:
     arguments: str = ""
     whole: bool = False  # the arguments' value is closed
     given: bool = False  # an arguments value began: a stream sends that one, no later one
+    closed: bool = False  # the call's object is closed
 
 
 @dataclass(slots=True)
@@ -47,10 +105,10 @@ class _Frame:
 class CallScanner:
     """Reads a reply as it grows: each `scan` is given the whole reply so far (which only
     grows) and goes on from where the last one stopped, so a long call is read once, not once
-    per token. It stops before a string or a marker that is not whole yet."""
+    per token. It stops before a string, a marker or a literal that is not whole yet."""
 
     def __init__(self) -> None:
-        self.calls: list[PartialCall] = []  # named or not yet named, in order
+        self.calls: list[PartialCall] = []  # in the order their names came
         self._stack: list[_Frame] = []
         self._i = 0
 
@@ -59,8 +117,8 @@ class CallScanner:
         i, n = self._i, len(text)
         while i < n:
             c = text[i]
-            if not stack and c not in "{[":  # between calls: markers and whitespace
-                marker = next((m for m in _MARKERS if text.startswith(m[: n - i], i)), None)
+            if not stack and c not in "{[":  # outside calls: a marker, or text passed over
+                marker = next((m for m in MARKERS if text.startswith(m[: n - i], i)), None)
                 if marker is None:
                     i += 1
                 elif n - i < len(marker):
@@ -94,7 +152,7 @@ class CallScanner:
                 continue
             # a value: of `frame.key` in an object, an item in an array, or a whole document
             owner = frame.call if frame is not None and frame.is_object else None
-            is_arguments = owner is not None and frame is not None and frame.key in _ARGUMENT_KEYS
+            is_arguments = owner is not None and frame is not None and frame.key in ARGUMENT_KEYS
             inside = frame is not None and (frame.in_arguments or frame.arguments_of is not None)
             if c in "{[":
                 # a second arguments value (a repeated key) is read as arguments, not calls
@@ -102,8 +160,7 @@ class CallScanner:
                 if is_arguments and owner is not None and not owner.given:
                     child.arguments_of, owner.given = owner, True
                 elif child.is_object and not child.in_arguments:
-                    child.call = PartialCall()
-                    calls.append(child.call)
+                    child.call = PartialCall()  # a call once it has a name
                 stack.append(child)
                 i += 1
             elif c == '"':
@@ -113,7 +170,9 @@ class CallScanner:
                 # the first name and arguments stand, as a stream has sent them; a string
                 # that is no valid JSON string gives neither
                 if owner is not None and frame is not None and frame.key == "name":
-                    owner.name = owner.name or _string(text[i : end + 1])
+                    if owner.name is None and (name := _string(text[i : end + 1])) is not None:
+                        owner.name = name
+                        calls.append(owner)
                 elif owner is not None and is_arguments and not owner.given:
                     owner.given = True
                     if (value := _string(text[i : end + 1])) is not None:
@@ -123,6 +182,8 @@ class CallScanner:
                 after = _LITERAL_END.search(text, i)
                 if after is None:
                     break  # perhaps not whole yet: read again with what follows
+                if owner is not None and is_arguments:
+                    owner.given = True  # no object: these arguments are never whole
                 i = after.start()
             if frame is not None and frame.is_object:
                 frame.key, frame.expect_key = None, True
@@ -134,12 +195,14 @@ class CallScanner:
 
 
 def partial_calls(text: str) -> list[PartialCall]:
-    """The calls in a whole reply, or in one so far."""
+    """The calls in a reply so far, each as far as it is written."""
     return CallScanner().scan(text)
 
 
 def _close(stack: list[_Frame], text: str, i: int) -> None:
     frame = stack.pop()
+    if frame.call is not None:
+        frame.call.closed = True
     if frame.arguments_of is not None:
         frame.arguments_of.arguments = text[frame.start : i + 1]
         frame.arguments_of.whole = True
@@ -150,7 +213,7 @@ def _close(stack: list[_Frame], text: str, i: int) -> None:
 def _string(token: str) -> str | None:
     """A JSON string's value; None where the model wrote no valid one (a bad escape, a lone
     surrogate): never raises, whatever the model wrote (issue 34 §5). Raw control characters
-    are read, as parse_calls reads them."""
+    are read, as read_json reads them."""
     value = read_json(token)
     return value if isinstance(value, str) else None
 
@@ -181,7 +244,7 @@ class CallDelta:
 class CallStream:
     """What of a reply's calls has been sent; `feed` gives what is new. Calls go out in order,
     each once its name is whole and names an offered tool; a name that is not offered stops
-    the stream, and the reply is judged whole at its end."""
+    the stream. At the end, `end` judges the reply whole."""
 
     names: set[str]
     sent: list[int] = field(default_factory=list)  # characters of arguments sent, per call
@@ -196,14 +259,19 @@ class CallStream:
         out: list[CallDelta] = []
         if self.stopped:
             return out
-        for k, call in enumerate(c for c in self.scanner.scan(text) if c.name is not None):
+        for k, call in enumerate(self.scanner.scan(text)):
             if k == len(self.sent):
                 if call.name not in self.names:
                     self.stopped = True
                     return out
-                out.append(CallDelta(k, id=ToolCall(call.name, "").with_id().id, name=call.name))
+                out.append(CallDelta(k, id=new_call_id(), name=call.name))
                 self.sent.append(0)
             if len(call.arguments) > self.sent[k]:
                 out.append(CallDelta(k, arguments=call.arguments[self.sent[k] :]))
                 self.sent[k] = len(call.arguments)
         return out
+
+    def end(self) -> list[ToolCall]:
+        """The reply's calls, now that it has come to its end (`whole_calls`): a reply read
+        in pieces reads as the same reply read at once."""
+        return whole_calls(self.scanner.calls, self.names)

@@ -1,6 +1,8 @@
-"""A reply that may call tools, in OpenAI's two dialects (chat completions, responses): the
-calls read from it whole, and a stream's way of holding its text back while it may yet be
-calls (`HeldReply`), the one place both dialects' streams take that decision."""
+"""A reply that may call tools, in OpenAI's two dialects (chat completions, responses): its
+calls read whole, and a stream's way of holding its text back while it may yet be calls
+(`HeldReply`), the one place both dialects' streams take that decision. Both read the reply
+with the one reader of calls (tool_stream.py): a reply streamed and the same reply whole give
+the same calls."""
 
 from __future__ import annotations
 
@@ -9,8 +11,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from .openai import FunctionCall, ToolCallOut
-from .tool_stream import CallDelta, CallStream
-from .tools import may_be_a_call, parse_calls
+from .tool_stream import CallDelta, CallStream, may_be_a_call, parse_calls
 
 Piece = TypeVar("Piece")
 
@@ -23,23 +24,21 @@ class ToolUse:
     forced: bool
 
     def calls(self, text: str) -> list[ToolCallOut]:
-        if not self.names:
-            return []
+        """The calls of a whole reply: those written whole (tool_stream.whole_calls)."""
         return [
             ToolCallOut(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
-            for c in (call.with_id() for call in parse_calls(text, self.names))
+            for c in (call.with_id() for call in parse_calls(text, self.names, forced=self.forced))
         ]
 
     def final_calls(self, text: str, cut: bool) -> list[ToolCallOut]:
-        """The calls of a whole reply. One max_tokens cut gives them as far as they got, as a
-        stream sends them (whole ones only, the Hermes and `;` formats dropped the last)."""
-        return (self.streamed(text) if cut else []) or self.calls(text)
+        """The calls of a whole reply; one that max_tokens cut gives them as far as they got,
+        as its stream sends them."""
+        return self.streamed(text) if cut else self.calls(text)
 
     def streamed(self, text: str) -> list[ToolCallOut]:
-        """The calls a stream of this text sends, the last one as far as it got: a reply
-        `max_tokens` cut in the middle of its calls gives them, as it does streamed (whole,
-        it gave its raw text)."""
-        if not self.names:
+        """The calls a stream of this text sends, the last one as far as it got (a reply
+        `max_tokens` cut in the middle of its calls gives them)."""
+        if not self.holds(text):
             return []
         names: list[tuple[str | None, str]] = []  # (id, name) of each call, in order
         arguments: list[str] = []
@@ -80,22 +79,14 @@ class HeldReply(Generic[Piece]):
         return [], held
 
     def finish(self) -> tuple[list[CallDelta], list[Piece], bool]:
-        """At the end of a whole reply: what is still to send (calls that could be read only
-        whole, arguments before the name say, else the held text) and whether it was calls."""
+        """At the end of a reply that came to its end: what is still to send (the held text,
+        where the reply turned out not to be calls) and whether it was calls. No call delta is
+        left by then: the reader read every piece as it came."""
         if self._held is None:
             return [], [], False
-        called = bool(whole := self._use.calls(self._text()))
         if self._calls.started:
-            return [], [], called
-        deltas = [
-            delta
-            for k, call in enumerate(whole)
-            for delta in (
-                CallDelta(k, id=call.id, name=call.function.name),
-                CallDelta(k, arguments=call.function.arguments),
-            )
-        ]
-        return deltas, [] if whole or not self._text() else self._held, called
+            return [], [], bool(self._calls.end())
+        return [], self._held, False
 
     def _text(self) -> str:
         return "".join(self._text_of(piece) for piece in self._held or ())

@@ -1,38 +1,37 @@
-"""Tools (function calling) for the OpenAI dialect: the request's tools, the call format the
-model is told, the grammar that forces a call, and reading calls back out of a reply.
+"""Tools (function calling) for the OpenAI and Ollama dialects: the request's tools, the call
+format the model is told, the grammar that forces a call, and earlier calls and their results
+in the history, as the model reads them back.
 
-The call format in use is the generic JSON one: the tools and the format are described in a
-system turn, and a call is the reply `{"tool_calls": [{"name": ..., "arguments": {...}}]}`.
-`tool_choice: "required"` or a named tool constrains the reply to exactly that JSON with a
-grammar (structured.py), so even a weak model returns a well-formed call of an offered tool.
-Replies are also read in the formats models are trained on: Hermes/Qwen `<tool_call>`, Llama
-3.x JSON (`parameters`, optionally after `<|python_tag|>`) and Mistral `[TOOL_CALLS]`.
-Earlier calls and `tool` results in the history go back to the model as plain turns.
+The call format in use is the generic JSON one unless the model's template renders tools
+(tool_formats.py): the tools and the format are described in a system turn, and a call is the
+reply `{"tool_calls": [{"name": ..., "arguments": {...}}]}`. `tool_choice: "required"` or a
+named tool constrains the reply to exactly that JSON with a grammar (structured.py), so even
+a weak model returns a well-formed call of an offered tool. Earlier calls and `tool` results
+in the history go back to the model as plain turns. Calls are read back out of a reply, in
+every format, by tool_stream.py.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# Some names are re-exported (`as`), where the faces and the engine have found them: the call
+# formats' (tool_formats.py) and those of the reader of calls (tool_stream.py).
 from .common import ChatMessage
+from .json_text import read_json as read_json
 from .structured import checked_schema
+from .tool_formats import FORMATS
+from .tool_formats import GENERIC_FORMAT as GENERIC_FORMAT
+from .tool_formats import HERMES as HERMES
+from .tool_formats import LLAMA3 as LLAMA3
+from .tool_formats import MISTRAL as MISTRAL
+from .tool_stream import may_be_a_call as may_be_a_call
+from .tool_stream import parse_calls as parse_calls
 
 MAX_TOOLS = 128
-# JSON read from a reply nests no deeper (pydantic's parser, at the door, allows as much):
-# what is read is written and read again further on, deeper in the stack, by recursion
-MAX_DEPTH = 200
-# The tool-call formats, as the engine status names them.
-GENERIC_FORMAT = "generic JSON tool calls"
-HERMES = "hermes <tool_call>"
-MISTRAL = "mistral [TOOL_CALLS]"
-LLAMA3 = "llama 3.x JSON"
 
 
 class FunctionSpec(BaseModel):
@@ -68,16 +67,6 @@ class NamedChoice(BaseModel):
 ToolChoice = Literal["none", "auto", "required"] | NamedChoice
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it
-    id: str = ""
-
-    def with_id(self) -> ToolCall:
-        return ToolCall(self.name, self.arguments, self.id or f"call_{secrets.token_hex(8)}")
-
-
 def system_turn(tools: list[Tool]) -> str:
     """What the model is told about the tools and how to call them."""
     lines = [
@@ -100,7 +89,8 @@ def forcing_schema(
     """The JSON Schema of a reply that is a well-formed call of one of `tools` (of several
     calls, if `parallel` and the format has a list), in the call format `form`, with the
     literal text around it: the grammar built from them admits nothing else."""
-    arguments = "parameters" if form == LLAMA3 else "arguments"
+    written = FORMATS.get(form, FORMATS[GENERIC_FORMAT])
+    arguments = written.arguments
     calls = [
         {
             "type": "object",
@@ -118,10 +108,10 @@ def forcing_schema(
     if not parallel:
         array["maxItems"] = 1
     if form == HERMES:
-        return checked_schema(one), ("<tool_call>\n", "\n</tool_call>")
+        return checked_schema(one), (f"{written.opens}\n", f"\n{written.closes}")
     if form == MISTRAL:
-        return checked_schema(array), ("[TOOL_CALLS]", "")
-    if form == LLAMA3:
+        return checked_schema(array), (written.opens, "")
+    if form == LLAMA3:  # bare, as Llama 3.x writes a call without its python tag
         return checked_schema(one), None
     schema = {
         "type": "object",
@@ -152,91 +142,6 @@ class RichMessage(ChatMessage):
                 function["arguments"] = read_json(arguments) or {}
             calls.append({**call, "function": function, **function})  # both shapes templates read
         return self.model_copy(update={"tool_calls": calls})
-
-
-# ---- reading calls out of a reply -------------------------------------------------------------
-
-_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-_PREFIXES = ("{", "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>")
-
-
-def may_be_a_call(text: str) -> bool:
-    """Whether a reply that starts so could still turn out to be a tool call (a stream holds
-    such text back until it knows)."""
-    head = text.lstrip()
-    return any(p.startswith(head) or head.startswith(p) for p in _PREFIXES)
-
-
-def parse_calls(text: str, names: set[str]) -> list[ToolCall]:
-    """The calls of offered tools in a reply, in any of the formats above; [] if it is not a
-    call (text that only looks like one stays text). Total: whatever the model wrote, it
-    returns, and each call's arguments are the JSON text of an object (issue 34 §5)."""
-    body = text.strip()
-    found: list[ToolCall] = []
-    if "<tool_call>" in body:  # Hermes, Qwen 2.5/3
-        for block in _HERMES.findall(body):
-            found.extend(_calls(read_json(block)))
-    elif body.startswith("[TOOL_CALLS]"):  # Mistral
-        found = list(_calls(read_json(body.removeprefix("[TOOL_CALLS]").strip())))
-    else:  # generic {"tool_calls": [...]}, or Llama 3.x {"name": ..., "parameters": ...}
-        body = body.removeprefix("<|python_tag|>").strip()
-        for part in body.split(";") if body.startswith("{") and ";" in body else [body]:
-            found.extend(_calls(read_json(part)))
-    return found if found and all(call.name in names for call in found) else []
-
-
-def read_json(text: Any) -> Any:
-    """JSON text parsed (None if it is not JSON); anything else as it is (Ollama sends
-    arguments as objects already). Never raises, whatever the model wrote (issue 34 §5).
-    Raw control characters in strings are read: llama.cpp's grammar for a forced call lets
-    the model write them, and what is read goes out escaped. What cannot go back out as JSON
-    in UTF-8 is not JSON here: NaN and inf, a lone surrogate escape (no character), an
-    integer past Python's digit limit, nesting deeper than MAX_DEPTH."""
-    if not isinstance(text, str):
-        return text
-    try:
-        value = json.loads(text, strict=False, parse_constant=_no_constant)
-        if _too_deep(value):
-            return None
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode()
-    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
-        return None
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _too_deep(value: Any) -> bool:
-    """Whether containers nest deeper than MAX_DEPTH (a loop: recursion is what it guards)."""
-    todo = [(value, 1)]
-    while todo:
-        item, depth = todo.pop()
-        if isinstance(item, dict):
-            item = list(item.values())
-        if isinstance(item, list):
-            if depth > MAX_DEPTH:
-                return True
-            todo.extend((child, depth + 1) for child in item)
-    return False
-
-
-def _calls(value: Any) -> Iterator[ToolCall]:
-    if isinstance(value, dict) and isinstance(value.get("tool_calls"), list):
-        value = value["tool_calls"]
-    for item in value if isinstance(value, list) else [value]:
-        if isinstance(item, dict) and isinstance(item.get("function"), dict):
-            item = item["function"]  # OpenAI's own shape, echoed back by some models
-        if not isinstance(item, dict):
-            continue
-        name = item.get("name")
-        arguments = item.get("arguments", item.get("parameters", {}))
-        if isinstance(arguments, str):  # given as JSON text (OpenAI's shape): an object's
-            arguments = read_json(arguments)
-        if isinstance(name, str) and isinstance(arguments, dict):
-            # written again: what a client's JSON parser reads, whatever the model wrote
-            yield ToolCall(name, json.dumps(arguments))
 
 
 # ---- the history, for the model -------------------------------------------------------------

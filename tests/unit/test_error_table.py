@@ -7,11 +7,14 @@ import pytest
 from infertui.core.protocol.errors import (
     ADDITIVE_P2P_CODES,
     ERROR_TABLE,
+    HTTP_STATUS_KINDS,
     ORCH_CODES,
     P2P_CODES,
     ErrorKind,
     InferError,
+    kind_for_status,
 )
+from infertui.core.protocol.finish import heard_finish, openai_finish, said_finish
 
 OPENAI_TYPES = {"invalid_request_error", "server_error", "not_found_error"}
 
@@ -45,3 +48,26 @@ def test_pool_unready_and_not_found_statuses() -> None:
     assert ERROR_TABLE[ErrorKind.MODEL_NOT_FOUND].openai_type == "not_found_error"
     assert ERROR_TABLE[ErrorKind.MODEL_NOT_FOUND].http_status == 404
     assert ERROR_TABLE[ErrorKind.CONTEXT_OVERFLOW].http_status == 400
+
+
+def test_a_status_alone_means_the_kind_that_goes_out_with_it() -> None:
+    """Issue 35 §3: one table reads a bare HTTP status, on the server (Starlette's refusals)
+    and on the client and upstream sides; each kind in it is sent with that same status, but
+    for 422 (FastAPI's refusal of a body, from an upstream server: a 400 here)."""
+    for status, kind in HTTP_STATUS_KINDS.items():
+        assert kind_for_status(status) is kind
+        assert ERROR_TABLE[kind].http_status == (400 if status == 422 else status)
+    assert kind_for_status(500) is kind_for_status(418) is ErrorKind.INTERNAL
+
+
+def test_finish_reasons_go_out_and_come_back_as_one_table_says() -> None:
+    """Issue 35 §3: OpenAI and Ollama name two reasons; calls end as "tool_calls" only where
+    the reply ended by itself, and a reason read back from a server is the host's own."""
+    assert [said_finish(r) for r in ("stop", "length", "abort", "error")] == [
+        "stop", "length", "stop", "stop"
+    ]  # fmt: skip
+    assert openai_finish("stop", called=True) == "tool_calls"
+    assert openai_finish("length", called=True) == "length"
+    assert [heard_finish(said) for said in ("stop", "length", "tool_calls", None)] == [
+        "stop", "length", "stop", "stop"
+    ]  # fmt: skip

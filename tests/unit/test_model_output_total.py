@@ -263,3 +263,27 @@ def test_a_whole_call_with_raw_control_characters_is_a_call_with_escaped_argumen
     [call] = parse_calls(text, NAMES)
     assert call.arguments == '{"zone": "C\\tE\\nT"}'
     assert json.loads(call.arguments) == {"zone": "C\tE\nT"}
+
+
+@given(MODEL_TEXT, st.integers(1, 8), st.booleans())
+@example('Sure. <tool_call>{"name": "get_time", "arguments": {}}</tool_call>', 3, False)
+def test_a_reply_streamed_is_the_reply_whole(text: str, piece: int, forced: bool) -> None:
+    """Issue 35 §3: one reader reads a reply as it streams and as it is whole. A reply that
+    came to its end is calls streamed (a stream's last chunk says "tool_calls") exactly when
+    it is calls whole, and then no text of it went out: its whole calls are the stream's, but
+    for one the stream sent as far as it got and that never became whole."""
+    use = ToolUse(NAMES, forced)
+    reply = HeldReply[str](use, str)
+    deltas: list[CallDelta] = []
+    sent_text: list[str] = []
+    for start in range(0, len(text), piece):
+        new, pieces = reply.add(text[start : start + piece])
+        deltas += new
+        sent_text += pieces
+    new, pieces, called = reply.finish()
+    whole = [call.function.name for call in use.calls(text)]
+    assert called == bool(whole)
+    if called:
+        assert not sent_text + pieces
+        streamed = iter([name for name, _ in check_deltas([*deltas, *new]).values()])
+        assert all(name in streamed for name in whole)  # in order, each of them

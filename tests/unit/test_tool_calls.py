@@ -140,3 +140,23 @@ def test_calls_cut_by_max_tokens_read_as_a_stream_reads_them() -> None:
         ("get_time", '{"zo'),
     ]
     assert len(use.calls(cut)) == 1  # what the whole reply gave before
+
+
+def test_a_whole_reply_is_read_as_its_stream_reads_it() -> None:
+    """Issue 35 §3: one reader. Whole, a reply was read by regexes over all of it, and a `;` in
+    a Llama call's arguments split it; text before a Hermes block was read past whole but let
+    the stream go as text; text after a call made it text whole, but not streamed. Now the
+    reply whole is what its stream reads: its head decides, text after the calls is passed
+    over, and each call stands on its own."""
+    semicolon = '{"name": "get_time", "parameters": {"zone": "CET; or UTC"}}'
+    assert [json.loads(c.arguments) for c in parse_calls(semicolon, NAMES)] == [
+        {"zone": "CET; or UTC"}
+    ]
+    from infertui.core.protocol.tool_use import ToolUse
+
+    use = ToolUse(NAMES, forced=False)  # what a stream sends, its held text let go or not
+    prose = 'Let me look. <tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    assert parse_calls(prose, NAMES) == [] and use.streamed(prose) == []
+    after = '{"name": "get_time", "arguments": {"zone": "CET"}}\nHope this helps.'
+    assert [c.name for c in parse_calls(after, NAMES)] == ["get_time"]
+    assert [c.function.name for c in use.streamed(after)] == ["get_time"]

@@ -10,19 +10,10 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from ...protocol.errors import ErrorKind, InferError
+from ...protocol.errors import ErrorKind, InferError, kind_for_status
 from .families import error_response, family_of
 
 log = logging.getLogger(__name__)
-
-_STATUS_KINDS = {
-    400: ErrorKind.BAD_MESSAGE,
-    401: ErrorKind.UNAUTHORIZED,
-    404: ErrorKind.NOT_FOUND,
-    405: ErrorKind.METHOD_NOT_ALLOWED,
-    408: ErrorKind.REQUEST_TIMEOUT,
-    413: ErrorKind.PAYLOAD_TOO_LARGE,
-}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -53,7 +44,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, err: HTTPException) -> JSONResponse:
-        kind = _STATUS_KINDS.get(err.status_code, ErrorKind.INTERNAL)
+        kind = kind_for_status(err.status_code)
         detail = str(err.detail)
         if err.status_code == 404 and detail == "Not Found":
             detail = f"unknown endpoint {request.method} {request.url.path}"

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from ...protocol.common import ChatMessage, without_oldest_turn
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
+from ...protocol.finish import said_finish
 from ...protocol.ollama_api import (
     OLLAMA_API_VERSION,
     ApiChatRequest,
@@ -31,12 +32,12 @@ from ...protocol.ollama_api import (
     ModelEntry,
     RunningModel,
     ShowRequest,
-    done_reason,
     final_stats,
     now_rfc3339,
 )
 from ...protocol.snapshots import EngineState, EngineStatus
-from ...protocol.tools import GENERIC_FORMAT, may_be_a_call, parse_calls
+from ...protocol.tool_stream import may_be_a_call, parse_calls
+from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
@@ -130,7 +131,7 @@ def finished(
     head: dict[str, Any], field: str, text: str, final: Finished, tool_names: set[str]
 ) -> dict[str, Any]:
     """The last object of a reply: done, why, and the figures."""
-    reason = done_reason(final.finish_reason)
+    reason = said_finish(final.finish_reason)
     figures = final_stats(final.timings)
     piece = _piece(field, text, tool_names)
     return {**head, field: piece, "done": True, "done_reason": reason, **figures}

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
+from ...protocol.finish import openai_finish
 from ...protocol.openai import (
     AssistantMessage,
     ChatChoice,
@@ -38,7 +39,6 @@ from ...protocol.openai import (
     ToolCallOut,
     Usage,
     error_envelope,
-    openai_finish,
 )
 from ...protocol.tool_stream import CallDelta
 from ...protocol.tool_use import HeldReply, ToolUse
@@ -113,9 +113,7 @@ async def chat_completions(
             ChatChoice(
                 index=i,
                 message=AssistantMessage(content=None if calls else text, tool_calls=calls or None),
-                finish_reason="tool_calls"
-                if calls and not cut
-                else openai_finish(final.finish_reason),
+                finish_reason=openai_finish(final.finish_reason, called=bool(calls)),
                 logprobs=ChatLogprobs.of(job.logprobs) if body.logprobs else None,
             )
         )
@@ -195,7 +193,7 @@ async def chat_chunks(
                     yield call_chunk(index, delta)
                 if pieces:
                     yield text_chunk(index, pieces)
-            finish = "tool_calls" if called else openai_finish(event.finish_reason)
+            finish = openai_finish(event.finish_reason, called=called)
             yield json_line(chunk(index, Delta(content=""), finish))
     else:
         if usage is not None:
