@@ -74,8 +74,19 @@ def whole_calls(calls: list[PartialCall], names: set[str]) -> list[ToolCall]:
             written = "{}" if call.closed else None
         arguments = read_json(written)
         if isinstance(arguments, dict):
-            found.append(ToolCall(call.name, json.dumps(arguments)))
+            found.append(ToolCall(call.name, _as_sent(written, arguments)))
     return found
+
+
+def _as_sent(written: str | None, arguments: dict[str, object]) -> str:
+    """The arguments as the model wrote them where that is already strict JSON, so that a
+    whole reply's call says what the stream's deltas said; else written again as JSON."""
+    try:
+        if written is not None and json.loads(written) == arguments:
+            return written.strip()
+    except ValueError:
+        pass
+    return json.dumps(arguments)
 
 
 @dataclass(slots=True)
