@@ -1,29 +1,41 @@
-"""Shared fixtures: the bundled model and pools built on it (real llama.cpp, 2 threads)."""
+"""Shared fixtures: the bundled model, pools built on it (real llama.cpp, 2 threads), and hosts
+built as `infertui host` builds them (the composition root, build_service).
+
+Every async test and fixture runs on one event loop for the whole session (pyproject's
+asyncio_default_*_loop_scope), so that a host started once serves every test that shares it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import httpx
 import hypothesis
 import pytest
 from textual.pilot import Pilot
 
-from infertui.core.config import HostSettings
+from infertui.core.config import HttpSettings, Settings
 from infertui.core.engine import EngineSpec, bundled_model_path
 from infertui.core.host import HostService
+from infertui.core.host.service import Transport
 from infertui.core.scheduler import Pool
-from infertui.core.transport.http import HttpServer, create_app
+from infertui.core.transport.http import HttpServer
 from infertui.core.transport.p2p.host import P2PServer
-from infertui.core.transport.p2p.ids import public_key
+from infertui.core.transport.p2p.ids import public_key, seed_file, z32_encode
 from infertui.core.transport.p2p.runtime import start_testnet
+from infertui.tui import headless
+
+from .models import cut_model
 
 
 async def wait_until(condition: Callable[[], object], seconds: float = 20.0) -> None:
@@ -44,12 +56,29 @@ async def until(pilot: Pilot[object], condition: Callable[[], object], seconds: 
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
+    for line in (
         "deterministic: the test's hosts run --deterministic (no kept or shared KV cells, each "
         "prompt prefilled alone at fixed chunks), so that two requests it compares take the "
         "same path",
-    )
+        "p2p: the test reaches its host over Hyperswarm (the loopback testnet)",
+        "fresh_host: the test changes its host (engines, settings, a stop) or reads counters "
+        "from zero: its `host` is its own, not the one the other tests share",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+# Fixtures that load the bundled GGUF: a test that asks for one is a `model` test. (A
+# conftest's `pytestmark` marks nothing: only a test module's does.)
+MODEL_FIXTURES = frozenset(
+    {"model_path", "cut_model_path", "swa_model_path", "make_pool", "hosts", "host",
+     "start_host", "start_served_host", "start_p2p_host", "p2p_host"}
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
 
 
 def deterministic_for(request: pytest.FixtureRequest) -> bool:
@@ -59,6 +88,22 @@ def deterministic_for(request: pytest.FixtureRequest) -> bool:
     its last prompt token, so its logits differ in float rounding and a greedy near tie can
     fall the other way (issue 34: "this tool" and "these tools" on an AMD EPYC)."""
     return request.node.get_closest_marker("deterministic") is not None
+
+
+def transport_of(request: pytest.FixtureRequest) -> str | None:
+    """The transport a test is parametrized with ("http" or "p2p"), if it is."""
+    callspec = getattr(request.node, "callspec", None)
+    values = set(callspec.params.values()) if callspec else set()
+    return next((t for t in ("p2p", "http") if t in values), None)
+
+
+def over_p2p(request: pytest.FixtureRequest, *, default: bool) -> bool:
+    """Whether a test reaches its host over Hyperswarm: as its transport parameter says, else
+    as its `p2p` marker, else `default`. Only such tests start the testnet."""
+    transport = transport_of(request)
+    if transport is not None:
+        return transport == "p2p"
+    return default or request.node.get_closest_marker("p2p") is not None
 
 
 # Property tests hold on any machine: a 2-core box running the suite's model tests beside
@@ -75,11 +120,22 @@ os.environ["INFERTUI_HOST__P2P__ENABLED"] = "false"
 os.environ.pop("INFERTUI_BOOTSTRAP", None)
 
 PoolFactory = Callable[..., Coroutine[Any, Any, Pool]]
+MODEL = "smollm2-135m"
+CLIENT_SEED = bytes(range(32))  # the tests' client key: admin on every host that serves P2P
+NOWHERE = ["127.0.0.1:9"]  # a bootstrap list for hosts without P2P: loopback, nothing there
 
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     return bundled_model_path()
+
+
+@pytest.fixture(scope="session")
+def cut_model_path(model_path: Path) -> Path:
+    """The bundled model cut to its first blocks (tests/models.py): the same tokenizer,
+    template and kernels at a tenth of the cost, for the engine's own claims (batching,
+    scheduling), which hold for any model. Tests of what the model says keep the whole one."""
+    return cut_model(model_path)
 
 
 @pytest.fixture(scope="session")
@@ -120,38 +176,84 @@ async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
         await pool.close()
 
 
+class Testnet:
+    """A 3-node DHT on 127.0.0.1, started the first time a test needs Hyperswarm and shared
+    by the session's P2P tests from then on (nothing in it reaches the public DHT)."""
+
+    __test__ = False  # not a test class, though its name begins so
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self.bootstrap: list[str] = []
+
+    async def start(self) -> list[str]:
+        if self._proc is None:
+            self._proc, self.bootstrap = await start_testnet()
+        return self.bootstrap
+
+    async def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+@pytest.fixture(scope="session")
+async def _testnet() -> AsyncIterator[Testnet]:
+    net = Testnet()
+    yield net
+    await net.stop()
+
+
 @pytest.fixture
-async def testnet() -> AsyncIterator[list[str]]:
-    """A 3-node DHT on 127.0.0.1; yields its bootstrap list. Destroyed at teardown."""
-    proc, bootstrap = await start_testnet()
-    yield bootstrap
-    assert proc.stdin is not None
-    proc.stdin.close()
-    try:
-        await asyncio.wait_for(proc.wait(), 10)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+async def testnet(_testnet: Testnet) -> list[str]:
+    """The loopback DHT's bootstrap list (started on first use, shared by the session)."""
+    return await _testnet.start()
 
 
 @dataclass
-class ServedHost:
-    """A real host on the bundled model, on Hyperswarm (loopback testnet) and HTTP at once."""
+class Host:
+    """A real host on the bundled model, built by the composition root (build_service) with
+    the faces a test asks for: HTTP on 127.0.0.1, Hyperswarm on the loopback testnet."""
 
     service: HostService
-    http: HttpServer
-    p2p: P2PServer
+    settings: Settings
     bootstrap: list[str]
     seed: bytes  # the host's key: restart with it to come back under the same server ID
-    client_seed: bytes  # a client key the host lists as admin
+    client: httpx.AsyncClient | None = None  # on the HTTP face, when it has one
+    client_seed: bytes = CLIENT_SEED  # a client key the host lists as admin (P2P)
+    options: dict[str, Any] = field(default_factory=dict)  # what it was started with
+
+    def _face(self, name: str) -> Any:
+        face = next((t for t in self.service.transports if t.name == name), None)
+        assert face is not None, f"this host has no {name} face"
+        return face
 
     @property
-    def server_id(self) -> str:
-        return self.p2p.describe()
+    def http(self) -> HttpServer:
+        return self._face("http")  # type: ignore[no-any-return]
+
+    @property
+    def server(self) -> HttpServer:
+        return self.http
+
+    @property
+    def p2p(self) -> P2PServer:
+        return self._face("p2p")  # type: ignore[no-any-return]
 
     @property
     def url(self) -> str:
         return self.http.url
+
+    @property
+    def server_id(self) -> str:
+        return self.p2p.describe()
 
     def target(self, transport: str) -> str:
         return self.url if transport == "http" else self.server_id
@@ -160,52 +262,248 @@ class ServedHost:
         return sum(m.slots_busy for m in self.service.metrics())
 
 
-ServedHostFactory = Callable[..., Coroutine[Any, Any, ServedHost]]
+# `ServedHost` and `P2PHost` were the P2P factories' names for it.
+ServedHost = P2PHost = Host
+HostFactory = Callable[..., Coroutine[Any, Any, Host]]
+ServedHostFactory = HostFactory
+SharedHost = Callable[..., Coroutine[Any, Any, Host]]  # the shared_host fixture
+
+
+@contextlib.contextmanager
+def _identity(seed: bytes, folder: Path) -> Iterator[None]:
+    """The host's key, where build_service reads it (the data dir's seed file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    before = os.environ.get("INFERTUI_DATA_DIR")
+    os.environ["INFERTUI_DATA_DIR"] = str(folder)
+    try:
+        seed_file("host").write_text(seed.hex() + "\n")
+        yield
+    finally:
+        if before is None:
+            del os.environ["INFERTUI_DATA_DIR"]
+        else:
+            os.environ["INFERTUI_DATA_DIR"] = before
+
+
+class Hosts:
+    """The one host factory: settings as `infertui host` reads them, the service built by the
+    composition root, started; `stop_all` stops what it started."""
+
+    def __init__(self, tmp: pytest.TempPathFactory, testnet: Testnet) -> None:
+        self._tmp = tmp
+        self._testnet = testnet
+        self.started: list[Host] = []
+
+    async def start(
+        self,
+        *,
+        parallel: int = 2,
+        ctx: int = 1024,
+        queue: int = 16,
+        deterministic: bool = False,
+        http: bool = True,
+        port: int = 0,
+        p2p: bool = False,
+        seed: bytes | None = None,
+        bootstrap: Sequence[str] | None = None,
+        topics: Sequence[str] = (),
+        allow: Sequence[bytes] = (),
+        admins: Sequence[bytes] = (public_key(CLIENT_SEED),),
+        api_key: str | None = None,
+        api_keys: Sequence[str] = (),
+        admin_key: str | None = None,
+        public: bool = False,
+        limits: HttpSettings | None = None,
+        cors_origins: Sequence[str] = (),
+        allowed_hosts: Sequence[str] = (),
+        default_max_tokens: int | None = None,
+        chat_template: str | None = None,
+        pooling: str = "auto",
+        upstream: dict[str, Any] | None = None,
+        host_name: str = "test-host",
+        drain_ms: int = 0,
+        faces: Callable[[HostService], Sequence[Transport]] | None = None,
+    ) -> Host:
+        """`public`: as bound to an address other hosts reach (no loopback trust), though it
+        listens on 127.0.0.1. `limits`: the host.http settings beyond the address. `faces`:
+        more transports to attach before the start, made for the built service."""
+        options = {k: v for k, v in locals().items() if k != "self"}
+        if p2p and bootstrap is None:
+            bootstrap = await self._testnet.start()
+        seed = seed or secrets.token_bytes(32)
+        settings = Settings.model_validate(
+            {"bootstrap": list(bootstrap or NOWHERE),
+             "api_key": api_key, "api_keys": list(api_keys), "admin_key": admin_key,
+             "host": {"queue": queue, "drain_on_stop_ms": drain_ms, "host_name": host_name,
+                      "model_dirs": [str(self._tmp.getbasetemp())],  # tests' copies load
+                      "engine": {"ctx": ctx, "parallel": parallel, "threads": 2,
+                                 "chat_template": chat_template, "pooling": pooling,
+                                 "deterministic": deterministic},
+                      "upstream": upstream or {},
+                      "http": {**(limits.model_dump(exclude_unset=True) if limits else {}),
+                               "listen": f"127.0.0.1:{port}" if http else None,
+                               "cors_origins": list(cors_origins),
+                               "allowed_hosts": list(allowed_hosts),
+                               "default_max_tokens": default_max_tokens},
+                      "p2p": {"enabled": p2p, "topics": list(topics),
+                              "allow": [z32_encode(key) for key in allow],
+                              "admins": [z32_encode(key) for key in admins]}}}
+        )  # fmt: skip
+        loopback = (lambda listen: False) if public else headless.is_loopback
+        with (
+            _identity(seed, self._tmp.mktemp("host-data")),
+            mock.patch.object(headless, "is_loopback", loopback),
+        ):
+            service = headless.build_service(settings)
+        for face in faces(service) if faces else ():
+            service.attach(face)
+        host = Host(service, settings, list(bootstrap or NOWHERE), seed, options=options)
+        self.started.append(host)
+        await service.start()
+        if http:
+            host.client = httpx.AsyncClient(base_url=host.url, timeout=60)
+        if p2p:
+            await host.p2p.wait_listening()
+        return host
+
+    async def stop(self, host: Host) -> None:
+        if host.client is not None:
+            await host.client.aclose()
+        await host.service.stop()
+
+    async def stop_all(self) -> None:
+        while self.started:
+            await self.stop(self.started.pop())
 
 
 @pytest.fixture
-async def start_served_host(
-    testnet: list[str], tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> AsyncIterator[ServedHostFactory]:
-    """Start (and at teardown stop) hosts; pass `seed` and `port` to bring one back. They run
-    --deterministic in a test marked so (deterministic_for)."""
-    hosts: list[ServedHost] = []
+async def hosts(
+    _testnet: Testnet, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Hosts]:
+    """The host factory for one test: what it starts is stopped at teardown."""
+    factory = Hosts(tmp_path_factory, _testnet)
+    yield factory
+    await factory.stop_all()
 
-    async def start(
-        *,
-        parallel: int = 2,
-        queue: int = 8,
-        seed: bytes | None = None,
-        port: int = 0,
-        upstream: dict[str, Any] | None = None,
-        topics: tuple[str, ...] = (),
-        host_name: str = "test-host",
-    ) -> ServedHost:
-        settings = HostSettings.model_validate(
-            {"queue": queue, "drain_on_stop_ms": 0, "host_name": host_name,
-             "model_dirs": [str(tmp_path_factory.getbasetemp())],
-             "engine": {"ctx": 1024, "parallel": parallel, "threads": 2,
-                        "deterministic": deterministic_for(request)},
-             "upstream": upstream or {}}
-        )  # fmt: skip
-        service = HostService(settings)
-        seed = seed or secrets.token_bytes(32)
-        client_seed = CLIENT_SEED
-        p2p = P2PServer(
-            service, seed=seed, bootstrap=testnet, admins=[public_key(client_seed)], topics=topics
-        )
-        http = HttpServer(create_app(service), f"127.0.0.1:{port}")
-        service.attach(p2p)
-        service.attach(http)
-        await service.start()
-        await p2p.wait_listening()
-        host = ServedHost(service, http, p2p, testnet, seed, client_seed)
-        hosts.append(host)
+
+@pytest.fixture
+def start_host(hosts: Hosts, request: pytest.FixtureRequest) -> HostFactory:
+    """Start hosts of the test's own, on HTTP (and on Hyperswarm with p2p=True); they run
+    --deterministic in a test marked so (deterministic_for)."""
+
+    async def start(**options: Any) -> Host:
+        options.setdefault("deterministic", deterministic_for(request))
+        return await hosts.start(**options)
+
+    return start
+
+
+@pytest.fixture
+def start_served_host(hosts: Hosts, request: pytest.FixtureRequest) -> HostFactory:
+    """start_host, on Hyperswarm too unless the test is parametrized with the "http"
+    transport: the testnet runs only for tests that reach a host over P2P."""
+
+    async def start(**options: Any) -> Host:
+        options.setdefault("p2p", transport_of(request) != "http")
+        options.setdefault("deterministic", deterministic_for(request))
+        options.setdefault("queue", 8)
+        return await hosts.start(**options)
+
+    return start
+
+
+class SharedHosts:
+    """Hosts started once and lent to test after test, one per kind (deterministic or not,
+    with P2P or not): a host start is a model load, and most tests change nothing of their
+    host that outlives them. After each test the host is checked to be as it was lent
+    (`settle`); one that is not is replaced, and the test that changed it fails."""
+
+    def __init__(self, factory: Hosts) -> None:
+        self._factory = factory
+        self._hosts: dict[tuple[bool, bool], Host] = {}
+
+    async def get(self, *, deterministic: bool, p2p: bool) -> Host:
+        key = (deterministic, p2p)
+        if key not in self._hosts:
+            host = await self._factory.start(
+                deterministic=deterministic, p2p=p2p, queue=16 if not p2p else 8
+            )
+            host.options["lent_settings"] = host.service.settings.model_dump()
+            self._hosts[key] = host
+        return self._hosts[key]
+
+    async def settle(self, host: Host) -> str | None:
+        """Back to as lent: jobs the test left running are cancelled (as a stop would
+        cancel them), and what else it changed is said (the host is then replaced)."""
+        service = host.service
+        changed = None
+        if service.stopping:
+            changed = "the host was stopped"
+        elif service.engine_ids() != [MODEL]:
+            changed = f"its engines are now {service.engine_ids()}"
+        elif service.settings.model_dump() != host.options["lent_settings"]:
+            changed = "its settings were changed"
+        elif "p2p" in service.transport_status() and not host.p2p.status().startswith("announced"):
+            changed = f"its Hyperswarm face is {host.p2p.status()}"
+        elif not service.pool_health(MODEL).ready:
+            changed = f"its engine is {service.pool_health(MODEL).state}"
+        if changed is None:
+            if service.live_jobs() or service.queues()[0].depth:
+                await service.drain_engine(MODEL, deadline_ms=0)
+                service.resume_engine(MODEL)
+            if not service.pool_health(MODEL).ready or service.live_jobs():
+                changed = "its jobs could not be cancelled"
+        if changed is not None:
+            key = next(k for k, v in self._hosts.items() if v is host)
+            del self._hosts[key]
+            self._factory.started.remove(host)
+            await self._factory.stop(host)
+        return changed
+
+
+@pytest.fixture(scope="session")
+async def _shared_hosts(
+    _testnet: Testnet, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SharedHosts]:
+    factory = Hosts(tmp_path_factory, _testnet)
+    yield SharedHosts(factory)
+    await factory.stop_all()
+
+
+@pytest.fixture
+async def shared_host(
+    _shared_hosts: SharedHosts,
+    _testnet: Testnet,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[SharedHost]:
+    """Lend the test a shared host (SharedHosts): deterministic in a test marked so, on
+    Hyperswarm too with p2p=True. A test marked `fresh_host` gets one of its own instead."""
+    lent: list[Host] = []
+    own = Hosts(tmp_path_factory, _testnet)
+
+    async def get(*, p2p: bool = False) -> Host:
+        deterministic = deterministic_for(request)
+        if request.node.get_closest_marker("fresh_host"):
+            return await own.start(deterministic=deterministic, p2p=p2p, queue=16 if not p2p else 8)
+        host = await _shared_hosts.get(deterministic=deterministic, p2p=p2p)
+        lent.append(host)
         return host
 
-    yield start
-    for host in hosts:
-        await host.service.stop()
+    yield get
+    await own.stop_all()
+    changed = [said for host in lent if (said := await _shared_hosts.settle(host))]
+    report = getattr(request.node, "rep_call", None)
+    if changed and report is not None and report.passed:
+        pytest.fail(
+            f"{request.node.name} changed the shared host ({'; '.join(changed)}): mark it "
+            "fresh_host, or leave the host as it was lent"
+        )
 
 
-CLIENT_SEED = bytes(range(32))  # the tests' client key: admin on every ServedHost
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Keep each phase's report on the test (shared_host reads whether its call passed)."""
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

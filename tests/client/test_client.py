@@ -14,7 +14,7 @@ from infertui.core.protocol.common import ChatMessage
 from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.host_api import AddEngineRequest
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, wait_until
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, SharedHost, over_p2p, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -22,8 +22,9 @@ HELLO = [ChatMessage(role="user", content="Name three colours.")]
 
 
 @pytest.fixture
-async def host(start_served_host: ServedHostFactory) -> ServedHost:
-    return await start_served_host()
+async def host(shared_host: SharedHost, request: pytest.FixtureRequest) -> ServedHost:
+    """The shared host (tests/conftest.py, SharedHosts), on Hyperswarm too unless the test runs over HTTP alone; a test marked `fresh_host` gets its own."""
+    return await shared_host(p2p=over_p2p(request, default=True))
 
 
 @pytest.fixture(params=["http", "p2p"])
@@ -74,6 +75,7 @@ async def test_abort_stops_the_host_and_frees_its_slot(client: Client, host: Ser
     await wait_until(lambda: host.busy_slots() == 0)
 
 
+@pytest.mark.fresh_host
 async def test_abort_from_another_task_while_the_reader_waits_cancels_on_the_host(
     client: Client, host: ServedHost
 ) -> None:
@@ -170,6 +172,7 @@ async def test_nothing_listening_is_host_offline() -> None:
 
 
 @pytest.mark.parametrize("transport", ["http", "p2p"])
+@pytest.mark.fresh_host
 async def test_reconnector_says_so_and_recovers_when_the_host_returns(
     transport: str, host: ServedHost, start_served_host: ServedHostFactory
 ) -> None:
@@ -192,6 +195,7 @@ async def test_reconnector_says_so_and_recovers_when_the_host_returns(
         await asyncio.gather(task, return_exceptions=True)
 
 
+@pytest.mark.fresh_host
 async def test_a_reply_the_host_cuts_short_ends_as_aborted(
     client: Client, host: ServedHost
 ) -> None:

@@ -94,6 +94,7 @@ async def test_oc_ctrl_2070_cors_is_off_by_default_and_allows_one_origin(
     assert "access-control-allow-origin" not in other.headers
 
 
+@pytest.mark.fresh_host
 async def test_prometheus_metrics(host: Host) -> None:
     await host.client.post("/v1/chat/completions", json=CHAT)
     await host.client.post("/v1/chat/completions", json={**CHAT, "model": "missing"})
@@ -153,6 +154,7 @@ async def test_metrics_say_how_much_of_the_loops_time_went_to_decoding(host: Hos
         assert value and float(value[1]) > 0, name
 
 
+@pytest.mark.fresh_host
 async def test_a_started_host_keeps_its_start_up_heap_out_of_full_collections(host: Host) -> None:
     """What start-up made (modules, the web app, the engines) lives as long as the host. A full
     collection holds the GIL, and so every stream: walking that heap took 34 to 79 ms (94k
@@ -177,6 +179,7 @@ async def test_openapi_document_has_examples_for_the_data_plane(host: Host) -> N
         assert path in paths
 
 
+@pytest.mark.fresh_host
 async def test_a_client_disconnect_mid_stream_frees_the_slot(host: Host) -> None:
     service = host.service
     body = {**CHAT, "max_tokens": 400, "ignore_eos": True, "stream": True}  # ends by the cancel

@@ -15,7 +15,7 @@ import pytest
 from infertui.core.config import HttpSettings
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.scheduler import Pool
-from infertui.core.transport.http import Access, is_loopback
+from infertui.core.transport.http import is_loopback
 
 from ..conftest import wait_until
 from .conftest import MODEL, Host, HostFactory
@@ -147,12 +147,22 @@ async def test_a_chunked_body_over_the_limit_is_cut_off_with_a_413(host: Host) -
     assert response.json()["error"]["code"] == "payload_too_large"
 
 
-async def test_long_prompts_are_tokenized_off_the_event_loop(host: Host) -> None:
+async def test_long_prompts_are_tokenized_off_the_event_loop(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Four 3 MB prompts take seconds to tokenize; health answers meanwhile (issue 12 §4)."""
+    tokenizing = threading.Event()
+    tokenize = Pool.prompt_tokens
+
+    def marked(pool: Pool, *args: object) -> list[int]:
+        tokenizing.set()
+        return tokenize(pool, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Pool, "prompt_tokens", marked)
     prompt = "The quick brown fox jumps over the lazy dog. " * (3 * 2**20 // 45)
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 4}
     posts = [asyncio.create_task(host.client.post("/v1/completions", json=body)) for _ in range(4)]
-    await asyncio.sleep(0.3)  # the bodies are in; tokenization has begun
+    await wait_until(tokenizing.is_set)  # a body is in, and its tokenization has begun
     loop = asyncio.get_running_loop()
     times = []
     while not all(post.done() for post in posts):
@@ -191,7 +201,7 @@ async def test_a_short_prompt_never_waits_behind_long_ones(
         )
         for i in range(3)
     ]
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: any(size > 2**20 for size in threads))  # one is being tokenized
     short = await host.client.post(
         "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}
     )
@@ -384,7 +394,7 @@ async def _admin_answers(host: Host, key: str | None) -> list[int]:
 
 async def test_engine_management_needs_the_admin_key(start_host: HostFactory) -> None:
     """Issue 12 §8: an API key lets a client generate; only the admin key manages engines."""
-    host = await start_host(access=Access(["alice"], "root-key", loopback=False))
+    host = await start_host(api_keys=["alice"], admin_key="root-key", public=True)
     assert await _admin_answers(host, None) == [401] * 5  # no key at all
     assert await _admin_answers(host, "alice") == [403] * 5
     # The admin key passes the gate: what is left are the operations' own answers.
@@ -404,12 +414,12 @@ async def test_engine_management_needs_the_admin_key(start_host: HostFactory) ->
 async def test_without_an_admin_key_engines_are_managed_on_loopback_only(
     start_host: HostFactory,
 ) -> None:
-    public = await start_host(access=Access(loopback=False))
+    public = await start_host(public=True)
     assert await _admin_answers(public, None) == [403] * 5
     refused = await public.client.delete("/engines/x")
     assert "--admin-key" in refused.json()["error"]["message"]
     assert (await public.client.get("/v1/host")).json()["capabilities"]["admin"] is False
-    local = await start_host(access=Access(loopback=True))
+    local = await start_host()
     assert await _admin_answers(local, None) == [403, 404, 202, 200, 403]
     document = (await public.client.get("/openapi.json")).json()
     for method, path, _ in ADMIN_OPERATIONS:
@@ -431,7 +441,7 @@ async def test_a_task_is_read_and_cancelled_by_its_owner_or_an_admin(
     start_host: HostFactory,
 ) -> None:
     """Issue 12 §5: with API keys in play, a task belongs to the key that sent it."""
-    host = await start_host(access=Access(["alice", "bob"], "root-key", loopback=False))
+    host = await start_host(api_keys=["alice", "bob"], admin_key="root-key", public=True)
     alice, bob, root = ({"Authorization": f"Bearer {key}"} for key in ("alice", "bob", "root-key"))
     body = {"model": MODEL, "prompt": "Count to ten:", "max_tokens": 200}
     accepted = await host.client.post("/v1/tasks", json=body, headers=alice)
@@ -452,9 +462,18 @@ async def test_retry_after_says_when_the_queue_really_frees(start_host: HostFact
     long_job = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 400,
                 "ignore_eos": True, "temperature": 0}  # fmt: skip
     running = asyncio.create_task(host.client.post("/v1/completions", json=long_job))
-    while host.service.pool_metrics(MODEL).tokens_out_total == 0 and not host.service.live_jobs():
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(1.5)  # let the rate be measured
+
+    def measured() -> bool:
+        """A rate is measured from a second of steady decoding (scheduler/metrics.py): wait
+        until the running job has decoded for more than that, by its own count."""
+        jobs = host.service.live_jobs()
+        return (
+            bool(jobs)
+            and jobs[0].tokens_per_s > 0
+            and jobs[0].tokens_out > 1.5 * jobs[0].tokens_per_s
+        )
+
+    await wait_until(measured)
     queued = asyncio.create_task(host.client.post("/v1/completions", json=long_job))
     await wait_until(lambda: host.service.pool_metrics(MODEL).queue_depth == 1)
     refused = await host.client.post("/v1/completions", json={**long_job, "max_tokens": 2})

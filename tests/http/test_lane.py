@@ -13,12 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from infertui.core.config import HostSettings
 from infertui.core.host import HostService
 from infertui.core.transport.http import HttpServer, create_app, lane, routes_openai
 from infertui.core.transport.http.lane import FastLane
 
-from .conftest import MODEL
+from .conftest import MODEL, HostFactory
 
 pytestmark = pytest.mark.model
 
@@ -28,31 +27,27 @@ JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture
-async def lanes() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+async def lanes(
+    start_host: HostFactory,
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     """(with the lane, without it), both over HTTP on 127.0.0.1, serving one host. The host
     is deterministic: the plain app's request reads its prompt afresh as the lane's did, not
     on the cells that one left (the prompt cache), so their replies are one generation."""
-    service = HostService(
-        HostSettings.model_validate(
-            {
-                "drain_on_stop_ms": 0,
-                "engine": {"ctx": 512, "parallel": 1, "threads": 2, "deterministic": True},
-            }
-        )
-    )
-    fast, plain = create_app(service), create_app(service)
-    plain.user_middleware = [m for m in plain.user_middleware if m.cls is not FastLane]
-    servers = [HttpServer(app, "127.0.0.1:0") for app in (fast, plain)]
-    for server in servers:
-        service.attach(server)
-    await service.start()
-    clients = [httpx.AsyncClient(base_url=s.url, timeout=60) for s in servers]
+    plain_servers: list[HttpServer] = []
+
+    def plain_face(service: HostService) -> list[HttpServer]:
+        plain = create_app(service)  # as the host's own app, less the fast lane
+        plain.user_middleware = [m for m in plain.user_middleware if m.cls is not FastLane]
+        plain_servers.append(HttpServer(plain, "127.0.0.1:0"))
+        return plain_servers
+
+    host = await start_host(ctx=512, parallel=1, queue=64, deterministic=True, faces=plain_face)
+    assert host.client is not None
+    plain = httpx.AsyncClient(base_url=plain_servers[0].url, timeout=60)
     try:
-        yield clients[0], clients[1]
+        yield host.client, plain
     finally:
-        for client in clients:
-            await client.aclose()
-        await service.stop()
+        await plain.aclose()
 
 
 def _comparable(value: Any) -> Any:

@@ -13,7 +13,6 @@ import pytest
 from pydantic import BaseModel, Field
 
 from infertui.core.protocol.ollama_api import OLLAMA_API_VERSION
-from infertui.core.transport.http.access import Access
 
 from .conftest import MODEL, Host, HostFactory
 
@@ -398,7 +397,7 @@ async def test_conversations_keep_items_and_responses_read_and_add_to_them(
 async def test_conversation_items_are_checked_and_a_conversation_is_its_owner_s(
     start_host: HostFactory,
 ) -> None:
-    host = await start_host(access=Access(["alice", "bob"], "root-key", loopback=False))
+    host = await start_host(api_keys=["alice", "bob"], admin_key="root-key", public=True)
     alice, bob = ({"Authorization": f"Bearer {key}"} for key in ("alice", "bob"))
     bad = await host.client.post(
         "/v1/conversations", json={"items": [{"type": "web_search_call"}]}, headers=alice

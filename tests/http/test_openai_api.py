@@ -9,6 +9,7 @@ import shutil
 import openai
 import pytest
 
+from ..conftest import wait_until
 from .conftest import MODEL, Host
 
 pytestmark = pytest.mark.model
@@ -265,6 +266,7 @@ async def test_spec_004_wrong_method_is_405_and_unknown_path_404(host: Host) -> 
     assert unknown.json()["error"]["type"] == "not_found_error"
 
 
+@pytest.mark.fresh_host
 async def test_spec_004_engine_still_loading_is_503(host: Host, model_path, tmp_path) -> None:
     copy = tmp_path / "second.gguf"
     shutil.copy(model_path, copy)
@@ -352,6 +354,7 @@ async def test_spec_004_health_endpoints(host: Host, path: str) -> None:
     assert body["version"] == "1.0.0"
 
 
+@pytest.mark.fresh_host
 async def test_health_is_a_503_while_the_host_drains_to_stop(host: Host) -> None:
     """A load balancer's check fails as soon as the host stops taking work (SIGTERM, a
     redeploy), while the replies under way still finish in the grace: health said "healthy"
@@ -363,7 +366,7 @@ async def test_health_is_a_503_while_the_host_drains_to_stop(host: Host) -> None
         lines = reply.aiter_lines()
         assert (await anext(lines)).startswith("data: ")  # the job runs
         stopping = asyncio.create_task(host.service.stop())
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: host.service.stopping)
         health = await host.client.get("/v1/health")
         assert health.status_code == 503
         assert health.json()["status"] == "unhealthy"

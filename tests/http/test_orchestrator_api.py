@@ -129,6 +129,7 @@ async def test_oc_ctrl_2012_cancel_is_race_free(host: Host) -> None:
     assert again.json()["cancelled"] is False
 
 
+@pytest.mark.fresh_host
 async def test_oc_ctrl_2013_2014_pinning(host: Host) -> None:
     pinned = await host.client.post("/v1/tasks", json={**TASK, "pool_id": MODEL})
     assert pinned.status_code == 202 and pinned.json()["pool_id"] == MODEL
@@ -159,6 +160,7 @@ async def test_oc_ctrl_2001_pool_health(host: Host) -> None:
     assert (await host.client.get("/v1/pools/none/health")).status_code == 404
 
 
+@pytest.mark.fresh_host
 async def test_oc_ctrl_2002_drain_with_a_deadline(host: Host) -> None:
     task = (await host.client.post("/v1/tasks", json={"prompt": "Long:", "max_tokens": 400})).json()
     response = await host.client.post(f"/v1/pools/{MODEL}/drain", json={"deadline_ms": 300})
@@ -189,6 +191,7 @@ async def test_resume_after_a_drain_admits_again_but_not_while_draining(host: Ho
     assert (await host.client.post("/v1/pools/none/resume")).status_code == 404
 
 
+@pytest.mark.fresh_host
 async def test_oc_ctrl_2003_reload_switches_or_rolls_back(host: Host, model_path, tmp_path) -> None:
     copy = tmp_path / "next.gguf"
     shutil.copy(model_path, copy)

@@ -12,8 +12,6 @@ from typing import Any
 import openai
 import pytest
 
-from infertui.core.transport.http.access import Access
-
 from .conftest import MODEL, Host, HostFactory
 
 pytestmark = pytest.mark.model
@@ -314,7 +312,7 @@ async def test_a_kept_response_is_read_and_deleted(sdk: openai.AsyncOpenAI) -> N
 
 async def test_a_kept_response_is_its_owner_s(start_host: HostFactory) -> None:
     """With API keys in play, as a task: another key can neither read nor continue it."""
-    host = await start_host(access=Access(["alice", "bob"], "root-key", loopback=False))
+    host = await start_host(api_keys=["alice", "bob"], admin_key="root-key", public=True)
     alice, bob, root = ({"Authorization": f"Bearer {key}"} for key in ("alice", "bob", "root-key"))
     body = {"model": MODEL, "input": "Hi.", "max_output_tokens": 2}
     made = await host.client.post("/v1/responses", json=body, headers=alice)

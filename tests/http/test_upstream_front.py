@@ -8,43 +8,29 @@ or a second infertui host on the bundled model.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
 import pytest
 
-from infertui.core.config import HostSettings
-from infertui.core.host import HostService
-from infertui.core.transport.http import HttpServer, create_app
-
 from ..integration.fake_upstream import FakeUpstream
-from .conftest import HostFactory
+from .conftest import Host, HostFactory
 
 Front = Callable[[str], Coroutine[Any, Any, httpx.AsyncClient]]
 
 
 @pytest.fixture
-async def front() -> AsyncIterator[Front]:
-    """Start (and at teardown stop) hosts whose one engine, "up", is the upstream at a URL."""
-    started: list[tuple[HostService, httpx.AsyncClient]] = []
+def front(start_host: HostFactory) -> Front:
+    """Start hosts whose one engine, "up", is the upstream at a URL (stopped at teardown)."""
 
     async def start(url: str) -> httpx.AsyncClient:
-        settings = HostSettings.model_validate(
-            {"drain_on_stop_ms": 0, "upstream": {"urls": [f"up={url}"], "health_interval_s": 0.2}}
-        )
-        service = HostService(settings)
-        server = HttpServer(create_app(service), "127.0.0.1:0")
-        service.attach(server)
-        await service.start()
-        client = httpx.AsyncClient(base_url=server.url, timeout=30)
-        started.append((service, client))
-        return client
+        settings = {"urls": [f"up={url}"], "health_interval_s": 0.2}
+        host = await start_host(upstream=settings, queue=64)
+        assert host.client is not None
+        return host.client
 
-    yield start
-    for service, client in started:
-        await client.aclose()
-        await service.stop()
+    return start
 
 
 async def cards(http: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
@@ -99,11 +85,10 @@ async def test_health_names_no_model_for_an_upstream_not_reached_yet(front: Fron
     assert engine["engine_id"] == "up" and engine["model_path"] is None  # was "v1"
 
 
-@pytest.mark.model
 async def test_an_infertui_upstream_tells_the_front_its_context_per_sequence(
-    start_host: HostFactory, front: Front
+    host: Host, front: Front
 ) -> None:
-    upstream = await start_host(ctx=1024, parallel=2)
+    upstream = host  # ctx 1024, 2 slots
     direct = await cards(upstream.client)
     assert direct and all(card["max_model_len"] == 1024 for card in direct.values())
     http = await front(f"{upstream.url}/v1")
@@ -117,13 +102,10 @@ async def test_an_infertui_upstream_tells_the_front_its_context_per_sequence(
     assert engine["model_path"] == next(iter(direct))  # the first the upstream lists, not "v1"
 
 
-@pytest.mark.model
-async def test_the_responses_api_works_in_front_of_an_upstream(
-    start_host: HostFactory, front: Front
-) -> None:
+async def test_the_responses_api_works_in_front_of_an_upstream(host: Host, front: Front) -> None:
     """/v1/responses is a chat completion underneath, so a front serves it over any upstream
     engine: whole and streamed, with the upstream's usage."""
-    upstream = await start_host(ctx=1024, parallel=2)
+    upstream = host
     http = await front(f"{upstream.url}/v1")
     body = {"model": "up", "instructions": "Be brief.", "input": "Name a colour.",
             "max_output_tokens": 8, "temperature": 0}  # fmt: skip

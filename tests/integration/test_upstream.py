@@ -41,14 +41,20 @@ GREEDY = {"temperature": 0, "max_tokens": 12}
 
 @pytest.fixture
 async def upstream(start_served_host: ServedHostFactory) -> ServedHost:
-    return await start_served_host(parallel=4)
+    return await start_served_host(parallel=4, p2p=False)
 
 
 async def front_for(
-    start: ServedHostFactory, url: str, *, concurrency: int = 4, health_s: float = 2.0
+    start: ServedHostFactory,
+    url: str,
+    *,
+    concurrency: int = 4,
+    health_s: float = 2.0,
+    p2p: bool = False,
 ) -> ServedHost:
+    """A host whose one engine, "up", is the server at `url`; on Hyperswarm too with p2p."""
     settings = {"urls": [f"up={url}"], "concurrency": concurrency, "health_interval_s": health_s}
-    return await start(upstream=settings)
+    return await start(upstream=settings, p2p=p2p)
 
 
 async def answers(front: ServedHost, model: str = "up") -> None:
@@ -70,7 +76,7 @@ async def test_an_upstream_infertui_serves_every_face_with_the_same_text(
     reaches it one at a time and reads its prompt afresh, as the direct one did (by default
     each would read only its last prompt token on the cells the one before left, and a greedy
     near tie could fall the other way)."""
-    front = await front_for(start_served_host, f"{upstream.url}/v1")
+    front = await front_for(start_served_host, f"{upstream.url}/v1", p2p=True)
     assert front.service.engine_ids() == ["up"]  # only the upstream: no local model loaded
     direct = openai.AsyncOpenAI(base_url=f"{upstream.url}/v1", api_key="-")
     via = openai.AsyncOpenAI(base_url=f"{front.url}/v1", api_key="-")
@@ -212,7 +218,7 @@ async def test_an_upstream_refusal_keeps_its_error_code(
     start_served_host: ServedHostFactory,
 ) -> None:
     """The upstream's QUEUE_FULL (HTTP 429) reaches the front's client as QUEUE_FULL."""
-    upstream = await start_served_host(parallel=1, queue=1)
+    upstream = await start_served_host(parallel=1, queue=1, p2p=False)
     front = await front_for(start_served_host, f"{upstream.url}/v1", concurrency=4)
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
     jobs = [await front.service.submit(model="up", prompt="Hi", params=params) for _ in range(4)]
@@ -368,7 +374,7 @@ async def test_an_upstream_is_added_at_run_time_over_http_and_hyperswarm(
     upstream: ServedHost, start_served_host: ServedHostFactory
 ) -> None:
     """POST /engines (HTTP, loopback admin) and P2P admin take a server URL as model_path."""
-    front = await start_served_host()  # the bundled model, and upstreams added to it
+    front = await start_served_host(p2p=True)  # the bundled model, and upstreams added to it
     async with httpx.AsyncClient(base_url=front.url, timeout=60) as http:
         added = await http.post(
             "/engines",

@@ -2,68 +2,35 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from infertui.core.config import HostSettings
-from infertui.core.host import HostService
 from infertui.core.transport.p2p.client import P2PClient
-from infertui.core.transport.p2p.host import P2PServer
 
-pytestmark = pytest.mark.model
+from ..conftest import Host, HostFactory, Hosts
 
-
-@dataclass
-class P2PHost:
-    service: HostService
-    server: P2PServer
-    seed: bytes
-
-    @property
-    def server_id(self) -> str:
-        return self.server.describe()
-
-
-P2PHostFactory = Callable[..., Coroutine[Any, Any, P2PHost]]
+P2PHost = Host
+P2PHostFactory = HostFactory
 
 
 @pytest.fixture
-async def start_p2p_host(
-    testnet: list[str], tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[P2PHostFactory]:
-    hosts: list[P2PHost] = []
+def start_p2p_host(hosts: Hosts) -> P2PHostFactory:
+    """Hosts of the test's own, on Hyperswarm only; `drain_ms` is their grace at a stop."""
 
-    async def start(
-        *, parallel: int = 2, queue: int = 8, drain_ms: int = 0, **server: Any
-    ) -> P2PHost:
-        settings = HostSettings.model_validate(
-            {"queue": queue, "drain_on_stop_ms": drain_ms, "host_name": "test-host",
-             "model_dirs": [str(tmp_path_factory.getbasetemp())],
-             "engine": {"ctx": 1024, "parallel": parallel, "threads": 2}}
-        )  # fmt: skip
-        service = HostService(settings)
-        seed = server.pop("seed", None) or secrets.token_bytes(32)
-        server.setdefault("bootstrap", testnet)
-        p2p = P2PServer(service, seed=seed, **server)
-        service.attach(p2p)
-        await service.start()
-        await p2p.wait_listening()
-        host = P2PHost(service, p2p, seed)
-        hosts.append(host)
-        return host
+    async def start(**options: Any) -> Host:
+        options.setdefault("admins", ())
+        return await hosts.start(http=False, p2p=True, queue=8, **options)
 
-    yield start
-    for host in hosts:
-        await host.service.stop()
+    return start
 
 
 @pytest.fixture
-async def p2p_host(start_p2p_host: P2PHostFactory) -> P2PHost:
-    return await start_p2p_host()
+async def p2p_host(shared_host: Callable[..., Coroutine[Any, Any, Host]]) -> Host:
+    """The shared host on Hyperswarm (tests/conftest.py, SharedHosts); a test marked
+    `fresh_host` gets its own."""
+    return await shared_host(p2p=True)
 
 
 @pytest.fixture

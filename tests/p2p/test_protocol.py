@@ -201,6 +201,7 @@ async def test_one_key_holds_several_connections_each_with_its_own_replies(
         assert stream.end.tokens_out > 0
 
 
+@pytest.mark.fresh_host
 async def test_one_key_is_refused_beyond_its_connection_cap(
     p2p_host, raw_peer, monkeypatch
 ) -> None:
@@ -217,7 +218,7 @@ async def test_one_key_is_refused_beyond_its_connection_cap(
     assert "2 connections" in error["payload"]["message"]
     await asyncio.wait_for(refused.conn.closed.wait(), 10)
     await held[0].close()  # one closes: the key may connect again
-    await wait_until(lambda: p2p_host.server.connections_by_key[public_key(seed)] < 2)
+    await wait_until(lambda: p2p_host.p2p.connections_by_key[public_key(seed)] < 2)
     again = await raw_peer(seed=seed)
     assert (await again.next())["type"] == "server_info"
 
@@ -245,12 +246,13 @@ async def test_a_key_nobody_serves_is_host_offline(testnet) -> None:
     assert caught.value.kind in (ErrorKind.HOST_OFFLINE, ErrorKind.CONNECT_FAILED)
 
 
+@pytest.mark.fresh_host
 async def test_a_host_killed_mid_stream_is_host_disconnected(p2p_host, connect) -> None:
     client = await connect(p2p_host.server_id)
     stream = client.chat(prompt="A very long story:", max_tokens=400)
     with pytest.raises(InferError) as caught:
         async for _ in stream:
-            p2p_host.server.bridge._proc.kill()  # the host's network process dies
+            p2p_host.p2p.bridge._proc.kill()  # the host's network process dies
     assert caught.value.kind is ErrorKind.HOST_DISCONNECTED
 
 
@@ -271,10 +273,11 @@ async def test_a_stopping_host_finishes_hyperswarm_replies_within_its_grace(
     await stopping
 
 
+@pytest.mark.fresh_host
 async def test_the_bridge_outlives_a_terminal_interrupt(p2p_host, connect) -> None:
     """Ctrl+C (or systemd's stop) signals the whole process group: the bridge leaves it to
     its parent to say when to stop, so that replies can drain through it."""
-    bridge = p2p_host.server.bridge
+    bridge = p2p_host.p2p.bridge
     bridge._proc.send_signal(signal.SIGINT)
     bridge._proc.send_signal(signal.SIGTERM)
     await asyncio.sleep(0.5)
@@ -289,9 +292,9 @@ async def test_without_a_dht_node_both_ends_say_so(start_p2p_host, tmp_path, cap
     nowhere = ["127.0.0.1:9"]  # loopback, and nothing there
     caplog.set_level(logging.INFO, logger="infertui.core.transport.p2p.host")
     host = await start_p2p_host(bootstrap=nowhere)
-    assert host.server.status().startswith("not announced"), host.server.status()
+    assert host.p2p.status().startswith("not announced"), host.p2p.status()
     assert "no DHT node answered" in caplog.text and "announced as" not in caplog.text
-    assert host.service.transport_status()["p2p"] == host.server.status()
+    assert host.service.transport_status()["p2p"] == host.p2p.status()
     dashboard = HostApp(Settings(), LocalClient(host.service), start=False)
     async with dashboard.run_test(size=(100, 24)) as pilot:
         await pilot.pause(0.3)
@@ -305,7 +308,7 @@ async def test_without_a_dht_node_both_ends_say_so(start_p2p_host, tmp_path, cap
 
 
 async def test_a_reachable_host_says_announced(p2p_host) -> None:
-    assert p2p_host.server.status().startswith("announced · ")
+    assert p2p_host.p2p.status().startswith("announced · ")
     dashboard = HostApp(Settings(), LocalClient(p2p_host.service), start=False)
     async with dashboard.run_test(size=(100, 24)) as pilot:
         await pilot.pause(0.3)

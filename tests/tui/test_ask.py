@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import ServedHost, ServedHostFactory, wait_until
+from ..conftest import ServedHost, SharedHost, over_p2p, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -28,8 +28,9 @@ async def ask(*args: str, stdin: str | None = None, data: Path) -> tuple[int, st
 
 
 @pytest.fixture
-async def host(start_served_host: ServedHostFactory) -> ServedHost:
-    return await start_served_host()
+async def host(shared_host: SharedHost, request: pytest.FixtureRequest) -> ServedHost:
+    """The shared host (tests/conftest.py, SharedHosts), on Hyperswarm too for a test marked p2p; a test marked `fresh_host` gets its own."""
+    return await shared_host(p2p=over_p2p(request, default=False))
 
 
 async def test_the_answer_streams_to_stdout(host: ServedHost, tmp_path: Path) -> None:
@@ -41,6 +42,7 @@ async def test_the_answer_streams_to_stdout(host: ServedHost, tmp_path: Path) ->
     assert err == ""
 
 
+@pytest.mark.p2p
 async def test_json_prints_ndjson_events_over_hyperswarm(host: ServedHost, tmp_path: Path) -> None:
     code, out, err = await ask(
         host.server_id, "Write a long story about the sea.", "--json", "--max-tokens", "8",
@@ -100,6 +102,7 @@ async def test_a_malformed_server_id_is_refused_before_any_network(tmp_path: Pat
     assert code == 1 and "not a server ID" in err
 
 
+@pytest.mark.fresh_host
 async def test_ctrl_c_aborts_on_the_host_and_exits_130(host: ServedHost, tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "infertui.tui.cli", "ask", host.url, "Write a long story.",
@@ -117,6 +120,7 @@ async def test_ctrl_c_aborts_on_the_host_and_exits_130(host: ServedHost, tmp_pat
     assert metrics.cancelled == 1 and metrics.completed == 0  # stopped on the host, not finished
 
 
+@pytest.mark.fresh_host
 async def test_a_reader_that_stops_reading_ends_the_reply_quietly(
     host: ServedHost, tmp_path: Path
 ) -> None:

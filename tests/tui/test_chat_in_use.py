@@ -18,7 +18,7 @@ from infertui.tui.screens.model_picker import ModelPicker
 from infertui.tui.widgets.message import AssistantMessage, UserMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory
+from ..conftest import CLIENT_SEED, ServedHost, SharedHost, over_p2p
 from .test_client_app import SIZE, ask, stats_of, until
 
 pytestmark = pytest.mark.model
@@ -34,11 +34,13 @@ def bar_text(app: ClientApp) -> str:
 
 
 @pytest.fixture
-async def host(start_served_host: ServedHostFactory) -> ServedHost:
-    return await start_served_host()
+async def host(shared_host: SharedHost, request: pytest.FixtureRequest) -> ServedHost:
+    """The shared host (tests/conftest.py, SharedHosts), on Hyperswarm too unless the test runs over HTTP alone; a test marked `fresh_host` gets its own."""
+    return await shared_host(p2p=over_p2p(request, default=True))
 
 
 @pytest.mark.parametrize("transport", ["p2p", "http"])
+@pytest.mark.fresh_host
 async def test_the_chat_follows_the_hosts_engines_as_they_change(
     host: ServedHost, transport: str
 ) -> None:

@@ -17,7 +17,7 @@ from infertui.tui.screens.engines import AddEngineModal, ConfirmModal, DrainModa
 from infertui.tui.widgets.message import AssistantMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, until
+from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, SharedHost, over_p2p, until
 
 pytestmark = pytest.mark.model
 SIZE = (100, 30)
@@ -48,8 +48,9 @@ def stats_of(view: AssistantMessage) -> str:
 
 
 @pytest.fixture
-async def host(start_served_host: ServedHostFactory) -> ServedHost:
-    return await start_served_host()
+async def host(shared_host: SharedHost, request: pytest.FixtureRequest) -> ServedHost:
+    """The shared host (tests/conftest.py, SharedHosts), on Hyperswarm too unless the test runs over HTTP alone; a test marked `fresh_host` gets its own."""
+    return await shared_host(p2p=over_p2p(request, default=True))
 
 
 @pytest.mark.parametrize("transport", ["p2p", "http"])
@@ -71,6 +72,7 @@ async def test_a_prompt_streams_a_markdown_reply_with_its_figures(
 
 
 @pytest.mark.parametrize("transport", ["p2p", "http"])
+@pytest.mark.fresh_host
 async def test_escape_aborts_on_the_host_and_frees_the_slot(
     host: ServedHost, transport: str
 ) -> None:
@@ -173,6 +175,7 @@ async def test_an_engine_error_is_shown_in_place(host: ServedHost) -> None:
 
 
 @pytest.mark.parametrize("transport", ["p2p", "http"])
+@pytest.mark.fresh_host
 async def test_host_down_is_said_in_plain_words_and_recovers(
     host: ServedHost, start_served_host: ServedHostFactory, transport: str
 ) -> None:
