@@ -50,11 +50,17 @@ async def test_a_seed_makes_sampling_reproducible(make_pool) -> None:
     assert other != runs[0]
 
 
+_SOLO: list[tuple[str, Finished]] = []
+
+
 async def solo_texts(make_pool) -> list[tuple[str, Finished]]:
-    pool = await make_pool(parallel=1, engine_id="solo", deterministic=True)
-    solo = [await pool.submit(prompt=p, params=GREEDY).text() for p in PROMPTS]
-    await pool.close()
-    return solo
+    """Each prompt's text alone, on a deterministic 1-slot pool: the same for both tests that
+    compare with it, so made once."""
+    if not _SOLO:
+        pool = await make_pool(parallel=1, engine_id="solo", deterministic=True)
+        _SOLO.extend([await pool.submit(prompt=p, params=GREEDY).text() for p in PROMPTS])
+        await pool.close()
+    return _SOLO
 
 
 async def test_eight_concurrent_jobs_on_default_slots_give_exactly_their_solo_text(
