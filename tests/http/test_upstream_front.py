@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ..integration.fake_upstream import FakeUpstream
+from ..upstream.fake_upstream import FakeUpstream
 from .conftest import Host, HostFactory
 
 Front = Callable[[str], Coroutine[Any, Any, httpx.AsyncClient]]

@@ -1,6 +1,6 @@
 """What the upstream engine reads from OpenAI-compatible servers, in the shapes they send:
 SSE objects and error events, both logprobs shapes, and refusals mapped onto infertui's
-errors (issue 15 §1). The engine against real servers is in tests/integration/test_upstream.py."""
+errors (issue 15 §1). The engine against real servers is in tests/upstream/test_upstream.py."""
 
 from __future__ import annotations
 
