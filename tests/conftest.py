@@ -514,6 +514,16 @@ async def shared_host(
         )
 
 
+@pytest.fixture(autouse=True)
+def _frozen_while_hosts_run() -> Iterator[None]:
+    """After a test that stopped a host outside the factory (the CLI's own, a dashboard's),
+    freeze again what the shared hosts still running run among (see Hosts.stop)."""
+    yield
+    if _RUNNING and gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """Keep each phase's report on the test (shared_host reads whether its call passed)."""
