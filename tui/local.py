@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 from infertui.core.client import ChatReply, ChatStats, Client, HostInfo
-from infertui.core.host import HostService
+from infertui.core.host import Ask, HostService
 from infertui.core.protocol import (
     AddEngineRequest,
     ChatMessage,
@@ -97,7 +97,12 @@ class LocalClient(Client):
     ) -> ChatReply:
         return LocalReply(
             self.service.submit(
-                model=model, messages=messages, params=SamplingParams(**params), client_id="local"
+                Ask(
+                    model=model,
+                    messages=messages,
+                    params=SamplingParams(**params),
+                    client_id="local",
+                )
             )
         )
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, Unpack
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .. import paths
@@ -45,10 +45,10 @@ from ..protocol.snapshots import (
     load_of,
 )
 from ..protocol.tokens import Props
-from ..protocol.tools import GENERIC_FORMAT
-from ..scheduler import Job, JobArgs, Pool
+from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
 from . import views
+from .prepare import Ask, prepare
 from .registry import EngineRegistry
 
 log = logging.getLogger(__name__)
@@ -228,38 +228,39 @@ class HostService:
 
     # ---- work --------------------------------------------------------------------------------
 
-    async def submit(
-        self, *, model: str | None = None, pool_id: str | None = None, **job: Unpack[JobArgs]
-    ) -> Job:
-        """Queue a job on the engine `model` names (or the default one), or, with `pool_id`,
-        on that pool and no other: a pin never falls back (spec 002). A prompt beyond
-        SHORT_PROMPT_CHARS is tokenized on a worker thread, so that one client's long prompt
-        never holds up the event loop that serves the others (a 4 MB prompt takes seconds)."""
-        pool = self._pool_for(model, pool_id)
-        engine = pool.engine
-        if engine is not None and engine.tokenizer is None:  # an upstream: nothing to wait for
-            return pool.submit(**job)
-        messages, prompt = job.get("messages"), job.get("prompt")
-        size = len(prompt or "") + sum(len(message.content) for message in messages or ())
-        tools = job.get("tools")
-        if size <= SHORT_PROMPT_CHARS and not tools:
-            job["prompt_tokens"] = pool.prompt_tokens(messages, prompt, tools)
-            return pool.submit(**job)
-        executor = self._long_prompts if size > LONG_PROMPT_CHARS else None
-        loop = asyncio.get_running_loop()
-        tokens = await loop.run_in_executor(executor, pool.prompt_tokens, messages, prompt, tools)
-        if pool.engine is not engine:  # reloaded meanwhile: the new model tokenizes anew
-            tokens = await loop.run_in_executor(
-                executor, pool.prompt_tokens, messages, prompt, tools
-            )
-        job["prompt_tokens"] = tokens
-        return pool.submit(**job)
+    async def submit(self, ask: Ask) -> Job:
+        """Queue what a face asks, prepared for the engine it names (prepare.py); with
+        `drop_oldest`, a conversation past the context loses its oldest turns until it fits."""
+        pool = self._pool_for(ask.model, ask.pool_id)
+        sent = ask
+        while True:
+            try:
+                job = pool.submit(await self._prepared(pool, sent))
+                break
+            except InferError as err:
+                overflow = ask.drop_oldest and err.kind is ErrorKind.CONTEXT_OVERFLOW
+                shorter = sent.without_oldest_turn() if overflow else None
+                if shorter is None:
+                    raise
+                sent = shorter
+        if sent is not ask:
+            left_out = len(ask.messages or ()) - len(sent.messages or ())
+            log.info("%d oldest messages left out to fit the context", left_out)
+        return job
 
-    def tool_format(self, model: str | None) -> str:
-        """The tool-call format of the engine `model` names (the default one for None): the
-        one its chat template renders, else the generic JSON one."""
-        engine = self._registry.resolve(model).engine
-        return engine.chat_format.tools if engine is not None else GENERIC_FORMAT
+    async def _prepared(self, pool: Pool, ask: Ask) -> PreparedJob:
+        """`ask` prepared for the pool's engine now. A prompt beyond SHORT_PROMPT_CHARS is
+        tokenized on a worker thread, so that one client's long prompt never holds up the event
+        loop that serves the others (a 4 MB prompt takes seconds)."""
+        while True:
+            engine = pool.ready_engine()
+            if engine.tokenizer is None or (ask.size <= SHORT_PROMPT_CHARS and not ask.tools):
+                return prepare(engine, ask)
+            executor = self._long_prompts if ask.size > LONG_PROMPT_CHARS else None
+            loop = asyncio.get_running_loop()
+            prepared = await loop.run_in_executor(executor, prepare, engine, ask)
+            if pool.engine is engine:  # else reloaded meanwhile: the new model tokenizes anew
+                return prepared
 
     def thinks(self, model: str | None) -> bool | None:
         """Whether the engine `model` names (the default one for None) can think, by its chat

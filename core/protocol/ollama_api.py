@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from .common import MAX_MESSAGES, NO_IMAGES, NO_SUFFIX, ChatMessage, refused
+from .common import MAX_MESSAGES, NO_IMAGES, NO_SUFFIX, refused
 from .sampling import (
     FrequencyPenalty,
     MinP,
@@ -35,7 +35,7 @@ from .sampling import (
 )
 from .snapshots import TimingStats
 from .structured import JSON_OBJECT, checked_schema
-from .tools import MAX_TOOLS, RichMessage, Tool, conversation
+from .tools import MAX_TOOLS, RichMessage, Tool
 
 NS_PER_MS = 1_000_000
 
@@ -137,8 +137,10 @@ class ApiChatRequest(_Generation):
     messages: list[ApiMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
 
-    def turns(self, tool_format: str) -> list[ChatMessage]:
-        return conversation([m.rich() for m in self.messages], self.tools or [], tool_format)
+    def turns(self) -> list[RichMessage]:
+        """The messages as the host's prepare step reads them (prepare.py writes them for
+        the engine)."""
+        return [m.rich() for m in self.messages]
 
     @field_validator("messages")
     @classmethod

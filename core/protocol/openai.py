@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from .common import MAX_MESSAGES, MAX_PROMPTS, NO_SUFFIX, ChatMessage, refused
+from .common import MAX_MESSAGES, MAX_PROMPTS, NO_SUFFIX, refused
 from .errors import InferError
 from .events import TokenLogprob
 from .finish import OpenAIFinish
@@ -57,16 +57,7 @@ from .sampling import (
     TypicalP,
 )
 from .structured import JSON_OBJECT, checked_schema
-from .tools import (
-    GENERIC_FORMAT,
-    MAX_TOOLS,
-    NamedChoice,
-    RichMessage,
-    Tool,
-    ToolChoice,
-    conversation,
-    forcing_schema,
-)
+from .tools import MAX_TOOLS, Forced, NamedChoice, RichMessage, Tool, ToolChoice
 
 MAX_CHOICES = 16  # n: choices in one chat completion
 
@@ -223,21 +214,14 @@ class ChatCompletionRequest(_Sampling):
             raise ValueError("top_logprobs needs logprobs: true")  # logprobs came back
         return self
 
-    def sampling(self, max_tokens: int | None, tool_format: str = GENERIC_FORMAT) -> SamplingParams:
-        params = super().sampling(max_tokens)
-        # A forced call's grammar wins over response_format, as OpenAI's: this reply is the
-        # call; the format shapes the answer a later request (tool_choice auto) asks for.
-        if self.forced:
-            several = self.parallel_tool_calls and self.tool_choice == "required"
-            schema, wrap = forcing_schema(self.offered, parallel=several, form=tool_format)
-            params = params.model_copy(update={"json_schema": schema, "json_wrap": wrap})
-        return params
-
-    def turns(self, tool_format: str = GENERIC_FORMAT) -> list[ChatMessage]:
-        """The conversation for the template. With tools offered in the generic format, they
-        are described first and earlier calls and results are plain turns; a template that
-        renders tools gets the turns as they are (and the tools beside them)."""
-        return conversation(self.messages, self.offered, tool_format)
+    @property
+    def forced_calls(self) -> Forced | None:
+        """What a forced reply calls: one or more tools ("required", parallel calls allowed),
+        or exactly one (a named tool, or parallel calls off); None when no call is forced."""
+        if not self.forced:
+            return None
+        several = self.parallel_tool_calls and self.tool_choice == "required"
+        return "several" if several else "one"
 
     @field_validator("messages", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ every format, by tool_stream.py.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -67,7 +68,10 @@ class NamedChoice(BaseModel):
 ToolChoice = Literal["none", "auto", "required"] | NamedChoice
 
 
-def system_turn(tools: list[Tool]) -> str:
+Forced = Literal["one", "several"]  # a call must come: exactly one, or one or more
+
+
+def system_turn(tools: Sequence[Tool]) -> str:
     """What the model is told about the tools and how to call them."""
     lines = [
         "You can call these tools. To call one or more, reply with only this JSON and "
@@ -84,7 +88,7 @@ def system_turn(tools: list[Tool]) -> str:
 
 
 def forcing_schema(
-    tools: list[Tool], *, parallel: bool, form: str = GENERIC_FORMAT
+    tools: Sequence[Tool], *, parallel: bool, form: str = GENERIC_FORMAT
 ) -> tuple[str, tuple[str, str] | None]:
     """The JSON Schema of a reply that is a well-formed call of one of `tools` (of several
     calls, if `parallel` and the format has a list), in the call format `form`, with the
@@ -148,13 +152,15 @@ class RichMessage(ChatMessage):
 
 
 def conversation(
-    messages: list[RichMessage], offered: list[Tool], tool_format: str
+    messages: Sequence[ChatMessage], offered: Sequence[Tool], tool_format: str
 ) -> list[ChatMessage]:
     """The turns for the chat template. A template that renders tools gets them as they are
     (and the tools beside them); otherwise offered tools are described in the first system
     turn and earlier calls and results become plain turns."""
+    if not offered and all(type(m) is ChatMessage for m in messages):
+        return list(messages)  # plain turns already (spec 001, P2P): nothing to write
     if offered and tool_format != GENERIC_FORMAT:
-        return [m.for_template() for m in messages]
+        return [m.for_template() if isinstance(m, RichMessage) else m for m in messages]
     dumped = [m.model_dump(exclude_none=True) for m in messages]
     plain = [ChatMessage.model_validate(m) for m in plain_turns(dumped)]
     if not offered:

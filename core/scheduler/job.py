@@ -19,8 +19,8 @@ import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Required, TypedDict
 
 from ..engine import Engine, GenerationRequest
 from ..protocol.common import ChatMessage, SamplingParams
@@ -32,20 +32,21 @@ log = logging.getLogger(__name__)
 TEXT_TAIL = 240
 
 
-class JobArgs(TypedDict, total=False):
-    """What a face gives to submit a job: a chat (`messages`) or a plain completion
-    (`prompt`), how to sample it, and who asks (for per-client limits and logs)."""
+@dataclass(frozen=True, kw_only=True)
+class PreparedJob:
+    """A job ready for its engine (HostService.prepare made it): its prompt as the engine's
+    tokens, or, for an engine whose server renders and tokenizes, the turns or text to send;
+    how to sample it; and who asks (for per-client limits and logs)."""
 
-    params: Required[SamplingParams]
-    messages: Sequence[ChatMessage] | None
-    prompt: str | None
-    client_id: str | None
-    client_limit: int | None
-    job_id: str | None
-    correlation_id: str | None
-    prompt_tokens: list[int] | None  # the prompt tokenized already (off the event loop)
-    embed: bool  # the prompt's embedding, not a completion of it
-    tools: Sequence[dict[str, Any]] | None  # rendered by the chat template (it renders tools)
+    params: SamplingParams
+    tokens: list[int]  # empty for an engine that tokenizes on its server
+    messages: Sequence[ChatMessage] | None = None  # a chat: its turns, rendered for the engine
+    prompt: str | None = None  # a plain completion's text
+    embed: bool = False  # the prompt's embedding, not a completion of it
+    client_id: str | None = None
+    client_limit: int | None = None
+    job_id: str | None = None
+    correlation_id: str | None = None
 
 
 def new_job_id() -> str:

@@ -21,11 +21,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Unpack
 
 from ..engine import AnySpec, Engine, EngineEvent, GenerationRequest, open_engine
 from ..engine.interface import Tokenizer
-from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished, TokenText
 from ..protocol.snapshots import (
@@ -38,7 +36,7 @@ from ..protocol.snapshots import (
 )
 from .admission import check_fits
 from .forecast import forecast
-from .job import Job, JobArgs, new_job_id
+from .job import Job, PreparedJob, new_job_id
 from .metrics import MetricsRecorder
 from .queue import JobQueue
 
@@ -156,16 +154,12 @@ class Pool:
 
     # ---- admission ---------------------------------------------------------------------------
 
-    def submit(self, **args: Unpack[JobArgs]) -> Job:
-        """Admit a chat (`messages`) or a plain completion (`prompt`), or raise InferError."""
-        client_id = args.get("client_id")
+    def submit(self, prepared: PreparedJob) -> Job:
+        """Admit a job HostService.prepare made for this pool's engine, or raise InferError."""
+        client_id = prepared.client_id
         try:
-            job = self._admit(
-                args["params"], args.get("messages"), args.get("prompt"), client_id,
-                args.get("client_limit"), args.get("job_id"), args.get("prompt_tokens"),
-                embed=args.get("embed", False),
-            )  # fmt: skip
-            job.correlation_id = args.get("correlation_id")
+            job = self._admit(prepared)
+            job.correlation_id = prepared.correlation_id
         except InferError as exc:
             self.metrics.record_reject(exc.kind.value)
             log.info("pool %s rejected a job from %s: %s", self.id, client_id or "-", exc.message)
@@ -182,24 +176,6 @@ class Pool:
         )  # fmt: skip
         return job
 
-    def prompt_tokens(
-        self,
-        messages: Sequence[ChatMessage] | None,
-        prompt: str | None,
-        tools: Sequence[dict[str, Any]] | None = None,
-    ) -> list[int]:
-        """A job's prompt as tokens: its messages through the chat template, or its plain
-        prompt. Safe on any thread (it reads only the model's vocabulary), and for a long
-        prompt worth running on one: a megabyte of text takes most of a second."""
-        tokenizer = self._tokenizer()
-        if tokenizer is None:
-            return []  # its server reads the messages or the text
-        if messages is not None:
-            return tokenizer.chat_prompt(messages, tools)
-        if prompt is not None:
-            return tokenizer.text_prompt(prompt)
-        raise InferError(ErrorKind.INVALID_PARAMS, "a job needs messages or a prompt")
-
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         """The text as the model's tokens (any thread: a long text is worth running on one)."""
         return self._needs_tokenizer().tokenize(text, add_special=add_special)
@@ -208,7 +184,7 @@ class Pool:
         return self._needs_tokenizer().detokenize(tokens)
 
     def _tokenizer(self) -> Tokenizer | None:
-        return self._ready_engine().tokenizer
+        return self.ready_engine().tokenizer
 
     def _needs_tokenizer(self) -> Tokenizer:
         tokenizer = self._tokenizer()
@@ -221,7 +197,8 @@ class Pool:
             )
         return tokenizer
 
-    def _ready_engine(self) -> Engine:
+    def ready_engine(self) -> Engine:
+        """The engine, if the pool takes jobs now; else POOL_UNREADY, saying why."""
         engine = self.engine
         if self.state is not PoolState.READY or engine is None:
             raise InferError(
@@ -242,20 +219,10 @@ class Pool:
             return f"engine '{self.id}' failed to load" + (f": {self.error}" if self.error else "")
         return f"engine '{self.id}' {_STATE_WORDS.get(self.state, 'is not ready')}"
 
-    def _admit(
-        self,
-        params: SamplingParams,
-        messages: Sequence[ChatMessage] | None,
-        prompt: str | None,
-        client_id: str | None,
-        client_limit: int | None,
-        job_id: str | None,
-        tokens: list[int] | None,
-        *,
-        embed: bool = False,
-    ) -> Job:
-        engine = self._ready_engine()
-        params = params.with_defaults(engine.sampling_defaults)
+    def _admit(self, prepared: PreparedJob) -> Job:
+        engine = self.ready_engine()
+        params = prepared.params.with_defaults(engine.sampling_defaults)
+        client_id, client_limit, job_id = prepared.client_id, prepared.client_limit, prepared.job_id
         if (
             client_id is not None
             and client_limit is not None
@@ -271,8 +238,7 @@ class Pool:
             raise InferError(
                 ErrorKind.INVALID_PARAMS, f"job id '{job_id}' is already in use", param="task_id"
             )
-        if tokens is None:
-            tokens = self.prompt_tokens(messages, prompt)
+        tokens, messages, embed = prepared.tokens, prepared.messages, prepared.embed
         max_tokens = check_fits(engine, self.id, tokens, params.max_tokens, embed=embed,
                                 chat=messages is not None)  # fmt: skip
         depth = len(self._queue)
@@ -288,7 +254,7 @@ class Pool:
         stops = tokenizer.stop_tokens if tokenizer and messages is not None else frozenset()
         request = GenerationRequest(
             job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed,
-            messages=messages, prompt_text=prompt,
+            messages=messages, prompt_text=prepared.prompt,
         )  # fmt: skip
         position, start_ms = (0, 0) if starts_now else (depth, self._start_ms(depth))
         job = Job(request, engine, self.id, client_id, self._cancel, self._on_job_closed,

@@ -21,6 +21,7 @@ from infertui.core.protocol.events import Finished, TokenLogprob, TokenText
 from infertui.core.scheduler import Job, Pool
 
 from ..conftest import wait_until
+from ..jobs import submit
 
 pytestmark = pytest.mark.model
 
@@ -45,7 +46,7 @@ async def run_all(pool: Pool, prompts: list[str]) -> list[tuple[str, Finished]]:
 
 
 def submit_all(pool: Pool, prompts: list[str], params: SamplingParams = SHORT) -> list[Job]:
-    return [pool.submit(prompt=p, params=params) for p in prompts]
+    return [submit(pool, prompt=p, params=params) for p in prompts]
 
 
 PROBE = SHORT.model_copy(update={"logprobs": 5})  # SHORT, with each token's distribution
@@ -72,7 +73,7 @@ async def test_deterministic_mode_gives_every_job_its_solo_text(make_pool) -> No
     distributions then break near ties the other way (seen at 480 tokens)."""
     solo = await make_pool(parallel=1, ctx=3100, engine_id="solo", deterministic=True)
     prompts = [prompt_of(solo, n, i) for i, n in enumerate(LENGTHS)]
-    alone = [await solo.submit(prompt=p, params=SHORT).text() for p in prompts]
+    alone = [await submit(solo, prompt=p, params=SHORT).text() for p in prompts]
     await solo.close()
     pool = await make_pool(parallel=4, ctx=3100, batch=512, deterministic=True)
     together = await run_all(pool, prompts)
@@ -86,7 +87,7 @@ async def test_a_short_prompt_is_not_kept_waiting_behind_a_long_one(
     """The long prompt is admitted first; with its prompt shared fairly, the short one's first
     token comes long before the long one has been read."""
     pool = await make_pool(parallel=2, ctx=3100, batch=128, path=cut_model_path)
-    long_job = pool.submit(prompt=prompt_of(pool, 3000, 1), params=SHORT)
+    long_job = submit(pool, prompt=prompt_of(pool, 3000, 1), params=SHORT)
     engine = pool.engine
     assert engine is not None
     await wait_until(  # the long prompt is in its first chunks
@@ -95,7 +96,7 @@ async def test_a_short_prompt_is_not_kept_waiting_behind_a_long_one(
         ),
         seconds=60,
     )
-    short_job = pool.submit(prompt=prompt_of(pool, 20, 2), params=SHORT)
+    short_job = submit(pool, prompt=prompt_of(pool, 20, 2), params=SHORT)
     (_, short_end), (_, long_end) = await asyncio.gather(short_job.text(), long_job.text())
     assert short_end.timings.ttft_ms is not None and long_end.timings.ttft_ms is not None
     assert short_end.timings.ttft_ms < long_end.timings.ttft_ms / 3
@@ -108,7 +109,7 @@ async def test_running_streams_keep_going_while_a_long_prompt_is_read(
     is decoding keeps producing tokens while 3,000 prompt tokens go in beside it."""
     pool = await make_pool(parallel=2, ctx=3100, batch=128, path=cut_model_path)
     params = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
-    runner = pool.submit(prompt="Once upon a time", params=params)
+    runner = submit(pool, prompt="Once upon a time", params=params)
     stamps: list[float] = []
 
     async def consume() -> None:
@@ -119,7 +120,7 @@ async def test_running_streams_keep_going_while_a_long_prompt_is_read(
     consumer = asyncio.create_task(consume())
     while len(stamps) < 5:
         await asyncio.sleep(0.01)
-    long_job = pool.submit(prompt=prompt_of(pool, 3000, 3), params=SHORT)
+    long_job = submit(pool, prompt=prompt_of(pool, 3000, 3), params=SHORT)
     _, long_end = await long_job.text()
     during = [t for t in stamps if t > stamps[4]]
     runner.cancel()
@@ -131,7 +132,7 @@ async def test_running_streams_keep_going_while_a_long_prompt_is_read(
 
 async def test_a_cancel_in_the_middle_of_a_prefill_frees_the_slot(make_pool) -> None:
     pool = await make_pool(parallel=1, ctx=3100, batch=64)
-    job = pool.submit(prompt=prompt_of(pool, 3000, 4), params=SHORT)
+    job = submit(pool, prompt=prompt_of(pool, 3000, 4), params=SHORT)
     engine = pool.engine
     assert engine is not None
     for _ in range(500):  # until some, not all, of the prompt is in the KV cache
@@ -143,7 +144,7 @@ async def test_a_cancel_in_the_middle_of_a_prefill_frees_the_slot(make_pool) -> 
     assert job.cancel()
     await asyncio.wait_for(job.wait_released(), 10)
     assert engine.sequence_length(0) == 0 and engine.busy_slots == 0
-    text, end = await pool.submit(prompt="The sky is", params=SHORT).text()
+    text, end = await submit(pool, prompt="The sky is", params=SHORT).text()
     assert end.finish_reason in ("stop", "length") and text
 
 
@@ -171,13 +172,13 @@ async def test_prompts_joining_a_running_stream_give_all_their_rows_in_one_recta
     probe = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, logprobs=5)
     if backend:
         probe = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
-    running = pool.submit(prompt="The sea", params=SamplingParams(max_tokens=400, ignore_eos=True))
+    running = submit(pool, prompt="The sea", params=SamplingParams(max_tokens=400, ignore_eos=True))
     for _ in range(1000):
         if running.tokens_out >= 2:
             break
         await asyncio.sleep(0.005)
     monkeypatch.setattr(LlamaContext, "decode", counting)
-    together = [pool.submit(prompt=p, params=probe) for p in prompts]
+    together = [submit(pool, prompt=p, params=probe) for p in prompts]
     results = [await job.text() for job in together]
     assert running.tokens_out < 400, "the prompts were read while the stream was running"
     running.cancel()
@@ -186,7 +187,7 @@ async def test_prompts_joining_a_running_stream_give_all_their_rows_in_one_recta
     if not backend:
         solo = await make_pool(parallel=1, engine_id="solo")
         for prompt, job in zip(prompts, together, strict=True):
-            alone = solo.submit(prompt=prompt, params=probe)
+            alone = submit(solo, prompt=prompt, params=probe)
             await alone.text()
             assert_same_distribution(job.logprobs[0], alone.logprobs[0])
 
@@ -203,7 +204,7 @@ async def test_the_same_prompt_asked_three_times_at_once_is_read_once(make_pool,
     prompt = prompt_of(pool, 300, 5)
     params = SHORT if backend else PROBE
     solo = await make_pool(parallel=1, engine_id="solo")  # its kept cells are not this pool's
-    alone = solo.submit(prompt=prompt, params=params)
+    alone = submit(solo, prompt=prompt, params=params)
     _, solo_end = await alone.text()
     other = prompt_of(pool, 200, 6)  # a different prompt beside them reads its own
     jobs = submit_all(pool, [prompt, prompt, prompt, other], params)
@@ -268,12 +269,12 @@ async def test_a_prompt_already_running_is_copied_where_its_cells_are_intact(
     solo = await make_pool(
         parallel=1, engine_id="solo", path=swa_model_path
     )  # its kept cells are not this pool's
-    alone = solo.submit(prompt=prompt, params=params)
+    alone = submit(solo, prompt=prompt, params=params)
     await alone.text()
-    first = pool.submit(prompt=prompt, params=params)
+    first = submit(pool, prompt=prompt, params=params)
     while first.tokens_out < 3:  # decoding, a few tokens past its prompt
         await asyncio.sleep(0.005)
-    second = pool.submit(prompt=prompt, params=params)
+    second = submit(pool, prompt=prompt, params=params)
     end = (await second.text())[1]
     assert end.timings.tokens_cached == (end.timings.tokens_in - 1 if copied else 0)
     assert_same_greedy(second.logprobs, alone.logprobs)
@@ -289,17 +290,17 @@ async def test_a_prompt_that_begins_as_a_running_one_copies_that_head(make_pool)
     stream's token here and alone there, so the same distribution to float rounding."""
     pool = await make_pool(parallel=2, batch=512)
     head = prompt_of(pool, 300, 11)
-    first = pool.submit(prompt=head + " Question: where does it go?", params=TURN)
+    first = submit(pool, prompt=head + " Question: where does it go?", params=TURN)
     while first.tokens_out < 3:  # decoding, past its prompt
         await asyncio.sleep(0.005)
     asked = head + " Question: who built the mill?"
     probe = SamplingParams(temperature=0.0, max_tokens=1, logprobs=5)
-    copied = pool.submit(prompt=asked, params=probe)
+    copied = submit(pool, prompt=asked, params=probe)
     end = (await copied.text())[1]
     assert 290 <= end.timings.tokens_cached < end.timings.tokens_in - 4, end.timings
     other = await make_pool(parallel=1, engine_id="other")
-    await other.submit(prompt=head + " Question: where does it go?", params=TURN).text()
-    kept = other.submit(prompt=asked, params=probe)
+    await submit(other, prompt=head + " Question: where does it go?", params=TURN).text()
+    kept = submit(other, prompt=asked, params=probe)
     assert (await kept.text())[1].timings.tokens_cached == end.timings.tokens_cached
     (a,), (b,) = copied.logprobs, kept.logprobs
     assert_same_distribution(a, b)
@@ -328,7 +329,7 @@ async def test_prompts_with_one_head_arriving_together_read_it_once(
     assert all(text and end.finish_reason == "length" for text, end in results)
     reader = cached.index(0)
     solo = await make_pool(parallel=1, batch=batch, engine_id="solo", path=swa_model_path)
-    alone = solo.submit(prompt=prompts[reader], params=PROBE)
+    alone = submit(solo, prompt=prompts[reader], params=PROBE)
     await alone.text()
     if length < 512:  # past the window the reader's chunks are cut at the head, not alone
         assert_same_greedy(jobs[reader].logprobs, alone.logprobs)
@@ -345,18 +346,18 @@ async def test_the_next_turn_of_a_chat_decodes_only_what_is_new(make_pool) -> No
     text may part after a near tie)."""
     pool = await make_pool(parallel=2)
     first = [ChatMessage(role="user", content="Tell me about the sea.")]
-    reply, end = await pool.submit(messages=first, params=TURN).text()
+    reply, end = await submit(pool, messages=first, params=TURN).text()
     second = [
         *first,
         ChatMessage(role="assistant", content=reply),
         ChatMessage(role="user", content="And the mountains?"),
     ]
     probe = SamplingParams(temperature=0.0, max_tokens=1, logprobs=5)
-    reused = pool.submit(messages=second, params=probe)
+    reused = submit(pool, messages=second, params=probe)
     again = (await reused.text())[1]
     assert again.timings.tokens_cached >= end.timings.tokens_in
     fresh_pool = await make_pool(parallel=1, engine_id="fresh")
-    fresh = fresh_pool.submit(messages=second, params=probe)
+    fresh = submit(fresh_pool, messages=second, params=probe)
     assert (await fresh.text())[1].timings.tokens_cached == 0
     assert_same_distribution(reused.logprobs[0], fresh.logprobs[0], generated=True)
     # The fresh host's cells of that history were prefilled: a next turn from them reads, to
@@ -364,11 +365,11 @@ async def test_the_next_turn_of_a_chat_decodes_only_what_is_new(make_pool) -> No
     # (the positions and the cells line up exactly; chunking itself moves the logits).
     third = [*second, ChatMessage(role="assistant", content="Tell"), ChatMessage(role="user",
              content="Go on.")]  # fmt: skip
-    from_prefill = fresh_pool.submit(messages=third, params=probe)
+    from_prefill = submit(fresh_pool, messages=third, params=probe)
     kept = len(fresh.request.prompt_tokens)
     assert (await from_prefill.text())[1].timings.tokens_cached == kept
     alone_pool = await make_pool(parallel=1, batch=kept, engine_id="alone")
-    alone = alone_pool.submit(messages=third, params=probe)
+    alone = submit(alone_pool, messages=third, params=probe)
     await alone.text()
     assert from_prefill.logprobs[0].top == alone.logprobs[0].top
 
@@ -421,16 +422,16 @@ async def test_kept_cells_survive_fillers_and_serve_the_next_turn(make_pool) -> 
     pool = await make_pool(parallel=3, batch=64)
     long = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
     prompts = [prompt_of(pool, n, i) for i, n in enumerate((40, 41, 42))]
-    jobs = [pool.submit(prompt=p, params=TURN if i == 1 else long) for i, p in enumerate(prompts)]
+    jobs = [submit(pool, prompt=p, params=TURN if i == 1 else long) for i, p in enumerate(prompts)]
     results = await asyncio.gather(*(job.text() for job in jobs))
     assert [job.request.slot for job in jobs] == [0, 1, 2]
     engine = pool.engine
     assert engine is not None and engine.kept_cells(1) > 0
     follow_up = prompts[1] + results[1][0] + " And then"
     probe = SamplingParams(temperature=0.0, max_tokens=1, logprobs=5)
-    reused = pool.submit(prompt=follow_up, params=probe)
+    reused = submit(pool, prompt=follow_up, params=probe)
     assert (await reused.text())[1].timings.tokens_cached > 41
-    fresh = (await make_pool(parallel=1, engine_id="fresh")).submit(prompt=follow_up, params=probe)
+    fresh = submit(await make_pool(parallel=1, engine_id="fresh"), prompt=follow_up, params=probe)
     await fresh.text()
     assert_same_distribution(reused.logprobs[0], fresh.logprobs[0])
 
@@ -442,10 +443,10 @@ async def test_kept_cells_past_a_sliding_window_serve_only_a_prompt_that_goes_on
     token's window: a prompt that shares only the start of 700 kept tokens decodes itself."""
     pool = await make_pool(parallel=1, path=swa_model_path)
     prompt = prompt_of(pool, 700, 10)
-    await pool.submit(prompt=prompt, params=TURN).text()
+    await submit(pool, prompt=prompt, params=TURN).text()
     engine = pool.engine
     assert engine is not None and engine.kept_cells(0) > 700
-    text, end = await pool.submit(prompt=prompt[: len(prompt) // 2], params=TURN).text()
+    text, end = await submit(pool, prompt=prompt[: len(prompt) // 2], params=TURN).text()
     assert end.timings.tokens_cached == 0 and text
 
 
@@ -457,13 +458,13 @@ async def test_kept_cells_longer_than_the_running_streams_are_dropped_not_filled
     running streams, long kept cells are freed instead."""
     pool = await make_pool(parallel=3)
     long = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
-    first = pool.submit(prompt=prompt_of(pool, 20, 11), params=long)
+    first = submit(pool, prompt=prompt_of(pool, 20, 11), params=long)
     while first.request.slot is None:
         await asyncio.sleep(0.005)
-    brief = pool.submit(prompt=prompt_of(pool, 300, 12), params=SHORT)
+    brief = submit(pool, prompt=prompt_of(pool, 300, 12), params=SHORT)
     while brief.request.slot is None:
         await asyncio.sleep(0.005)
-    last = pool.submit(prompt=prompt_of(pool, 20, 13), params=long)
+    last = submit(pool, prompt=prompt_of(pool, 20, 13), params=long)
     await brief.text()
     engine = pool.engine
     assert engine is not None and brief.request.slot == 1

@@ -11,6 +11,8 @@ from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import Admitted, Finished, TokenText
 from infertui.core.scheduler import Job
 
+from ..jobs import submit
+
 pytestmark = pytest.mark.model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=48)
@@ -34,17 +36,17 @@ async def stream(job: Job) -> tuple[list[str], Finished]:
 
 async def test_same_prompt_and_seed_at_temperature_0_give_identical_text(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    first, _ = await pool.submit(prompt=PROMPTS[0], params=GREEDY).text()
-    second, _ = await pool.submit(prompt=PROMPTS[0], params=GREEDY).text()
+    first, _ = await submit(pool, prompt=PROMPTS[0], params=GREEDY).text()
+    second, _ = await submit(pool, prompt=PROMPTS[0], params=GREEDY).text()
     assert first and first == second
 
 
 async def test_a_seed_makes_sampling_reproducible(make_pool) -> None:
     pool = await make_pool(parallel=1)
     params = SamplingParams(temperature=1.0, seed=1234, max_tokens=32)
-    runs = [(await pool.submit(prompt=PROMPTS[1], params=params).text())[0] for _ in range(2)]
+    runs = [(await submit(pool, prompt=PROMPTS[1], params=params).text())[0] for _ in range(2)]
     other = (
-        await pool.submit(prompt=PROMPTS[1], params=params.model_copy(update={"seed": 99})).text()
+        await submit(pool, prompt=PROMPTS[1], params=params.model_copy(update={"seed": 99})).text()
     )[0]
     assert runs[0] == runs[1]
     assert other != runs[0]
@@ -58,7 +60,7 @@ async def solo_texts(make_pool) -> list[tuple[str, Finished]]:
     compare with it, so made once."""
     if not _SOLO:
         pool = await make_pool(parallel=1, engine_id="solo", deterministic=True)
-        _SOLO.extend([await pool.submit(prompt=p, params=GREEDY).text() for p in PROMPTS])
+        _SOLO.extend([await submit(pool, prompt=p, params=GREEDY).text() for p in PROMPTS])
         await pool.close()
     return _SOLO
 
@@ -70,7 +72,7 @@ async def test_eight_concurrent_jobs_on_default_slots_give_exactly_their_solo_te
     concurrent jobs at temperature 0 each give the very text that job gives alone."""
     solo = await solo_texts(make_pool)
     pool = await make_pool(parallel=4, deterministic=True)
-    jobs = [pool.submit(prompt=p, params=GREEDY) for p in PROMPTS]
+    jobs = [submit(pool, prompt=p, params=GREEDY) for p in PROMPTS]
     batched = await asyncio.gather(*(job.text() for job in jobs))
     for (solo_text, solo_end), (text, end), prompt in zip(solo, batched, PROMPTS, strict=True):
         assert end.finish_reason == solo_end.finish_reason, prompt
@@ -88,7 +90,7 @@ async def test_eight_slots_decoding_together_complete_in_full_and_start_exactly(
     most replies are identical to their solo text."""
     solo = await solo_texts(make_pool)
     pool = await make_pool(parallel=8, deterministic=True)
-    jobs = [pool.submit(prompt=p, params=GREEDY) for p in PROMPTS]
+    jobs = [submit(pool, prompt=p, params=GREEDY) for p in PROMPTS]
     batched = await asyncio.gather(*(stream(job) for job in jobs))
     identical = 0
     for (solo_text, _solo_end), (chunks, end) in zip(solo, batched, strict=True):
@@ -107,7 +109,7 @@ async def test_chat_messages_use_the_models_turn_format(make_pool) -> None:
         ChatMessage(role="system", content="Answer in one word."),
         ChatMessage(role="user", content="What color is the sky?"),
     ]
-    job = pool.submit(messages=messages, params=GREEDY)
+    job = submit(pool, messages=messages, params=GREEDY)
     # system + user turn, rendered with ChatML's <|im_start|> markers, is more than the text
     assert job.tokens_in > 12
     events = [e async for e in job.events()]
@@ -122,7 +124,7 @@ async def test_emoji_and_cjk_stream_valid_utf8_in_every_chunk(make_pool) -> None
     pool = await make_pool(parallel=2)
     prompts = ["日本の首都は東京です。中国の首都は", "I love 🍕 and 🍣 and 🎉🎉 because 😀"]
     params = SamplingParams(temperature=0, max_tokens=64, logprobs=0)
-    jobs = [pool.submit(prompt=p, params=params) for p in prompts]
+    jobs = [submit(pool, prompt=p, params=params) for p in prompts]
     results = await asyncio.gather(*(job_events(job) for job in jobs))
     produced = "".join(e.text for events, _ in results for e in events)
     assert any(ord(ch) > 0x2E80 for ch in produced), "the model should answer with CJK or emoji"
@@ -147,13 +149,13 @@ async def job_events(job: Job) -> tuple[list[TokenText], Finished]:
 
 async def test_a_stop_string_is_never_emitted_not_even_its_first_part(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    free_text, _ = await pool.submit(prompt=PROMPTS[1], params=GREEDY).text()
+    free_text, _ = await submit(pool, prompt=PROMPTS[1], params=GREEDY).text()
     words = free_text.split()
     assert len(words) > 6
     stop = " " + " ".join(words[4:6])  # two words in the middle, with the leading space
     cut = free_text.index(stop)
 
-    job = pool.submit(prompt=PROMPTS[1], params=GREEDY.model_copy(update={"stop": (stop,)}))
+    job = submit(pool, prompt=PROMPTS[1], params=GREEDY.model_copy(update={"stop": (stop,)}))
     chunks, end = await stream(job)
     assert end.finish_reason == "stop"
     assert "".join(chunks) == free_text[:cut]
@@ -162,8 +164,8 @@ async def test_a_stop_string_is_never_emitted_not_even_its_first_part(make_pool)
 
 async def test_max_tokens_ends_with_length(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    _, end = await pool.submit(
-        prompt=PROMPTS[2], params=SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    _, end = await submit(
+        pool, prompt=PROMPTS[2], params=SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     ).text()
     assert end.finish_reason == "length"
     assert end.timings.tokens_out == 5
@@ -171,8 +173,8 @@ async def test_max_tokens_ends_with_length(make_pool) -> None:
 
 async def test_per_job_timings_are_reported(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    _, end = await pool.submit(
-        prompt=PROMPTS[3], params=SamplingParams(temperature=0, max_tokens=16)
+    _, end = await submit(
+        pool, prompt=PROMPTS[3], params=SamplingParams(temperature=0, max_tokens=16)
     ).text()
     t = end.timings
     assert t.tokens_in > 0 and t.tokens_out > 0
@@ -187,8 +189,8 @@ async def test_the_prompt_rate_and_ttft_are_known_as_a_reply_starts(make_pool) -
     counts only the tokens it read."""
     pool = await make_pool(parallel=1)
     head = "A long story about a lighthouse keeper and the sea. " * 12
-    job = pool.submit(
-        prompt=head, params=SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    job = submit(
+        pool, prompt=head, params=SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     )
     running = None
     async for event in job.events():  # read to the end: leaving early would cancel the job
@@ -202,7 +204,7 @@ async def test_the_prompt_rate_and_ttft_are_known_as_a_reply_starts(make_pool) -
     after = pool.metrics_snapshot()
     assert after.prefill_tps_recent == running.prefill_tps_recent  # counted once, not again
     assert after.ttft_ms == running.ttft_ms
-    follow = pool.submit(prompt=head + "The keeper", params=SamplingParams(max_tokens=4))
+    follow = submit(pool, prompt=head + "The keeper", params=SamplingParams(max_tokens=4))
     _, end = await follow.text()
     assert end.timings.tokens_cached > 0
     metrics = pool.metrics

@@ -21,6 +21,8 @@ from infertui.core.engine.step_sampler import StepSampler
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import TokenText
 
+from ..jobs import submit
+
 pytestmark = pytest.mark.model
 
 PROMPTS = [
@@ -35,7 +37,7 @@ PENALISED = SEEDED.model_copy(update={"repeat_penalty": 1.3, "presence_penalty":
 
 
 async def texts(pool, params: SamplingParams, prompts: list[str] = PROMPTS) -> list[str]:
-    jobs = [pool.submit(prompt=p, params=params) for p in prompts]
+    jobs = [submit(pool, prompt=p, params=params) for p in prompts]
     return [text for text, _ in await asyncio.gather(*(job.text() for job in jobs))]
 
 
@@ -53,7 +55,7 @@ async def test_greedy_tokens_are_the_same_in_the_graph_and_on_the_host(make_pool
 
 
 async def one_by_one(pool, params: SamplingParams) -> list[str]:
-    return [(await pool.submit(prompt=p, params=params).text())[0] for p in PROMPTS]
+    return [(await submit(pool, prompt=p, params=params).text())[0] for p in PROMPTS]
 
 
 @pytest.mark.parametrize("backend", [False, True], ids=["host", "graph"])
@@ -83,11 +85,11 @@ async def test_penalties_and_mixed_chains_share_a_step(make_pool, backend: bool)
     kinds = [GREEDY, SEEDED, PENALISED]
     runs = []
     for _ in range(2):
-        jobs = [pool.submit(prompt=PROMPTS[1], params=p) for p in kinds]
+        jobs = [submit(pool, prompt=PROMPTS[1], params=p) for p in kinds]
         runs.append([text for text, _ in await asyncio.gather(*(j.text() for j in jobs))])
     assert runs[0] == runs[1]
     unseeded = SEEDED.model_copy(update={"seed": None})
-    text, end = await pool.submit(prompt=PROMPTS[2], params=unseeded).text()
+    text, end = await submit(pool, prompt=PROMPTS[2], params=unseeded).text()
     assert end.finish_reason in ("stop", "length") and text
 
 
@@ -170,7 +172,7 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
     pool = await make_pool(parallel=8, overlap=True, backend_sampling=backend)
     step = pool.engine._loop._stepper  # the mechanism under test: when the cancel lands
     long = SamplingParams(temperature=0, max_tokens=160, ignore_eos=True)
-    first, ended, third = (pool.submit(prompt=p, params=long) for p in PROMPTS[:3])
+    first, ended, third = (submit(pool, prompt=p, params=long) for p in PROMPTS[:3])
     async for event in first.events():  # all three decode (sequences 0, 1, 2)
         if isinstance(event, TokenText) and event.n_tokens >= 4:
             break
@@ -194,8 +196,8 @@ async def test_a_job_ended_while_prompt_bodies_decode_is_not_decoded_again(
     step._make_text = cancel_lands_during_the_bodies
     short = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     newcomers = [  # prompts of unequal length ending in one step: bodies apart (sequences 3, 4)
-        pool.submit(prompt=PROMPTS[3], params=short),
-        pool.submit(prompt=" ".join(PROMPTS * 3), params=short),
+        submit(pool, prompt=PROMPTS[3], params=short),
+        submit(pool, prompt=" ".join(PROMPTS * 3), params=short),
     ]
     for job in newcomers:
         _, end = await job.text()
@@ -217,18 +219,18 @@ async def test_chains_left_idle_in_the_graph_are_taken_out_and_new_ones_put_in(m
     reference = await make_pool(
         parallel=2, backend_sampling=True, deterministic=True, engine_id="reference"
     )
-    want = (await reference.submit(prompt=PROMPTS[0], params=GREEDY).text())[0]
+    want = (await submit(reference, prompt=PROMPTS[0], params=GREEDY).text())[0]
     await reference.close()
     pool = await make_pool(parallel=2, backend_sampling=True, deterministic=True)
     long = SEEDED.model_copy(update={"max_tokens": 100, "ignore_eos": True})
-    short_job = pool.submit(prompt=PROMPTS[0], params=GREEDY)  # slot 0, done quickly
-    long_job = pool.submit(prompt=PROMPTS[1], params=long)  # slot 1, 100 steps more
+    short_job = submit(pool, prompt=PROMPTS[0], params=GREEDY)  # slot 0, done quickly
+    long_job = submit(pool, prompt=PROMPTS[1], params=long)  # slot 1, 100 steps more
     assert (await short_job.text())[0] == want
     assert (await long_job.text())[1].timings.tokens_out == 100
     graph = pool.engine._loop._seqs.graph  # the mechanism under test
     assert graph.installed(0) is None, "slot 0's chain sat idle and was taken out"
     assert graph.installed(1) is not None, "slot 1's is fresh, kept for the next job"
-    assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0] == want
+    assert (await submit(pool, prompt=PROMPTS[0], params=GREEDY).text())[0] == want
 
 
 @pytest.mark.parametrize("backend", [False, True], ids=["host", "graph"])
@@ -251,8 +253,8 @@ async def test_a_json_schema_job_shares_steps_with_free_ones(make_pool, backend:
     free_alone = await texts(pool, GREEDY, PROMPTS[:2])
     runs = []
     for _ in range(2):
-        jobs = [pool.submit(prompt=PROMPTS[0], params=shaped)] + [
-            pool.submit(prompt=p, params=GREEDY) for p in PROMPTS[:2]
+        jobs = [submit(pool, prompt=PROMPTS[0], params=shaped)] + [
+            submit(pool, prompt=p, params=GREEDY) for p in PROMPTS[:2]
         ]
         runs.append([text for text, _ in await asyncio.gather(*(j.text() for j in jobs))])
     assert runs[0] == runs[1]
@@ -273,9 +275,9 @@ async def test_a_grammar_picks_the_same_from_the_best_tokens_as_from_all(
     schema = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
     shaped = params.model_copy(update={"json_schema": json.dumps(schema), "max_tokens": 40})
     pool = await make_pool(parallel=1, deterministic=True)
-    narrow = (await pool.submit(prompt=PROMPTS[1], params=shaped).text())[0]
+    narrow = (await submit(pool, prompt=PROMPTS[1], params=shaped).text())[0]
     monkeypatch.setattr(sampler, "_NARROW", 10**9)  # every pick over the whole vocabulary
-    whole = (await pool.submit(prompt=PROMPTS[1], params=shaped).text())[0]
+    whole = (await submit(pool, prompt=PROMPTS[1], params=shaped).text())[0]
     assert narrow == whole and narrow.startswith("{")
 
 
@@ -302,11 +304,11 @@ async def test_llama_servers_other_knobs_shape_the_draw(
     model = pool.engine.model
     banana = model.tokenize(" banana", add_bos=False, parse_special=False)[0]
     forced = GREEDY.model_copy(update={"logit_bias": ((banana, 100.0),), "max_tokens": 3})
-    text, _ = await pool.submit(prompt=PROMPTS[0], params=forced).text()
+    text, _ = await submit(pool, prompt=PROMPTS[0], params=forced).text()
     assert text == model.detokenize([banana] * 3)
     first = model.tokenize(greedy[0], add_bos=False, parse_special=False)[0]
     banned = GREEDY.model_copy(update={"logit_bias": ((first, -100.0),)})
-    text, _ = await pool.submit(prompt=PROMPTS[0], params=banned).text()
+    text, _ = await submit(pool, prompt=PROMPTS[0], params=banned).text()
     assert text and text != greedy[0]
 
 
@@ -316,11 +318,11 @@ async def test_a_bias_on_a_token_outside_the_vocabulary_is_refused_by_name(make_
     pool = await make_pool(parallel=1)
     n_vocab = pool.engine.model.n_vocab
     outside = GREEDY.model_copy(update={"logit_bias": ((n_vocab, 5.0),)})
-    _, end = await pool.submit(prompt=PROMPTS[0], params=outside).text()
+    _, end = await submit(pool, prompt=PROMPTS[0], params=outside).text()
     assert end.finish_reason == "error" and end.error is not None
     assert end.error.kind is ErrorKind.INVALID_PARAMS and end.error.param == "logit_bias"
     assert str(n_vocab) in end.error.message
-    assert (await pool.submit(prompt=PROMPTS[0], params=GREEDY).text())[0]  # still serving
+    assert (await submit(pool, prompt=PROMPTS[0], params=GREEDY).text())[0]  # still serving
 
 
 def test_recommended_sampling_reads_the_ggufs_keys_under_the_specs_choices() -> None:
@@ -351,8 +353,8 @@ async def test_the_bundled_model_samples_as_its_card_recommends(make_pool) -> No
     """Issue 34 §2: a job on the bundled model that names no sampling gets the model's own
     (temperature 0.2, top-p 0.9, repeat penalty 1.1); a job that names them keeps its own."""
     pool = await make_pool(parallel=1, sampling=BUNDLED_SAMPLING)
-    plain = pool.submit(prompt="Hi", params=SamplingParams.model_validate({"max_tokens": 2}))
-    own = pool.submit(prompt="Hi", params=SamplingParams(temperature=0.0, max_tokens=2))
+    plain = submit(pool, prompt="Hi", params=SamplingParams.model_validate({"max_tokens": 2}))
+    own = submit(pool, prompt="Hi", params=SamplingParams(temperature=0.0, max_tokens=2))
     assert dict(BUNDLED_SAMPLING) == {
         name: getattr(plain.request.params, name) for name, _ in BUNDLED_SAMPLING
     }

@@ -12,6 +12,8 @@ from infertui.core.engine.batch_loop import GIL_TURN_S
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import Admitted, Finished, TokenText
 
+from ..jobs import submit
+
 pytestmark = pytest.mark.model
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
@@ -19,8 +21,8 @@ PARAMS = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
 
 async def test_a_reader_that_falls_behind_gets_the_missed_text_as_one_event(make_pool) -> None:
     pool = await make_pool(parallel=2)
-    expected, _ = await pool.submit(prompt="The history of tea", params=PARAMS).text()
-    job = pool.submit(prompt="The history of tea", params=PARAMS)
+    expected, _ = await submit(pool, prompt="The history of tea", params=PARAMS).text()
+    job = submit(pool, prompt="The history of tea", params=PARAMS)
     await job.wait_released()  # the whole reply was generated before anyone read it
     events = [event async for event in job.events()]
     assert [type(e) for e in events] == [Admitted, TokenText, Finished]
@@ -32,8 +34,8 @@ async def test_a_reader_that_falls_behind_gets_the_missed_text_as_one_event(make
 async def test_a_slow_reader_does_not_slow_the_others(make_pool) -> None:
     pool = await make_pool(parallel=2)
     long = PARAMS.model_copy(update={"max_tokens": 96})
-    slow_job = pool.submit(prompt="A slow reader", params=long)
-    fast_job = pool.submit(prompt="A fast reader", params=long)
+    slow_job = submit(pool, prompt="A slow reader", params=long)
+    fast_job = submit(pool, prompt="A fast reader", params=long)
     slow_events = 0
 
     async def read_slowly() -> None:
@@ -61,7 +63,7 @@ async def test_a_running_engine_waits_at_most_half_a_millisecond_for_the_gil(mak
     try:
         pool = await make_pool(parallel=1)
         assert sys.getswitchinterval() <= GIL_TURN_S == 0.0005
-        _, end = await pool.submit(prompt="The history of tea", params=PARAMS).text()
+        _, end = await submit(pool, prompt="The history of tea", params=PARAMS).text()
         assert end.finish_reason == "length"
     finally:
         sys.setswitchinterval(0.005)

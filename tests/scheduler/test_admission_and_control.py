@@ -15,6 +15,8 @@ from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.snapshots import EngineState, PoolState
 from infertui.core.scheduler import Pool
 
+from ..jobs import submit
+
 pytestmark = pytest.mark.model
 
 LONG = SamplingParams(temperature=0.8, seed=1, max_tokens=300)
@@ -23,9 +25,9 @@ SHORT = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 async def test_queue_full_is_rejected_with_a_retry_hint_and_nothing_is_lost(make_pool) -> None:
     pool = await make_pool(parallel=1, queue=2)
-    accepted = [pool.submit(prompt=f"Job {i}:", params=SHORT) for i in range(3)]
+    accepted = [submit(pool, prompt=f"Job {i}:", params=SHORT) for i in range(3)]
     with pytest.raises(InferError) as rejected:
-        pool.submit(prompt="one too many", params=SHORT)
+        submit(pool, prompt="one too many", params=SHORT)
     err = rejected.value
     assert err.kind is ErrorKind.QUEUE_FULL
     assert err.retriable
@@ -35,31 +37,31 @@ async def test_queue_full_is_rejected_with_a_retry_hint_and_nothing_is_lost(make
     results = await asyncio.gather(*(job.text() for job in accepted))
     assert all(end.finish_reason == "length" for _, end in results)
     assert pool.metrics_snapshot().rejected == 1
-    _, end = await pool.submit(prompt="after", params=SHORT).text()  # serving goes on
+    _, end = await submit(pool, prompt="after", params=SHORT).text()  # serving goes on
     assert end.finish_reason == "length"
 
 
 async def test_a_prompt_that_cannot_fit_the_context_is_rejected_with_the_numbers(make_pool) -> None:
     pool = await make_pool(parallel=1, ctx=256)
     with pytest.raises(InferError) as rejected:
-        pool.submit(prompt="word " * 300, params=SHORT)
+        submit(pool, prompt="word " * 300, params=SHORT)
     assert rejected.value.kind is ErrorKind.CONTEXT_OVERFLOW
     assert "256" in rejected.value.message
     assert rejected.value.param == "prompt"  # the prompt is what to shorten (OpenAI names it)
     assert rejected.value.mapping.orch_code == "INVALID_PARAMS"
     with pytest.raises(InferError) as long_chat:
         chat = [ChatMessage(role="user", content="word " * 300)]
-        pool.submit(messages=chat, params=SamplingParams(max_tokens=1))
+        submit(pool, messages=chat, params=SamplingParams(max_tokens=1))
     assert long_chat.value.param == "messages" and "no room" in long_chat.value.message
     with pytest.raises(InferError) as too_many:
-        pool.submit(prompt="short", params=SamplingParams(max_tokens=1000))
+        submit(pool, prompt="short", params=SamplingParams(max_tokens=1000))
     assert "1000" in too_many.value.message and too_many.value.param == "max_tokens"
     assert pool.queue().depth == 0
 
 
 async def test_max_tokens_unset_means_up_to_the_context(make_pool) -> None:
     pool = await make_pool(parallel=1, ctx=128)
-    job = pool.submit(prompt="Hello", params=SamplingParams(temperature=0))
+    job = submit(pool, prompt="Hello", params=SamplingParams(temperature=0))
     assert pool.n_ctx >= 128  # llama.cpp rounds the context up (to 256)
     assert job.request.max_tokens == pool.n_ctx - job.tokens_in
     job.cancel()
@@ -67,24 +69,24 @@ async def test_max_tokens_unset_means_up_to_the_context(make_pool) -> None:
 
 async def test_a_client_at_its_job_limit_gets_client_busy(make_pool) -> None:
     pool = await make_pool(parallel=2)
-    first = pool.submit(prompt="one", params=LONG, client_id="peer-a", client_limit=1)
+    first = submit(pool, prompt="one", params=LONG, client_id="peer-a", client_limit=1)
     with pytest.raises(InferError) as busy:
-        pool.submit(prompt="two", params=LONG, client_id="peer-a", client_limit=1)
+        submit(pool, prompt="two", params=LONG, client_id="peer-a", client_limit=1)
     assert busy.value.kind is ErrorKind.CLIENT_BUSY
     assert busy.value.mapping.p2p_code == "MODEL_BUSY"
-    other = pool.submit(prompt="three", params=SHORT, client_id="peer-b", client_limit=1)
+    other = submit(pool, prompt="three", params=SHORT, client_id="peer-b", client_limit=1)
     first.cancel()
-    again = pool.submit(prompt="four", params=SHORT, client_id="peer-a", client_limit=1)
+    again = submit(pool, prompt="four", params=SHORT, client_id="peer-a", client_limit=1)
     for job in (other, again):
         await job.text()
 
 
 async def test_queue_positions_and_predicted_starts_move_with_the_queue(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    head = pool.submit(prompt="first", params=SamplingParams(temperature=0, max_tokens=24))
+    head = submit(pool, prompt="first", params=SamplingParams(temperature=0, max_tokens=24))
     await head.text()  # one measured job gives the ETA a service time
-    running = pool.submit(prompt="running", params=LONG)
-    queued = [pool.submit(prompt=f"waiting {i}", params=SHORT) for i in range(3)]
+    running = submit(pool, prompt="running", params=LONG)
+    queued = [submit(pool, prompt=f"waiting {i}", params=SHORT) for i in range(3)]
     while running.slot is None:
         await asyncio.sleep(0.005)
     snapshot = pool.queue()
@@ -103,11 +105,11 @@ async def test_queue_positions_and_predicted_starts_move_with_the_queue(make_poo
 
 async def test_drain_lets_short_jobs_finish_and_cancels_the_rest_at_the_deadline(make_pool) -> None:
     pool = await make_pool(parallel=2)
-    short = pool.submit(prompt="short", params=SHORT)
+    short = submit(pool, prompt="short", params=SHORT)
     # Long jobs that cannot end before the deadline, and a deadline the short one meets
     # on a loaded box (8 tokens beside one other stream).
     endless = SamplingParams(temperature=0.8, seed=1, max_tokens=900, ignore_eos=True)
-    long_jobs = [pool.submit(prompt=f"long {i}", params=endless) for i in range(3)]
+    long_jobs = [submit(pool, prompt=f"long {i}", params=endless) for i in range(3)]
     outcome = await pool.drain(deadline_ms=3000)
     assert outcome["cancelled"] == 3
     assert short.result is not None and short.result.finish_reason == "length"
@@ -115,10 +117,10 @@ async def test_drain_lets_short_jobs_finish_and_cancels_the_rest_at_the_deadline
     assert pool.state is PoolState.DRAINED
     assert pool.engine.busy_slots == 0
     with pytest.raises(InferError) as unready:
-        pool.submit(prompt="after drain", params=SHORT)
+        submit(pool, prompt="after drain", params=SHORT)
     assert unready.value.kind is ErrorKind.POOL_UNREADY
     pool.resume()
-    _, end = await pool.submit(prompt="resumed", params=SHORT).text()
+    _, end = await submit(pool, prompt="resumed", params=SHORT).text()
     assert end.finish_reason == "length"
 
 
@@ -133,13 +135,13 @@ async def test_reload_switches_atomically_and_running_jobs_finish_on_the_old_mod
 ) -> None:
     pool = await make_pool(parallel=2)
     old = pool.engine
-    running = pool.submit(prompt="Before the reload,", params=SamplingParams(max_tokens=40))
+    running = submit(pool, prompt="Before the reload,", params=SamplingParams(max_tokens=40))
     copy = tmp_path / "copy-of-gemma.gguf"
     shutil.copy(model_path, copy)
     await pool.reload(str(copy))
     assert pool.engine is not old
     assert pool.spec.model_path == str(copy)
-    after = pool.submit(prompt="After the reload,", params=SHORT)
+    after = submit(pool, prompt="After the reload,", params=SHORT)
     assert after.engine is pool.engine
     (_, end_running), (_, end_after) = await asyncio.gather(running.text(), after.text())
     assert end_running.finish_reason in ("stop", "length")
@@ -158,7 +160,7 @@ async def test_reload_with_a_broken_file_rolls_back_and_keeps_serving(make_pool,
     assert pool.engine is old
     assert pool.state is PoolState.READY
     assert pool.error and "kept the previous model" in pool.error
-    _, end = await pool.submit(prompt="still here", params=SHORT).text()
+    _, end = await submit(pool, prompt="still here", params=SHORT).text()
     assert end.finish_reason == "length"
 
 
@@ -203,7 +205,7 @@ async def test_registry_adds_lists_reports_and_removes_engines(model_path) -> No
             registry.resolve("no-such-model")
         assert unknown.value.kind is ErrorKind.MODEL_NOT_FOUND
         pool = registry.get("first")
-        await pool.submit(messages=[ChatMessage(role="user", content="Hi")], params=SHORT).text()
+        await submit(pool, messages=[ChatMessage(role="user", content="Hi")], params=SHORT).text()
         status = registry.status("first")
         assert status.performance.total_requests == 1
         assert status.performance.last_inference_tps > 0
@@ -222,7 +224,7 @@ async def test_a_context_too_big_for_memory_is_a_typed_error_not_a_crash(make_po
     assert failed.value.kind is ErrorKind.OUT_OF_MEMORY
     assert "MiB" in failed.value.message
     pool = await make_pool(parallel=1)  # and the process is fine
-    _, end = await pool.submit(prompt="still alive", params=SHORT).text()
+    _, end = await submit(pool, prompt="still alive", params=SHORT).text()
     assert end.finish_reason == "length"
 
 
@@ -255,14 +257,14 @@ async def test_a_job_the_engine_cannot_start_ends_alone_and_the_loop_serves_on(
 
     monkeypatch.setattr(sequences, "SamplerChain", chain)
     pool = await make_pool(parallel=2, backend_sampling=False)
-    bad = pool.submit(prompt="Hello", params=LONG.model_copy(update={"seed": 666}))
-    good = pool.submit(prompt="Hello there", params=SHORT)
+    bad = submit(pool, prompt="Hello", params=LONG.model_copy(update={"seed": 666}))
+    good = submit(pool, prompt="Hello there", params=SHORT)
     _, end = await asyncio.wait_for(bad.text(), 60)  # it hung before
     assert end.finish_reason == "error" and end.error is not None
     assert end.error.kind is ErrorKind.GENERATION_FAILED
     text, end = await good.text()
     assert text and end.finish_reason in ("stop", "length")
-    text, end = await pool.submit(prompt="Hello again", params=SHORT).text()
+    text, end = await submit(pool, prompt="Hello again", params=SHORT).text()
     assert text and end.finish_reason in ("stop", "length")
 
 
@@ -273,17 +275,17 @@ async def test_a_burst_read_in_one_turn_starts_in_one_step(make_pool) -> None:
     starts them all in one step. A lone job waits a turn of the event loop, no more."""
     pool = await make_pool(parallel=4)
     one_token = SamplingParams(temperature=0, max_tokens=1)
-    jobs = [pool.submit(prompt=f"Question {i}: why?", params=one_token) for i in range(4)]
+    jobs = [submit(pool, prompt=f"Question {i}: why?", params=one_token) for i in range(4)]
     await asyncio.gather(*(job.text() for job in jobs))
     seqs = pool.engine._loop._seqs  # the mechanism under test: how many steps they took
     assert seqs.steps == 1
-    lone = pool.submit(prompt="Alone?", params=one_token)
+    lone = submit(pool, prompt="Alone?", params=one_token)
     await asyncio.wait_for(lone.text(), 30)
     assert seqs.steps == 2
     other = asyncio.new_event_loop()  # a wake due on a loop that will never run it
     pool.engine._loop._wake_due = other
     try:
-        stray = pool.submit(prompt="Still served?", params=one_token)
+        stray = submit(pool, prompt="Still served?", params=one_token)
         await asyncio.wait_for(stray.text(), 30)  # hung before: the wake never came
     finally:
         other.close()

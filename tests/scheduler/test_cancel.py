@@ -11,6 +11,8 @@ from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import Finished, TokenText
 from infertui.core.scheduler import Job
 
+from ..jobs import submit
+
 pytestmark = pytest.mark.model
 
 PARAMS = SamplingParams(temperature=0.7, seed=7, max_tokens=40, ignore_eos=True)
@@ -39,7 +41,7 @@ class Watched:
 
 
 async def cancel_at_random(pool, rng: random.Random, index: int) -> Watched:
-    watched = Watched(pool.submit(prompt=f"Story number {index}: once upon a time", params=PARAMS))
+    watched = Watched(submit(pool, prompt=f"Story number {index}: once upon a time", params=PARAMS))
     consumer = asyncio.create_task(watched.consume())
     moment = rng.choice(["now", "soon", "later", "tokens"])
     if moment == "soon":
@@ -66,7 +68,7 @@ async def test_two_hundred_cancels_at_random_moments_never_leak_a_token(make_poo
         )
     # A job through the engine after them: its steps are the ones in which anything still in
     # flight would have arrived.
-    await pool.submit(prompt="Hi", params=SamplingParams(temperature=0, max_tokens=2)).text()
+    await submit(pool, prompt="Hi", params=SamplingParams(temperature=0, max_tokens=2)).text()
 
     assert len(results) == 200
     for watched in results:
@@ -87,15 +89,15 @@ async def test_two_hundred_cancels_at_random_moments_never_leak_a_token(make_poo
     assert snapshot.slots_busy == 0
 
     # and the pool still serves in full afterwards
-    text, end = await pool.submit(prompt="The capital of France is", params=PARAMS).text()
+    text, end = await submit(pool, prompt="The capital of France is", params=PARAMS).text()
     assert end.finish_reason in ("stop", "length")
     assert text
 
 
 async def test_cancel_of_a_queued_job_frees_its_place_without_reaching_a_slot(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    running = pool.submit(prompt="Count slowly:", params=SamplingParams(max_tokens=64))
-    queued = pool.submit(prompt="Never started", params=PARAMS)
+    running = submit(pool, prompt="Count slowly:", params=SamplingParams(max_tokens=64))
+    queued = submit(pool, prompt="Never started", params=PARAMS)
     assert pool.queue().depth >= 1
     assert queued.cancel() is True
     assert queued.released
@@ -108,8 +110,8 @@ async def test_cancel_of_a_queued_job_frees_its_place_without_reaching_a_slot(ma
 
 async def test_cancel_after_the_end_is_a_no_op(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    job = pool.submit(
-        prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    job = submit(
+        pool, prompt="Hi", params=SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     )
     _, end = await job.text()
     assert end.finish_reason == "length"
@@ -119,8 +121,8 @@ async def test_cancel_after_the_end_is_a_no_op(make_pool) -> None:
 
 async def test_a_consumer_that_goes_away_cancels_its_job(make_pool) -> None:
     pool = await make_pool(parallel=1)
-    job = pool.submit(
-        prompt="A very long story:", params=SamplingParams(max_tokens=400, ignore_eos=True)
+    job = submit(
+        pool, prompt="A very long story:", params=SamplingParams(max_tokens=400, ignore_eos=True)
     )
 
     async def reader() -> None:
@@ -141,8 +143,8 @@ async def test_a_consumer_that_goes_away_cancels_its_job(make_pool) -> None:
 async def test_an_aborted_job_reports_its_ttft_and_decode_rate(make_pool) -> None:
     """What the host logs and what chat_end carries for an abort: the figures so far."""
     pool = await make_pool(parallel=1)
-    job = pool.submit(
-        prompt="A very long story:", params=SamplingParams(max_tokens=400, ignore_eos=True)
+    job = submit(
+        pool, prompt="A very long story:", params=SamplingParams(max_tokens=400, ignore_eos=True)
     )
     seen, final = 0, None
     async for event in job.events():

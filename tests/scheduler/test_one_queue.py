@@ -14,6 +14,7 @@ from infertui.core.protocol.events import Admitted, Finished
 from infertui.core.scheduler import Pool
 
 from ..conftest import wait_until
+from ..jobs import submit
 
 pytestmark = pytest.mark.model
 
@@ -49,7 +50,7 @@ async def test_the_engine_is_given_no_more_jobs_than_slots_and_the_rest_start_in
 ) -> None:
     pool = await make_pool(parallel=2)
     counting = Counting(pool)
-    jobs = [pool.submit(prompt=f"Job {i}:", params=SHORT) for i in range(6)]
+    jobs = [submit(pool, prompt=f"Job {i}:", params=SHORT) for i in range(6)]
     assert [job.queue_position for job in jobs] == [0, 0, 0, 1, 2, 3]
     assert [pool.position(job)[0] for job in jobs[2:]] == [0, 1, 2, 3]
     queue = pool.queue()
@@ -68,9 +69,9 @@ async def test_the_engine_is_given_no_more_jobs_than_slots_and_the_rest_start_in
 async def test_a_cancelled_waiting_job_never_reaches_the_engine(make_pool) -> None:
     pool = await make_pool(parallel=1)
     counting = Counting(pool)
-    running = pool.submit(prompt="Running:", params=SamplingParams(max_tokens=40, ignore_eos=True))
-    waiting = pool.submit(prompt="Waiting:", params=SHORT)
-    behind = pool.submit(prompt="Behind:", params=SHORT)
+    running = submit(pool, prompt="Running:", params=SamplingParams(max_tokens=40, ignore_eos=True))
+    waiting = submit(pool, prompt="Waiting:", params=SHORT)
+    behind = submit(pool, prompt="Behind:", params=SHORT)
     assert pool.position(behind)[0] == 1
     assert waiting.cancel()
     assert waiting.released  # nothing of it was ever on the engine
@@ -85,10 +86,10 @@ async def test_a_job_cancelled_between_its_start_and_its_slot_frees_its_place(ma
     """Given to the engine but cancelled before the loop put it in a sequence, a job still
     ends on the engine's side, so its slot is counted free again."""
     pool = await make_pool(parallel=1)
-    first = pool.submit(prompt="First:", params=SHORT)
+    first = submit(pool, prompt="First:", params=SHORT)
     assert first.cancel()  # before the loop's next step took it
     await asyncio.wait_for(first.wait_released(), 5)
     await wait_until(lambda: pool.metrics_snapshot().slots_busy == 0)
-    events = [event async for event in pool.submit(prompt="Next:", params=SHORT).events()]
+    events = [event async for event in submit(pool, prompt="Next:", params=SHORT).events()]
     assert isinstance(events[0], Admitted) and events[0].slot == 0
     assert isinstance(events[-1], Finished) and events[-1].finish_reason == "length"

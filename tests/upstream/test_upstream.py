@@ -24,6 +24,7 @@ import pytest
 
 from infertui.core.client import connect
 from infertui.core.engine import UpstreamSpec, bundled_model_path
+from infertui.core.host import Ask
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.events import Finished
@@ -32,6 +33,7 @@ from infertui.core.protocol.snapshots import PoolState
 from infertui.core.scheduler import Pool
 
 from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, wait_until
+from ..jobs import submit
 
 pytestmark = pytest.mark.model
 
@@ -60,9 +62,11 @@ async def front_for(
 async def answers(front: ServedHost, model: str = "up") -> None:
     """A short job on the pool ends as a reply."""
     job = await front.service.submit(
-        model=model,
-        prompt="Hi",
-        params=SamplingParams(temperature=0, max_tokens=3, ignore_eos=True),
+        Ask(
+            model=model,
+            prompt="Hi",
+            params=SamplingParams(temperature=0, max_tokens=3, ignore_eos=True),
+        )
     )
     text, done = await job.text()
     assert done.finish_reason in ("stop", "length") and text
@@ -155,7 +159,7 @@ async def test_a_cancel_closes_the_upstream_stream(
 ) -> None:
     front = await front_for(start_served_host, f"{upstream.url}/v1")
     long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-    job = await front.service.submit(model="up", prompt="Count slowly:", params=long)
+    job = await front.service.submit(Ask(model="up", prompt="Count slowly:", params=long))
     await wait_until(lambda: job.tokens_published > 0)  # the upstream is decoding it
     await wait_until(lambda: upstream.busy_slots() == 1)
     assert job.cancel()
@@ -175,7 +179,7 @@ async def test_a_job_cancelled_as_it_is_admitted_reaches_the_upstream_as_a_disco
     front = await front_for(start_served_host, f"{upstream.url}/v1")
     await answers(front)  # leaves a kept-alive connection: the next request goes out at once
     long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-    job = await front.service.submit(model="up", prompt="Count slowly:", params=long)
+    job = await front.service.submit(Ask(model="up", prompt="Count slowly:", params=long))
     assert job.cancel()  # no await since the submit: its task has not run yet
     await asyncio.wait_for(job.wait_released(), 10)
     assert job.tokens_out == 0
@@ -192,7 +196,7 @@ async def test_jobs_beyond_the_concurrency_limit_wait_in_the_front_queue(
     front = await front_for(start_served_host, f"{upstream.url}/v1", concurrency=2)
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     jobs = [
-        await front.service.submit(model="up", prompt=f"Story {i}:", params=params)
+        await front.service.submit(Ask(model="up", prompt=f"Story {i}:", params=params))
         for i in range(8)
     ]
     assert [job.queue_position for job in jobs] == [0, 0, 0, 1, 2, 3, 4, 5]
@@ -221,7 +225,9 @@ async def test_an_upstream_refusal_keeps_its_error_code(
     upstream = await start_served_host(parallel=1, queue=1, p2p=False)
     front = await front_for(start_served_host, f"{upstream.url}/v1", concurrency=4)
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
-    jobs = [await front.service.submit(model="up", prompt="Hi", params=params) for _ in range(4)]
+    jobs = [
+        await front.service.submit(Ask(model="up", prompt="Hi", params=params)) for _ in range(4)
+    ]
     finals = [final for _, final in await asyncio.gather(*(job.text() for job in jobs))]
     refused = [f for f in finals if f.error is not None]
     assert refused and all(f.error.kind is ErrorKind.QUEUE_FULL for f in refused)
@@ -281,8 +287,10 @@ async def test_a_killed_upstream_ends_its_jobs_and_is_served_again_after_a_resta
         start_served_host, f"http://127.0.0.1:{port}/v1", concurrency=2, health_s=0.3
     )
     long = SamplingParams(temperature=0, max_tokens=900, ignore_eos=True)
-    running = await front.service.submit(model="up", prompt="Count:", params=long)
-    queued = [await front.service.submit(model="up", prompt="Hi", params=long) for _ in range(2)]
+    running = await front.service.submit(Ask(model="up", prompt="Count:", params=long))
+    queued = [
+        await front.service.submit(Ask(model="up", prompt="Hi", params=long)) for _ in range(2)
+    ]
     await wait_until(lambda: running.tokens_published > 0)
     killable[0].send_signal(signal.SIGKILL)
     killable[0].wait()
@@ -295,7 +303,9 @@ async def test_a_killed_upstream_ends_its_jobs_and_is_served_again_after_a_resta
     assert {f.error.kind for f in finals if f.error} <= {ErrorKind.POOL_UNREADY}
     await wait_until(lambda: not front.service.pool_health("up").ready, seconds=5)
     with pytest.raises(InferError) as refused:
-        await front.service.submit(model="up", prompt="Hi", params=SamplingParams(max_tokens=4))
+        await front.service.submit(
+            Ask(model="up", prompt="Hi", params=SamplingParams(max_tokens=4))
+        )
     assert refused.value.kind is ErrorKind.POOL_UNREADY and refused.value.retry_after_ms
     async with httpx.AsyncClient(base_url=front.url) as http:
         health = (await http.get("/v1/pools/up/health")).json()
@@ -318,6 +328,8 @@ THIRD_PARTY_SERVER = """
 import runpy, sys
 import llama_cpp.llama as high
 import llama_cpp.llama_cpp as low
+from infertui.core.host import Ask
+from ..jobs import submit
 default_params, generate = low.llama_model_default_params, high.Llama.generate
 def plain_buffers():
     params = default_params()
@@ -361,7 +373,7 @@ async def test_llama_cpp_python_server_as_an_upstream(
     assert "".join(pieces) == whole.choices[0].message.content
     # a cancel mid-stream frees the front's slot, and the upstream serves the next job
     long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-    job = await front.service.submit(model="up", prompt="Count:", params=long)
+    job = await front.service.submit(Ask(model="up", prompt="Count:", params=long))
     await wait_until(lambda: job.tokens_published > 0)
     job.cancel()
     await asyncio.wait_for(job.wait_released(), 10)
@@ -442,8 +454,8 @@ async def test_an_upstream_that_hangs_ends_its_jobs_and_serves_again_when_it_wak
         start_served_host, f"http://127.0.0.1:{port}/v1", concurrency=1, health_s=0.3
     )
     long = SamplingParams(temperature=0, max_tokens=900, ignore_eos=True)
-    running = await front.service.submit(model="up", prompt="Count:", params=long)
-    waiting = await front.service.submit(model="up", prompt="Hi", params=long)
+    running = await front.service.submit(Ask(model="up", prompt="Count:", params=long))
+    waiting = await front.service.submit(Ask(model="up", prompt="Hi", params=long))
     await wait_until(lambda: running.tokens_published > 0)
     killable[0].send_signal(signal.SIGSTOP)
     try:
@@ -491,7 +503,7 @@ async def test_an_unreachable_upstream_drains_and_resumes_unready() -> None:
         pool.resume()
         assert pool.state is PoolState.FAILED
         with pytest.raises(InferError) as refused:
-            pool.submit(params=SamplingParams(max_tokens=2), prompt="Hi")
+            submit(pool, params=SamplingParams(max_tokens=2), prompt="Hi")
         assert refused.value.kind is ErrorKind.POOL_UNREADY
     finally:
         await pool.close()

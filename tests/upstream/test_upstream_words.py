@@ -20,6 +20,7 @@ from infertui.core.protocol.snapshots import PoolState
 from infertui.core.scheduler import Pool
 
 from ..conftest import wait_until
+from ..jobs import submit
 from .fake_upstream import FakeUpstream
 
 CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b")  # HopError, ConnectError...
@@ -56,7 +57,7 @@ async def test_an_upstream_that_drops_mid_reply_and_then_goes_is_told_in_plain_w
     health check tells unready from back), and no sentence names a Python class."""
     fake.reply = "break"
     pool = await start_pool(pools, fake.url)
-    job = pool.submit(params=ASK, prompt="Hi")
+    job = submit(pool, params=ASK, prompt="Hi")
     text, final = await asyncio.wait_for(job.text(), 10)
     assert text == "Hel" and final.error is not None
     assert final.error.kind is ErrorKind.POOL_UNREADY
@@ -67,7 +68,7 @@ async def test_an_upstream_that_drops_mid_reply_and_then_goes_is_told_in_plain_w
     await fake.stop()  # nothing listens there now
     await wait_until(lambda: pool.state is PoolState.FAILED, seconds=5)
     with pytest.raises(InferError) as refused:
-        pool.submit(params=ASK, prompt="Hi again")
+        submit(pool, params=ASK, prompt="Hi again")
     assert refused.value.kind is ErrorKind.POOL_UNREADY
     assert refused.value.message == (
         f"engine 'up' is not ready: the upstream {fake.url} cannot be reached (connection refused)"
@@ -82,7 +83,7 @@ async def test_a_job_sent_while_nothing_listens_says_so_in_plain_words(pools: li
     await fake.start()
     pool = await start_pool(pools, fake.url, health_s=60.0)
     await fake.stop()
-    _, final = await asyncio.wait_for(pool.submit(params=ASK, prompt="Hi").text(), 10)
+    _, final = await asyncio.wait_for(submit(pool, params=ASK, prompt="Hi").text(), 10)
     assert final.error is not None and final.error.kind is ErrorKind.POOL_UNREADY
     assert final.error.message == (
         f"the upstream {fake.url} cannot be reached (cannot connect: connection refused)"
@@ -94,7 +95,7 @@ async def test_every_unready_state_reads_as_a_sentence(
 ) -> None:
     def refusal(pool: Pool) -> str:
         with pytest.raises(InferError) as refused:
-            pool.submit(params=ASK, prompt="Hi")
+            submit(pool, params=ASK, prompt="Hi")
         assert refused.value.kind is ErrorKind.POOL_UNREADY
         return refused.value.message
 
@@ -112,7 +113,7 @@ async def test_every_unready_state_reads_as_a_sentence(
 
     fake.reply = "hang"
     pool = await start_pool(pools, fake.url)
-    job = pool.submit(params=ASK, prompt="Hi")
+    job = submit(pool, params=ASK, prompt="Hi")
     await wait_until(lambda: job.tokens_published > 0)
     drain = asyncio.create_task(pool.drain(10_000))
     await wait_until(lambda: pool.state is PoolState.DRAINING)
@@ -136,11 +137,11 @@ async def test_an_upstream_that_does_not_say_its_context_shows_none_as_fact(
     assert pool.engine is not None and pool.engine.describe().parameters.n_ctx == 0
     assert "context not known" in pool.engine.placement()
     text, final = await asyncio.wait_for(
-        pool.submit(params=SamplingParams(temperature=0), prompt="Hi").text(), 10
+        submit(pool, params=SamplingParams(temperature=0), prompt="Hi").text(), 10
     )
     assert text == "Hello" and final.error is None
     with pytest.raises(InferError) as too_long:  # it said "prompt of 0 tokens plus ..."
-        pool.submit(params=SamplingParams(max_tokens=100_000), prompt="Hi")
+        submit(pool, params=SamplingParams(max_tokens=100_000), prompt="Hi")
     assert too_long.value.param == "max_tokens" and "prompt" not in too_long.value.message
     assert "does not say its context" in too_long.value.message
 

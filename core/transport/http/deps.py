@@ -5,11 +5,11 @@ non-streaming answers; and embeddings, which every dialect gives the same way.""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import replace
 
 from fastapi import Request
 
-from ...host import HostService
+from ...host import Ask, HostService
 from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished
@@ -35,19 +35,17 @@ def client_of(request: Request) -> str:
     return f"http:{peer.host}" if peer else "http"
 
 
-async def submit(request: Request, **kwargs: Any) -> Job:
+async def submit(request: Request, ask: Ask) -> Job:
     """One job, queued; see `let_the_burst_in`."""
-    job = await _queue(request, **kwargs)
+    job = await _queue(request, ask)
     await let_the_burst_in([job])
     return job
 
 
-async def _queue(request: Request, **kwargs: Any) -> Job:
-    return await service_of(request).submit(
-        client_id=client_of(request),
-        correlation_id=request.state.correlation_id,
-        **kwargs,
-    )
+async def _queue(request: Request, ask: Ask) -> Job:
+    """The job `ask` means, queued in the name of this request's client."""
+    who = replace(ask, client_id=client_of(request), correlation_id=request.state.correlation_id)
+    return await service_of(request).submit(who)
 
 
 async def let_the_burst_in(jobs: list[Job]) -> None:
@@ -88,15 +86,13 @@ async def _cancel_on_disconnect(request: Request, jobs: tuple[Job, ...]) -> None
         job.cancel()
 
 
-async def submit_all(
-    request: Request, requests: list[dict[str, Any]], param: str = "prompt"
-) -> list[Job]:
+async def submit_all(request: Request, asks: list[Ask], param: str = "prompt") -> list[Job]:
     """Every job of one request (n choices, several prompts) is admitted, or none is: a
     refusal cancels those already queued, and one that no retry could cure says so."""
     jobs: list[Job] = []
     try:
-        for kwargs in requests:
-            jobs.append(await _queue(request, **kwargs))
+        for ask in asks:
+            jobs.append(await _queue(request, ask))
     except BaseException as err:  # a refusal, or the request's task cancelled
         for job in jobs:
             job.cancel()
@@ -104,10 +100,10 @@ async def submit_all(
             raise
         if err.kind is ErrorKind.QUEUE_FULL and jobs:
             m = service_of(request).pool_metrics(jobs[0].pool_id)
-            if len(requests) > m.queue_capacity + m.slots_total:  # a retry cannot help
+            if len(asks) > m.queue_capacity + m.slots_total:  # a retry cannot help
                 raise InferError(
                     ErrorKind.INVALID_PARAMS,
-                    f"{len(requests)} choices, prompts or inputs are more than engine "
+                    f"{len(asks)} choices, prompts or inputs are more than engine "
                     f"'{m.pool_id}' can hold ({m.slots_total} slots and a queue of "
                     f"{m.queue_capacity})",
                     param=param,
@@ -133,7 +129,7 @@ async def embed_texts(
     for start in range(0, len(texts), size):
         wave = await submit_all(
             request,
-            [dict(model=model, prompt=t, params=params, embed=True)
+            [Ask(model=model, prompt=t, params=params, embed=True)
              for t in texts[start : start + size]],
             "input",
         )  # fmt: skip

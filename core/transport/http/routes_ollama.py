@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 
+from ...host import Ask
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama import (
     SSE_END,
@@ -53,7 +54,9 @@ def _chunk_template() -> Template:
     summary="Chat; with `stream: true` one JSON object per line, the last with done: true",
 )
 async def chat(body: OllamaChatRequest, request: Request) -> OllamaChatResponse | LiveResponse:
-    job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
+    job = await submit(
+        request, Ask(model=body.model, messages=body.messages, params=body.sampling())
+    )
     if body.stream:
         return ndjson_response(ndjson_lines(job))
     [(text, _)] = await collect(request, job)
@@ -99,7 +102,9 @@ async def ndjson_lines(job: Job) -> AsyncIterator[str]:
     summary="Chat as Server-Sent Events, ending with data: [END]",
 )
 async def chat_sse(body: OllamaChatRequest, request: Request) -> LiveResponse:
-    job = await submit(request, model=body.model, messages=body.messages, params=body.sampling())
+    job = await submit(
+        request, Ask(model=body.model, messages=body.messages, params=body.sampling())
+    )
     return sse_response(sse_events(job))
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ...protocol.common import ChatMessage, without_oldest_turn
+from ...host import Ask
+from ...protocol.common import ChatMessage
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
 from ...protocol.finish import said_finish
@@ -37,7 +38,6 @@ from ...protocol.ollama_api import (
 )
 from ...protocol.snapshots import EngineState, EngineStatus
 from ...protocol.tool_stream import may_be_a_call, parse_calls
-from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit
 from .families import documented_errors
@@ -60,26 +60,15 @@ async def chat(body: ApiChatRequest, request: Request) -> Any:
     _check_thinking(request, body.model, body.think)
     if not body.messages:  # how Ollama's clients load a model: it is loaded
         return _loaded_answer(request, body.model, "message", {"role": "assistant", "content": ""})
-    tool_format = service_of(request).tool_format(body.model) if body.tools else GENERIC_FORMAT
-    tools = [t.model_dump() for t in body.tools or []] if tool_format != GENERIC_FORMAT else None
-    turns = body.turns(tool_format)
-    system = next((i for i, m in enumerate(turns) if m.role != "system"), len(turns))
-    start = system
-    while True:  # as Ollama does, a conversation past the context loses its oldest turns
-        sent = [*turns[:system], *turns[start:]]
-        try:
-            job = await submit(
-                request, model=body.model, messages=sent, params=body.sampling(), tools=tools
-            )
-            break
-        except InferError as err:
-            overflow = err.kind is ErrorKind.CONTEXT_OVERFLOW
-            later = without_oldest_turn(turns, start) if overflow else None
-            if later is None:
-                raise
-            start = later
-    if start > system:
-        log.info("/api/chat: %d oldest messages left out to fit the context", start - system)
+    # as Ollama does, a conversation past the context loses its oldest turns
+    ask = Ask(
+        model=body.model,
+        messages=body.turns(),
+        params=body.sampling(),
+        tools=body.tools or (),
+        drop_oldest=True,
+    )
+    job = await submit(request, ask)
     names = {t.function.name for t in body.tools or []}
     return await reply(request, job, "message", stream=body.stream, tool_names=names)
 
@@ -90,11 +79,13 @@ async def generate(body: ApiGenerateRequest, request: Request) -> Any:
     if not body.prompt and not body.system:  # how Ollama's clients load a model: it is loaded
         return _loaded_answer(request, body.model, "response", "")
     if body.raw:
-        job = await submit(request, model=body.model, prompt=body.prompt, params=body.sampling())
+        job = await submit(
+            request, Ask(model=body.model, prompt=body.prompt, params=body.sampling())
+        )
     else:
         system = [ChatMessage(role="system", content=body.system)] if body.system else []
         turns = [*system, ChatMessage(role="user", content=body.prompt)]
-        job = await submit(request, model=body.model, messages=turns, params=body.sampling())
+        job = await submit(request, Ask(model=body.model, messages=turns, params=body.sampling()))
     return await reply(request, job, "response", stream=body.stream)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
 
+from ...host import Ask
 from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
@@ -42,7 +44,6 @@ from ...protocol.openai import (
 )
 from ...protocol.tool_stream import CallDelta
 from ...protocol.tool_use import HeldReply, ToolUse
-from ...protocol.tools import GENERIC_FORMAT
 from ...scheduler import Job
 from .deps import collect, embed_texts, reply_limit, service_of, submit_all
 from .families import documented_errors
@@ -97,9 +98,9 @@ def usage_of(jobs: list[Job], n: int) -> Usage:
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> ChatCompletion | LiveResponse:
-    asked, use = chat_job(request, body, reply_limit(request, body.token_budget))
-    variants = n_choices(asked["params"], body.n)
-    jobs = await submit_all(request, [{**asked, "params": p} for p in variants], "n")
+    asked, use = chat_job(body, reply_limit(request, body.token_budget))
+    variants = n_choices(asked.params, body.n)
+    jobs = await submit_all(request, [replace(asked, params=p) for p in variants], "n")
     model, created = jobs[0].pool_id, int(time.time())
     if body.stream:
         usage = (lambda: usage_of(jobs, body.n)) if body.include_usage else None
@@ -127,19 +128,17 @@ async def chat_completions(
     )
 
 
-def chat_job(
-    request: Request, body: ChatCompletionRequest, max_tokens: int | None
-) -> tuple[dict[str, Any], ToolUse]:
-    """The job a chat request asks for (engine, turns, sampling, tools for a template that
-    renders them), and the tools its reply may call."""
+def chat_job(body: ChatCompletionRequest, max_tokens: int | None) -> tuple[Ask, ToolUse]:
+    """The job a chat request asks for, and the tools its reply may call."""
     offered = body.offered
-    tool_format = service_of(request).tool_format(body.model) if offered else GENERIC_FORMAT
-    tools = (  # a template that renders tools gets them; else they are in the turns already
-        [t.model_dump() for t in offered] if tool_format != GENERIC_FORMAT else None
+    ask = Ask(
+        model=body.model,
+        messages=body.messages,
+        params=body.sampling(max_tokens),
+        tools=offered,
+        forced=body.forced_calls,
     )
-    params = body.sampling(max_tokens, tool_format)
-    job = dict(model=body.model, messages=body.turns(tool_format), params=params, tools=tools)
-    return job, ToolUse({t.function.name for t in offered}, body.forced)
+    return ask, ToolUse({t.function.name for t in offered}, body.forced)
 
 
 async def chat_chunks(
@@ -213,7 +212,7 @@ async def completions(body: CompletionRequest, request: Request) -> TextCompleti
     jobs = await submit_all(  # choice i * n + j is choice j of prompt i, as OpenAI numbers them
         request,
         [
-            dict(model=body.model, prompt=prompt, params=p)
+            Ask(model=body.model, prompt=prompt, params=p)
             for prompt in body.prompts
             for p in variants
         ],

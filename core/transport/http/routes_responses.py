@@ -84,7 +84,7 @@ async def create_response(
         within = kept_conversation(request, conversation_id, param="conversation")
     context = before.conversation if before else list(within.items) if within else []
     limit = reply_limit(request, body.max_output_tokens)  # None: until the context ends
-    asked, use = chat_job(request, body.as_chat(context), limit)
+    asked, use = chat_job(body.as_chat(context), limit)
     [job] = await submit_all(request, [asked])
     started = ResponseObject.started(
         body, f"resp_{job.id}", job.pool_id, int(time.time()), conversation_id

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 
-from ...host import HostService
+from ...host import Ask, HostService
 from ...protocol.events import Admitted, TokenText
 from ...protocol.orchestrator import (
     Backpressure,
@@ -87,7 +87,7 @@ _STREAM_EXAMPLE = (
 async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     service = service_of(request)
     request.app.state.tasks.check_new(body.task_id)
-    job = await service.submit(
+    ask = Ask(
         model=body.model,
         pool_id=body.pool_id,  # a pin: this pool or a typed error, never another
         params=body.sampling(),
@@ -97,6 +97,7 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
         job_id=body.task_id,
         correlation_id=request.state.correlation_id,
     )
+    job = await service.submit(ask)
     request.app.state.tasks.add(job, access_of(request).owner(request))
     return TaskAccepted(
         task_id=job.id,

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...host import HostService
+from ...host import Ask, HostService
 from ...protocol import p2p
 from ...protocol.common import ChatMessage, SamplingParams
 from ...protocol.errors import ErrorKind, InferError
@@ -364,13 +364,14 @@ class PeerSession:
     ) -> None:
         """Admit the job (its prompt is tokenized off the event loop), then stream it."""
         try:
-            job = await self.server.service.submit(
+            ask = Ask(
                 model=model,
                 messages=messages,
                 params=params,
                 client_id=f"p2p:{self.peer[:12]}/{self.conn.conn}",  # a limit per connection
                 client_limit=self.server.peer_job_limit,
             )
+            job = await self.server.service.submit(ask)
         except InferError as err:
             self.send_error(err, rid)
             return
