@@ -29,7 +29,7 @@ from bench_upstream import front_cmd
 from loadgen import Load, body
 
 from infertui.core.engine.hop import HopClient
-from infertui.core.engine.openai_wire import sse_batches
+from infertui.core.protocol.sse_reader import sse_batches
 
 BURST = 32
 

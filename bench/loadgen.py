@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infertui.core.engine.hop import HopClient
-from infertui.core.engine.openai_wire import sse_batches
+from infertui.core.protocol.sse_reader import sse_batches
 
 TOPICS = [
     "The history of the Roman empire", "A recipe for bread starts with",

@@ -22,6 +22,7 @@ from ..protocol.errors import ErrorKind, InferError, kind_for_status
 from ..protocol.finish import heard_finish
 from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
+from ..protocol.sse_reader import sse_batches
 from .base import ChatReply, ChatStats, Client, HostInfo
 from .errors import kind_for_openai_code
 
@@ -131,13 +132,9 @@ class HttpReply(ChatReply):
                     raise error_from_response(
                         response.status_code, await response.aread(), response.headers
                     )
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    self._on_event(json.loads(data))
+                async for batch in sse_batches(response):
+                    for event in batch:
+                        self._on_event(event)
             self._items.put_nowait(_DONE)
         except InferError as err:
             self._items.put_nowait(err)

@@ -34,10 +34,11 @@ from ..protocol.snapshots import (
     SlotSnapshot,
     TimingStats,
 )
+from ..protocol.sse_reader import sse_batches
 from ..protocol.tools import GENERIC_FORMAT
 from .chat_format import ChatFormat
 from .hop import HopClient, HopError, Sent, os_reason
-from .openai_wire import chunk_logprobs, error_message, refusal, request_body, sse_batches
+from .openai_wire import chunk_logprobs, error_message, refusal, request_body
 from .types import (
     EngineEvent,
     EngineInfo,

@@ -1,19 +1,16 @@
-"""A reply that may call tools, in OpenAI's two dialects (chat completions, responses): its
-calls read whole, and a stream's way of holding its text back while it may yet be calls
-(`HeldReply`), the one place both dialects' streams take that decision. Both read the reply
-with the one reader of calls (tool_stream.py): a reply streamed and the same reply whole give
-the same calls."""
+"""A reply that may call tools: its calls read whole (`ToolUse`), and a stream's way of holding
+its text back while it may yet be calls (`HeldReply`, which host/reply.py runs for every
+streamed reply). Both read the reply with the one reader of calls (tool_stream.py): a reply
+streamed and the same reply whole give the same calls."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
+from .events import TokenText
 from .openai import FunctionCall, ToolCallOut
 from .tool_stream import CallDelta, CallStream, may_be_a_call, parse_calls
-
-Piece = TypeVar("Piece")
 
 
 @dataclass(frozen=True)
@@ -57,36 +54,33 @@ class ToolUse:
         return bool(self.names) and (self.forced or may_be_a_call(text))
 
 
-class HeldReply(Generic[Piece]):
-    """One streamed reply's pieces (text, or text with logprobs) on their way out: sent as they
-    come where no tool is offered; else held while the reply may yet be calls, and then sent
-    as call deltas once it is one, or let go, all at once, as text once it cannot be."""
+class HeldReply:
+    """One streamed reply's pieces of text on their way out: sent as they come where no tool
+    is offered; else held while the reply may yet be calls, and then sent as call deltas once
+    it is one, or let go, all at once, as text once it cannot be."""
 
-    def __init__(self, use: ToolUse, text_of: Callable[[Piece], str]) -> None:
-        self._use, self._text_of = use, text_of
-        self._held: list[Piece] | None = [] if use.names else None
+    def __init__(self, use: ToolUse) -> None:
+        self._use = use
+        self._held: list[TokenText] | None = [] if use.names else None
         self._calls = CallStream(use.names)
 
-    def add(self, piece: Piece) -> tuple[Sequence[CallDelta], list[Piece]]:
+    def add(self, piece: TokenText) -> tuple[Sequence[CallDelta], list[TokenText]]:
         """What to send now: call deltas, or pieces of text (this one, or all held so far)."""
         if self._held is None:  # every token of a reply with no tools comes here
             return (), [piece]
         self._held.append(piece)
-        text = self._text()
+        text = "".join(held.text for held in self._held)
         if self._calls.started or self._use.holds(text):
             return self._calls.feed(text), []
         held, self._held = self._held, None
         return [], held
 
-    def finish(self) -> tuple[list[CallDelta], list[Piece], bool]:
-        """At the end of a reply that came to its end: what is still to send (the held text,
-        where the reply turned out not to be calls) and whether it was calls. No call delta is
-        left by then: the reader read every piece as it came."""
+    def finish(self) -> tuple[list[TokenText], bool]:
+        """At the end of a reply that came to its end: the text still held (where the reply
+        turned out not to be calls), and whether it was calls. No call delta is left by then:
+        the reader read every piece as it came."""
         if self._held is None:
-            return [], [], False
+            return [], False
         if self._calls.started:
-            return [], [], bool(self._calls.end())
-        return [], self._held, False
-
-    def _text(self) -> str:
-        return "".join(self._text_of(piece) for piece in self._held or ())
+            return [], bool(self._calls.end())
+        return self._held, False

@@ -14,8 +14,8 @@ import httpx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from infertui.core.engine.openai_wire import sse_batches
 from infertui.core.protocol.openai import AssistantMessage, ToolCallOut
+from infertui.core.protocol.sse_reader import sse_batches
 from infertui.core.protocol.tool_stream import CallDelta, CallStream, partial_calls
 from infertui.core.protocol.tool_use import HeldReply, ToolUse
 from infertui.core.protocol.tools import parse_calls, plain_turns, read_json

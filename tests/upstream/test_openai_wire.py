@@ -14,11 +14,11 @@ from infertui.core.engine.openai_wire import (
     refusal,
     request_body,
     retry_after_ms,
-    sse_batches,
 )
 from infertui.core.engine.types import GenerationRequest
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind
+from infertui.core.protocol.sse_reader import sse_batches
 
 
 async def objects(raw: str) -> list[dict[str, object]]:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 
 from ...host import Ask
+from ...host.reply import End, reply
 from ...protocol.events import Finished, TokenText
 from ...protocol.ollama import (
     SSE_END,
@@ -72,12 +73,12 @@ async def chunks(job: Job) -> AsyncIterator[str | Finished]:
     """The job's text as numbered spec-001 chunk lines, then its Finished event."""
     template = _chunk_template()
     index = 0
-    async for event in job.events():
-        if isinstance(event, TokenText):
-            yield template.render(event.text, index)
+    async for piece in reply(job):
+        if isinstance(piece, TokenText):
+            yield template.render(piece.text, index)
             index += 1
-        elif isinstance(event, Finished):
-            yield event
+        elif isinstance(piece, End):
+            yield piece.final
 
 
 async def ndjson_lines(job: Job) -> AsyncIterator[str]:

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ...host import Ask
+from ...host.reply import End, reply
 from ...protocol.common import ChatMessage
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
@@ -70,7 +71,7 @@ async def chat(body: ApiChatRequest, request: Request) -> Any:
     )
     job = await submit(request, ask)
     names = {t.function.name for t in body.tools or []}
-    return await reply(request, job, "message", stream=body.stream, tool_names=names)
+    return await answer(request, job, "message", stream=body.stream, tool_names=names)
 
 
 @router.post("/generate", summary="Ollama's completion of a prompt (chat template unless raw)")
@@ -86,7 +87,7 @@ async def generate(body: ApiGenerateRequest, request: Request) -> Any:
         system = [ChatMessage(role="system", content=body.system)] if body.system else []
         turns = [*system, ChatMessage(role="user", content=body.prompt)]
         job = await submit(request, Ask(model=body.model, messages=turns, params=body.sampling()))
-    return await reply(request, job, "response", stream=body.stream)
+    return await answer(request, job, "response", stream=body.stream)
 
 
 def _check_thinking(request: Request, model: str, think: bool | str | None) -> None:
@@ -106,7 +107,7 @@ def _loaded_answer(request: Request, model: str, field: str, empty: object) -> d
             "done_reason": "load"}  # fmt: skip
 
 
-async def reply(
+async def answer(
     request: Request, job: Job, field: str, *, stream: bool, tool_names: set[str] | None = None
 ) -> dict[str, Any] | LiveResponse:
     """The job as Ollama answers: `field` is "message" (chat) or "response" (generate). With
@@ -149,26 +150,26 @@ async def lines(
     chat = field == "message"
     open_piece, close_piece = ('{"role": "assistant", "content": ', "}") if chat else ("", "")
     held: list[str] | None = [] if tool_names else None
-    async for event in job.events():
-        if isinstance(event, TokenText):
+    async for piece in reply(job):  # calls come whole at the end, as Ollama sends them
+        if isinstance(piece, TokenText):
             if held is not None:
-                held.append(event.text)
+                held.append(piece.text)
                 if may_be_a_call("".join(held)):
                     continue
                 event_text, held = "".join(held), None
             else:
-                event_text = event.text
+                event_text = piece.text
             text = json.dumps(event_text, ensure_ascii=False)
             yield (
                 f'{{"model": {model}, "created_at": "{now_rfc3339()}{after}{open_piece}{text}'
                 f'{close_piece}, "done": false}}'
             )
-        elif isinstance(event, Finished):
-            if event.failure is not None:
-                yield json.dumps({"error": event.failure.message})
+        elif isinstance(piece, End):
+            if piece.final.failure is not None:
+                yield json.dumps({"error": piece.final.failure.message})
                 return
             head = {**head, "created_at": now_rfc3339()}
-            yield json.dumps(finished(head, field, "".join(held or []), event, tool_names))
+            yield json.dumps(finished(head, field, "".join(held or []), piece.final, tool_names))
 
 
 @router.post("/embed", summary="Embeddings of one text or several, from any loaded engine")

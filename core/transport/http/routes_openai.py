@@ -12,9 +12,10 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from ...host import Ask
+from ...host.reply import End, replies
 from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
-from ...protocol.events import Finished, TokenText
+from ...protocol.events import TokenText
 from ...protocol.finish import openai_finish
 from ...protocol.openai import (
     AssistantMessage,
@@ -43,12 +44,12 @@ from ...protocol.openai import (
     error_envelope,
 )
 from ...protocol.tool_stream import CallDelta
-from ...protocol.tool_use import HeldReply, ToolUse
+from ...protocol.tool_use import ToolUse
 from ...scheduler import Job
 from .deps import collect, embed_texts, reply_limit, service_of, submit_all
 from .families import documented_errors
 from .routing import StrictJSONRoute
-from .streams import HOLE, LiveResponse, Template, json_line, merged, sse_response
+from .streams import HOLE, LiveResponse, Template, json_line, sse_response
 
 router = APIRouter(tags=["OpenAI-compatible (spec 004)"], route_class=StrictJSONRoute)
 
@@ -154,18 +155,14 @@ async def chat_chunks(
         )
 
     tokens = [Template(chunk(i, Delta(content=HOLE))) for i in range(len(jobs))]
-    replies = [HeldReply[TokenText](tools, lambda piece: piece.text) for _ in jobs]
     for i in range(len(jobs)):
         yield json_line(chunk(i, Delta(role="assistant", content="")))
 
-    def text_chunk(index: int, pieces: list[TokenText]) -> str:
-        if len(pieces) == 1 and not pieces[0].logprobs:  # the hot path: one token's text
-            return tokens[index].render(pieces[0].text)
-        text = "".join(piece.text for piece in pieces)
-        if not (logprobs := [lp for piece in pieces for lp in piece.logprobs]):
-            return tokens[index].render(text)
-        with_logprobs = chunk(index, Delta(content=text))  # rare enough to build it whole
-        with_logprobs.choices[0].logprobs = ChatLogprobs.of(logprobs)
+    def text_chunk(index: int, piece: TokenText) -> str:
+        if not piece.logprobs:  # the hot path: one token's text
+            return tokens[index].render(piece.text)
+        with_logprobs = chunk(index, Delta(content=piece.text))  # rare enough to build it whole
+        with_logprobs.choices[0].logprobs = ChatLogprobs.of(piece.logprobs)
         return json_line(with_logprobs)
 
     def call_chunk(index: int, delta: CallDelta) -> str:
@@ -174,25 +171,16 @@ async def chat_chunks(
         out = ToolCallOut(index=delta.index, id=delta.id, type=kind, function=function)
         return json_line(chunk(index, Delta(tool_calls=[out])))
 
-    async for index, event in merged(jobs):
-        if isinstance(event, TokenText):
-            deltas, pieces = replies[index].add(event)
-            for delta in deltas:
-                yield call_chunk(index, delta)
-            if pieces:
-                yield text_chunk(index, pieces)
-        elif isinstance(event, Finished):
-            if event.failure is not None:
-                yield error_envelope(event.failure).model_dump_json()
+    async for index, piece in replies(jobs, tools):
+        if isinstance(piece, TokenText):
+            yield text_chunk(index, piece)
+        elif isinstance(piece, CallDelta):
+            yield call_chunk(index, piece)
+        else:
+            if piece.final.failure is not None:
+                yield error_envelope(piece.final.failure).model_dump_json()
                 break
-            called = False
-            if event.whole:
-                deltas, pieces, called = replies[index].finish()
-                for delta in deltas:
-                    yield call_chunk(index, delta)
-                if pieces:
-                    yield text_chunk(index, pieces)
-            finish = openai_finish(event.finish_reason, called=called)
+            finish = openai_finish(piece.final.finish_reason, called=piece.called)
             yield json_line(chunk(index, Delta(content=""), finish))
     else:
         if usage is not None:
@@ -251,21 +239,21 @@ async def completion_chunks(
     offsets = [0] * len(jobs)
     for i in range(len(jobs)):
         yield json_line(chunk(i, "", ""))
-    async for index, event in merged(jobs):
-        if isinstance(event, TokenText):
-            if event.logprobs:
-                with_logprobs = chunk(index, event.text, "")
-                logprobs = CompletionLogprobs.of(event.logprobs, offsets[index])
+    async for index, piece in replies(jobs):
+        if isinstance(piece, TokenText):
+            if piece.logprobs:
+                with_logprobs = chunk(index, piece.text, "")
+                logprobs = CompletionLogprobs.of(piece.logprobs, offsets[index])
                 with_logprobs.choices[0].logprobs = logprobs
                 yield json_line(with_logprobs)
             else:
-                yield tokens[index].render(event.text)
-            offsets[index] += len(event.text)
-        elif isinstance(event, Finished):
-            if event.failure is not None:
-                yield error_envelope(event.failure).model_dump_json()
+                yield tokens[index].render(piece.text)
+            offsets[index] += len(piece.text)
+        elif isinstance(piece, End):
+            if piece.final.failure is not None:
+                yield error_envelope(piece.final.failure).model_dump_json()
                 break
-            yield json_line(chunk(index, "", openai_finish(event.finish_reason)))
+            yield json_line(chunk(index, "", openai_finish(piece.final.finish_reason)))
     else:
         if usage is not None:
             final = TextCompletion(id=cid, created=created, model=model, choices=[])

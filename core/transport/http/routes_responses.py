@@ -19,12 +19,13 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
+from ...host.reply import reply
 from ...protocol.conversations import MAX_PAGE, ItemList, item_page, stored_item
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
@@ -44,7 +45,7 @@ from ...protocol.responses import (
     ResponseUsage,
 )
 from ...protocol.tool_stream import CallDelta
-from ...protocol.tool_use import HeldReply, ToolUse
+from ...protocol.tool_use import ToolUse
 from ...scheduler import Job
 from .access import access_of
 from .deps import collect, reply_limit, submit_all
@@ -279,7 +280,7 @@ class _Stream:
         )
         self._text: list[str] | None = None  # the message's text, once its item is open
         self._calls: list[FunctionCallItem] = []  # the last one is open until the end
-        self._reply = HeldReply[str](use, str)
+        self._use = use
 
     def event(self, kind: str, **fields: Any) -> SseEvent:
         body = {"type": kind, **fields, "sequence_number": next(self._numbers)}
@@ -291,22 +292,15 @@ class _Stream:
     async def events(self) -> AsyncIterator[SseEvent]:
         yield self.response("response.created", self._started)
         yield self.response("response.in_progress", self._started)
-        async for event in self._job.events():
-            if isinstance(event, TokenText):
-                for out in self._token(event.text):
-                    yield out
-            elif isinstance(event, Finished):
-                for out in self._finish(event):
-                    yield out
-                return
-
-    def _token(self, piece: str) -> list[SseEvent]:
-        calls, pieces = self._reply.add(piece)
-        return self._sent(calls, pieces)
-
-    def _sent(self, calls: Sequence[CallDelta], pieces: list[str]) -> list[SseEvent]:
-        out = [event for call in calls for event in self._call(call)]
-        return out + self._text_events("".join(pieces)) if pieces else out
+        async for piece in reply(self._job, self._use):
+            if isinstance(piece, TokenText):
+                out = self._text_events(piece.text)
+            elif isinstance(piece, CallDelta):
+                out = self._call(piece)
+            else:
+                out = self._finish(piece.final)
+            for event in out:
+                yield event
 
     def _text_events(self, piece: str) -> list[SseEvent]:
         out = []
@@ -363,9 +357,6 @@ class _Stream:
 
     def _finish(self, final: Finished) -> list[SseEvent]:
         out = []
-        if final.whole:
-            calls, pieces, _ = self._reply.finish()
-            out += self._sent(calls, pieces)
         # What went out stays as it was; an item a failure or max_output_tokens cut short
         # says so, and the response's last event says why.
         status: ItemStatus = (

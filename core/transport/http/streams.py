@@ -16,15 +16,12 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
-
-from ...protocol.events import Finished, JobEvent
-from ...scheduler import Job
 
 log = logging.getLogger(__name__)
 
@@ -164,29 +161,3 @@ def _ndjson_frame(line: str) -> bytes:
 
 def json_line(model: BaseModel) -> str:
     return model.model_dump_json(exclude_none=True)
-
-
-async def merged(jobs: Sequence[Job]) -> AsyncIterator[tuple[int, JobEvent]]:
-    """Events of several jobs as they come, tagged with the job's index. Leaving early
-    cancels the jobs still running."""
-    if len(jobs) == 1:
-        async for event in jobs[0].events():
-            yield 0, event
-        return
-    queue: asyncio.Queue[tuple[int, JobEvent]] = asyncio.Queue()
-
-    async def pump(index: int, job: Job) -> None:
-        async for event in job.events():
-            queue.put_nowait((index, event))
-
-    tasks = [asyncio.create_task(pump(i, job)) for i, job in enumerate(jobs)]
-    remaining = len(jobs)
-    try:
-        while remaining:
-            index, event = await queue.get()
-            yield index, event
-            if isinstance(event, Finished):
-                remaining -= 1
-    finally:
-        for task in tasks:
-            task.cancel()

@@ -24,10 +24,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...host import Ask, HostService
+from ...host.reply import End, reply
 from ...protocol import p2p
 from ...protocol.common import ChatMessage, SamplingParams
 from ...protocol.errors import ErrorKind, InferError
-from ...protocol.events import Finished, TokenText
+from ...protocol.events import TokenText
 from ...protocol.snapshots import SnapshotKind
 from ...scheduler import Job
 from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin
@@ -385,19 +386,19 @@ class PeerSession:
     async def stream(self, rid: str, job: Job) -> None:
         index = 0
         try:
-            async for event in job.events():
-                if isinstance(event, TokenText):
-                    chunk = {"text": event.text, "index": index}
+            async for piece in reply(job):
+                if isinstance(piece, TokenText):
+                    chunk = {"text": piece.text, "index": index}
                     self.send("chat_chunk", chunk, rid, at_once=index == 0)  # fast first token
                     index += 1
                     await self.conn.drain()
-                elif isinstance(event, Finished):
-                    if event.error is not None:
-                        self.send_error(event.error, rid)
+                elif isinstance(piece, End):
+                    if piece.final.error is not None:
+                        self.send_error(piece.final.error, rid)
                         return
-                    t = event.timings
+                    t = piece.final.timings
                     end = p2p.ChatEnd(
-                        finish_reason=event.finish_reason,
+                        finish_reason=piece.final.finish_reason,
                         tokens_in=t.tokens_in,
                         tokens_out=t.tokens_out,
                         ttft_ms=round(t.ttft_ms, 1) if t.ttft_ms is not None else None,
