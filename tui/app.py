@@ -275,7 +275,7 @@ class HostApp(InfertuiApp):
     async def action_quit(self) -> None:
         if self.stopping:  # a second q or signal while the first one drains: now
             if self._start:
-                self.local.service.hurry()
+                self.local.service.stop_now()
             return
         self.stopping = True
         self.set_connection(

@@ -91,15 +91,15 @@ async def serve(settings: Settings, stop: StopSignals, *, reset_id: bool = False
     await stop.asked.wait()
     log.info("shutting down (again to stop now)")
 
-    async def stop_now() -> None:
+    async def on_second_signal() -> None:
         await stop.now.wait()
-        service.hurry()
+        service.stop_now()
 
-    hurry = asyncio.create_task(stop_now())
+    second = asyncio.create_task(on_second_signal())
     try:
         await service.stop()
     finally:
-        hurry.cancel()
+        second.cancel()
     return 0
 
 

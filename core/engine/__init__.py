@@ -7,7 +7,6 @@ from .interface import Engine, HealthHook, open_engine
 from .local import LlamaEngine
 from .types import (
     AnySpec,
-    EngineEvent,
     EngineSpec,
     GenerationRequest,
     Publisher,
@@ -21,7 +20,6 @@ __all__ = [
     "BUNDLED_SAMPLING",
     "AnySpec",
     "Engine",
-    "EngineEvent",
     "EngineSpec",
     "GenerationRequest",
     "HealthHook",

@@ -3,7 +3,7 @@
 The scheduler hands it a job only when a slot is free (an embedding job needs none), so what
 it holds between steps is no queue, only the jobs given since the last step. Each step, under
 the lock that the event loop's calls take: retire cancelled jobs, take the embedding jobs,
-and put the jobs given into free sequences (sequences.py: kept and shared cells). Then,
+and put the jobs given into free sequences (slot_table.py: kept and shared cells). Then,
 without the lock: embed, run one step over the sequences (step.py: one `llama_decode` for
 the running streams and prompt chunks, sampling, text), and publish the step's events to the
 event loop in one call.
@@ -26,8 +26,8 @@ from ..protocol.events import Finished
 from ..protocol.snapshots import SlotSnapshot, TimingStats
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .native import LlamaContext, LlamaModel, release_freed_heap
-from .sequences import Sequences
 from .slot import Slot
+from .slot_table import SlotTable
 from .step import Stepper
 from .types import Events, GenerationRequest, LoopOptions, Publisher
 
@@ -151,7 +151,7 @@ class BatchLoop:
         except BaseException as exc:
             self._opened.set_exception(exc)
             return
-        self._seqs = Sequences(self._model, self._ctx, options)
+        self._seqs = SlotTable(self._model, self._ctx, options)
         self._stepper = Stepper(self._seqs, self._publish)
         self._slots = self._seqs.slots
         self._opened.set_result((self._model, self._ctx, options))

@@ -1,7 +1,7 @@
 """The thin boundary to llama.cpp's C API: loading, tokens, batches, KV memory.
 
 Everything here is a small, typed wrapper over `llama_cpp`'s ctypes functions; the policy
-(which sequence decodes when, what to publish) lives in batch_loop.py, sequences.py and step.py.
+(which sequence decodes when, what to publish) lives in batch_loop.py, slot_table.py and step.py.
 """
 
 from __future__ import annotations

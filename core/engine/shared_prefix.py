@@ -7,8 +7,8 @@ copy in llama.cpp, then a trim) costs a memory copy where decoding costs a pass 
 model per token.
 
 The recipient keeps at least its last prompt token to decode itself, so that it has a logits
-row of its own. A donor still reading its prompt is waited for until its cells hold the
-shared head. `window_intact` (kept_cells.py) decides whether a donor's cells still hold all
+row of its own. A source still reading its prompt is waited for until its cells hold the
+shared head. `window_intact` (prompt_cache.py) decides whether a source's cells still hold all
 that the recipient's first token attends to.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .kept_cells import MIN_REUSE, window_intact
+from .prompt_cache import MIN_REUSE, window_intact
 from .slot import Slot
 
 
@@ -31,7 +31,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     return k
 
 
-def best_donor(
+def best_source(
     prompt: Sequence[int], slots: Iterable[Slot | None], have: int, n_swa: int
 ) -> tuple[Slot, int] | None:
     """The running slot whose prompt shares the longest head with `prompt`, and the length to
@@ -41,8 +41,8 @@ def best_donor(
     head = list(prompt[: min(MIN_REUSE, want)])  # fewer shared than this rules a slot out
     best: tuple[Slot, int] | None = None
     for slot in slots:
-        if slot is None or slot.donor is not None:
-            continue  # a slot waiting for a donor has no cells to give yet
+        if slot is None or slot.copies_from is not None:
+            continue  # a slot waiting for a source has no cells to give yet
         theirs = slot.request.prompt_tokens
         if list(theirs[: len(head)]) != head:  # most slots: one comparison in C
             continue

@@ -20,9 +20,9 @@ class Slot:
     """One sequence in flight: its place in the KV cache, its sampler and its text state."""
 
     __slots__ = (
-        "admitted_at", "admitted_step", "cached", "chain", "chunks", "donor", "first_token_at",
-        "generated", "index", "last_token", "logprobs", "n_past", "prefill_done_at", "prompt_pos",
-        "request", "shared", "stops", "utf8",
+        "admitted_at", "admitted_step", "cached", "chain", "chunks", "copies_from",
+        "first_token_at", "generated", "index", "last_token", "logprobs", "n_past",
+        "prefill_done_at", "prompt_pos", "request", "shared_tokens", "stops", "utf8",
     )  # fmt: skip
 
     def __init__(
@@ -36,9 +36,9 @@ class Slot:
         self.n_past = 0  # tokens in this sequence's KV cells
         # a running slot whose prompt begins as this one's: wait until its cells hold the
         # first `shared` tokens, then copy them (shared_prefix.py)
-        self.donor: Slot | None = None
-        self.shared = 0
-        self.cached = 0  # prompt tokens whose cells came from elsewhere (a donor, kept cells)
+        self.copies_from: Slot | None = None
+        self.shared_tokens = 0
+        self.cached = 0  # prompt tokens whose cells came from elsewhere (a source, kept cells)
         self.generated: list[int] = []  # every token sampled, in order
         self.last_token = -1
         self.chunks = 0

@@ -20,11 +20,11 @@ import time
 from collections.abc import Sequence
 
 from ..protocol.errors import ErrorKind, InferError
-from .kept_cells import window_intact
 from .native import Batch
+from .prompt_cache import window_intact
 from .sampler import token_logprob
-from .sequences import Sequences
 from .slot import Slot
+from .slot_table import SlotTable
 from .step_plan import fillers, last_tokens_apart, prompt_shares
 from .step_sampler import StepSampler
 from .types import Events, Publisher
@@ -36,7 +36,7 @@ class Stepper:
     """Runs steps over the sequences, on the loop's thread. `decode_s` adds up the seconds from
     starting each decode to its outputs being ready."""
 
-    def __init__(self, seqs: Sequences, publish: Publisher) -> None:
+    def __init__(self, seqs: SlotTable, publish: Publisher) -> None:
         self._seqs = seqs
         self._model, self._ctx, self._options = seqs.model, seqs.ctx, seqs.options
         self._publish = publish
@@ -57,12 +57,13 @@ class Stepper:
             return
         decoding = [s for s in running if not s.prefilling]
         prefilling = sorted(
-            (s for s in running if s.prefilling and s.donor is None), key=lambda s: s.admitted_at
+            (s for s in running if s.prefilling and s.copies_from is None),
+            key=lambda s: s.admitted_at,
         )
-        waiting: dict[Slot, list[Slot]] = {}  # by donor, the jobs waiting for its cells
+        waiting: dict[Slot, list[Slot]] = {}  # by source, the jobs waiting for its cells
         for s in running:
-            if s.donor is not None:
-                waiting.setdefault(s.donor, []).append(s)
+            if s.copies_from is not None:
+                waiting.setdefault(s.copies_from, []).append(s)
         if self._options.deterministic:
             if decoding:
                 self._decode(decoding, [], use_fillers=False, events=events)
@@ -84,11 +85,11 @@ class Stepper:
         chunks = lasts
         if decoding or chunks:  # nothing left when the bodies' decode failed alone
             self._decode(decoding, chunks, use_fillers=True, events=events)
-        # Jobs waiting for a donor still reading its prompt copy after the step, and read
+        # Jobs waiting for a source still reading its prompt copy after the step, and read
         # their rest in the next: joining this step's last decode delayed the first tokens
         # of all the others (+15 ms p50 TTFT at 64 streams, bench_gpu).
-        for donor, others in waiting.items():
-            seqs.take_prompt(donor, others)
+        for source, others in waiting.items():
+            seqs.take_prompt(source, others)
 
     def _stop_at_shared_head(self, slot: Slot, n: int, waiting: Sequence[Slot]) -> int:
         """A chunk cut where a job waiting for this slot's cells can copy them: a model with
@@ -99,10 +100,10 @@ class Stepper:
             return n
         end = slot.prompt_pos + n
         for other in waiting:
-            if slot.prompt_pos < other.shared < end and not window_intact(
-                n_swa, end - 1, other.shared
+            if slot.prompt_pos < other.shared_tokens < end and not window_intact(
+                n_swa, end - 1, other.shared_tokens
             ):
-                end = other.shared
+                end = other.shared_tokens
         return end - slot.prompt_pos
 
     def _prefill_bodies(

@@ -164,8 +164,7 @@ class GenerationRequest:
     tokens_out: int = 0
 
 
-EngineEvent = JobEvent
-Events = list[tuple[GenerationRequest, EngineEvent]]  # one step's, published together
+Events = list[tuple[GenerationRequest, JobEvent]]  # one step's, published together
 Publisher = Callable[[Events], None]
 
 

@@ -26,7 +26,7 @@ from typing import Any, TypeGuard
 import httpx
 
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Admitted, Finished, TokenText
+from ..protocol.events import Admitted, Finished, JobEvent, TokenText
 from ..protocol.finish import heard_finish
 from ..protocol.snapshots import (
     EngineParameters,
@@ -40,7 +40,6 @@ from .chat_format import ChatFormat
 from .hop import HopClient, HopError, Sent, os_reason
 from .openai_wire import chunk_logprobs, error_message, refusal, request_body
 from .types import (
-    EngineEvent,
     EngineInfo,
     EngineUsage,
     GenerationRequest,
@@ -300,7 +299,7 @@ class UpstreamEngine:
                 await response.aread()
                 raise refusal(response, self.spec.engine_id)
             async for chunks in sse_batches(response):
-                events: list[tuple[GenerationRequest, EngineEvent]] = []
+                events: list[tuple[GenerationRequest, JobEvent]] = []
                 for chunk in chunks:
                     if "error" in chunk:
                         raise InferError(

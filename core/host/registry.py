@@ -9,7 +9,7 @@ from ..engine import AnySpec
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineStatus, PoolState
 from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
-from .views import engine_status
+from .reports import engine_status
 
 log = logging.getLogger(__name__)
 

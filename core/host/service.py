@@ -47,7 +47,7 @@ from ..protocol.snapshots import (
 from ..protocol.tokens import Props
 from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
-from . import views
+from . import reports
 from .prepare import Ask, prepare
 from .registry import EngineRegistry
 
@@ -219,12 +219,12 @@ class HostService:
         gc.unfreeze()  # what start froze is the collector's again (an engine gone since, too)
         log.info("host stopped")
 
-    def hurry(self) -> None:
+    def stop_now(self) -> None:
         """Stop now: the drains of `stop` cancel their jobs at once instead of giving them
         the grace (a second Ctrl-C or SIGTERM, as uvicorn and llama-server take it)."""
         log.info("stopping now: running jobs are cancelled")
         for pool in self._registry.pools():
-            pool.hurry()
+            pool.end_drains_now()
 
     # ---- work --------------------------------------------------------------------------------
 
@@ -285,7 +285,7 @@ class HostService:
 
     def props(self, model: str | None) -> Props:
         """llama-server's `/props` for the engine `model` names (the default one for None)."""
-        return views.llama_props(self._registry.resolve(model), self.version)
+        return reports.llama_props(self._registry.resolve(model), self.version)
 
     def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
         if pool_id is None:
@@ -329,19 +329,19 @@ class HostService:
         return out
 
     def pool_health(self, pool_id: str) -> PoolHealth:
-        return views.pool_health(self._registry.get(pool_id))
+        return reports.pool_health(self._registry.get(pool_id))
 
     def pool_metrics(self, pool_id: str) -> MetricsSnapshot:
         return self._registry.get(pool_id).metrics_snapshot()
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            pools=[views.pool_capabilities(p, self.version) for p in self._registry.pools()]
+            pools=[reports.pool_capabilities(p, self.version) for p in self._registry.pools()]
         )
 
     def live_jobs(self) -> list[LiveJob]:
         """Every job in flight on every engine, with its latest text."""
-        return [job for pool in self._registry.pools() for job in views.live_jobs(pool)]
+        return [job for pool in self._registry.pools() for job in reports.live_jobs(pool)]
 
     def histograms(self) -> list[tuple[str, dict[str, Histogram]]]:
         """(pool id, its histograms by name) for every pool."""
@@ -387,14 +387,14 @@ class HostService:
                 api_key=request.api_key or up.api_key,
                 concurrency=request.concurrency or up.concurrency,
             )
-            return views.engine_status(await self._registry.add(up))
+            return reports.engine_status(await self._registry.add(up))
         spec = engine_spec(
             request.engine_id, self._confined(request.model_path), self.settings,
             n_ctx=request.n_ctx,
             n_gpu_layers=request.n_gpu_layers, main_gpu_id=request.main_gpu_id,
         )  # fmt: skip
         pool = await self._registry.add(spec)
-        return views.engine_status(pool)
+        return reports.engine_status(pool)
 
     async def remove_engine(self, engine_id: str) -> None:
         """Cancel the engine's jobs and unload it."""
@@ -405,7 +405,7 @@ class HostService:
         raise (OC-CTRL-2003)."""
         pool = self._registry.get(engine_id)
         await pool.reload(self._confined(model_path) if model_path else None)
-        return views.engine_status(pool)
+        return reports.engine_status(pool)
 
     async def drain_engine(self, engine_id: str, deadline_ms: int) -> int:
         """Stop admitting, let jobs finish until the deadline, cancel the rest; returns how
@@ -437,7 +437,7 @@ class HostService:
         """Admit again after a drain."""
         pool = self._registry.get(engine_id)
         pool.resume()
-        return views.engine_status(pool)
+        return reports.engine_status(pool)
 
     def snapshot(self, kind: SnapshotKind) -> dict[str, Any]:
         """One snapshot as JSON, the same on every transport."""

@@ -58,6 +58,9 @@ class ResponsesRequest(BaseModel):
     conversation: str | dict[str, Any] | None = Field(
         None, description='a conversation (id, or {"id": ...}) to read and add this turn to'
     )
+    truncation: Literal["auto", "disabled"] | None = Field(
+        None, description='"auto": past the context, the oldest turns are left out'
+    )
     # beyond OpenAI: llama.cpp's own knobs, as on the chat endpoint
     seed: Seed = None
     top_k: TopK | None = None
@@ -334,7 +337,7 @@ class ResponseObject(BaseModel):
     tool_choice: Any = "auto"
     tools: list[dict[str, Any]] = Field(default_factory=list)
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
-    truncation: Literal["disabled"] = "disabled"
+    truncation: Literal["auto", "disabled"] = "disabled"
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
 
@@ -364,6 +367,7 @@ class ResponseObject(BaseModel):
             tool_choice=request.tool_choice or "auto",
             tools=request.tools or [],
             text={"format": {"type": "text"}, **(request.text or {})},
+            truncation=request.truncation or "disabled",
         )
 
 

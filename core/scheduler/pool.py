@@ -22,10 +22,10 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from ..engine import AnySpec, Engine, EngineEvent, GenerationRequest, open_engine
+from ..engine import AnySpec, Engine, GenerationRequest, open_engine
 from ..engine.interface import Tokenizer
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Finished, TokenText
+from ..protocol.events import Finished, JobEvent, TokenText
 from ..protocol.snapshots import (
     MetricsSnapshot,
     PoolState,
@@ -76,7 +76,7 @@ class Pool:
         self._unreachable = False  # FAILED because its upstream stopped answering
         self._idle = asyncio.Event()  # set while no job is queued or running
         self._idle.set()
-        self._hurried = asyncio.Event()  # a drain's deadline is now (hurry)
+        self._deadline_now = asyncio.Event()  # a drain's deadline was brought to now
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
@@ -319,7 +319,7 @@ class Pool:
 
     # ---- events from the engine thread -------------------------------------------------------
 
-    def _publish(self, batch: list[tuple[GenerationRequest, EngineEvent]]) -> None:
+    def _publish(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None:
         """Hand a step's events to the event loop in one call: from the engine thread, or at
         once from the loop itself (an upstream engine's tasks), sparing a wake-up per token."""
         if threading.get_ident() == self._loop_thread:
@@ -330,7 +330,7 @@ class Pool:
         except RuntimeError:
             log.debug("pool %s: event loop closed; dropping %d events", self.id, len(batch))
 
-    def _dispatch(self, batch: list[tuple[GenerationRequest, EngineEvent]]) -> None:
+    def _dispatch(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None:
         tokens, freed = 0, False
         for request, event in batch:
             job = self._jobs.get(request.job_id)
@@ -403,8 +403,8 @@ class Pool:
         log.info(
             "pool %s draining (deadline %d ms, %s)", self.id, deadline_ms, _jobs(len(self._jobs))
         )
-        waits = [asyncio.ensure_future(e.wait()) for e in (self._idle, self._hurried)]
-        try:  # until the jobs are done, the deadline, or hurry()
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._idle, self._deadline_now)]
+        try:  # until the jobs are done, the deadline, or end_drains_now()
             await asyncio.wait(
                 waits, timeout=deadline_ms / 1000, return_when=asyncio.FIRST_COMPLETED
             )
@@ -420,10 +420,10 @@ class Pool:
         log.info("pool %s drained (%d cancelled at the deadline)", self.id, len(late))
         return {"cancelled": len(late)}
 
-    def hurry(self) -> None:
+    def end_drains_now(self) -> None:
         """Bring a drain's deadline forward to now, this one's and any to come: its jobs are
         cancelled at once (a second Ctrl-C while the host stops). `resume` takes it back."""
-        self._hurried.set()
+        self._deadline_now.set()
 
     def resume(self) -> None:
         """Admit again after a drain (a no-op when already admitting). A drain still running
@@ -435,7 +435,7 @@ class Pool:
             why = f"engine '{self.id}' is closed" if closed else self._why_unready()
             raise InferError(ErrorKind.POOL_UNREADY, f"{why}; only a drained engine can resume")
         self.state = PoolState.FAILED if self._unreachable else PoolState.READY
-        self._hurried.clear()
+        self._deadline_now.clear()
         log.info("pool %s resumed", self.id)
 
     async def reload(self, model_path: str | None = None) -> None:

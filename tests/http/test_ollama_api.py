@@ -1,114 +1,178 @@
-"""Spec 001 over real HTTP: plain JSON, NDJSON streaming and SSE, with their error shapes."""
+"""Issue 14 §5: Ollama's own API under /api, spoken to by the official `ollama` package (and
+httpx for the error shape), against the real server on the bundled model."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import AsyncIterator
+from datetime import datetime
 
+import jsonschema
+import ollama
 import pytest
-
-from infertui.core.protocol.errors import ErrorKind, InferError
-from infertui.core.protocol.events import Finished
-from infertui.core.protocol.snapshots import TimingStats
 
 from .conftest import MODEL, Host
 
 pytestmark = pytest.mark.model
 
-BODY = {
-    "model": MODEL,
-    "messages": [{"role": "user", "content": "Hello, how are you?"}],
-    "max_tokens": 12,
-}
+HELLO = [{"role": "user", "content": "Name three colours."}]
 
 
-async def test_spec_001_regular_response(host: Host) -> None:
-    response = await host.client.post("/chat/completions", json=BODY)
-    assert response.status_code == 200
-    assert response.headers["content-type"] == "application/json"
-    body = response.json()
-    assert set(body) == {"id", "model", "created", "message", "done"}
-    assert body["done"] is True and body["model"] == MODEL
-    assert body["message"]["role"] == "assistant" and body["message"]["content"]
+@pytest.fixture
+async def client(host: Host) -> AsyncIterator[ollama.AsyncClient]:
+    client = ollama.AsyncClient(host=host.url)
+    yield client
+    await client._client.aclose()
 
 
 @pytest.mark.deterministic
-async def test_spec_001_json_streaming_lines_index_and_done(host: Host) -> None:
-    """NDJSON lines, indexed, the last one done; streamed, the whole reply's words (the host is
-    deterministic, so the second request reads its prompt afresh, not on the first's cells)."""
-    async with host.client.stream(
-        "POST", "/chat/completions", json={**BODY, "stream": True}
-    ) as response:
-        assert response.headers["content-type"] == "application/json"
-        assert response.headers["cache-control"] == "no-cache"
-        assert response.headers["connection"] == "keep-alive"
-        assert response.headers["transfer-encoding"] == "chunked"
-        lines = [json.loads(line) async for line in response.aiter_lines() if line]
-    assert [line["index"] for line in lines] == list(range(len(lines)))
-    assert all(line["done"] is False for line in lines[:-1])
-    assert lines[-1]["done"] is True
-    whole = (await host.client.post("/chat/completions", json={**BODY, "temperature": 0})).json()
-    streamed = [json.loads(x) for x in (await host.client.post(
-        "/chat/completions", json={**BODY, "temperature": 0, "stream": True})).text.splitlines()]  # fmt: skip
-    assert "".join(line["message"]["content"] for line in streamed) == whole["message"]["content"]
+async def test_chat_whole_and_streamed_give_the_same_reply(client: ollama.AsyncClient) -> None:
+    """The host is deterministic: the streamed chat reads its prompt afresh as the whole one
+    did (not on the cells it left), so the two are one generation."""
+    options = {"temperature": 0, "num_predict": 12}
+    whole = await client.chat(model=MODEL, messages=HELLO, stream=False, options=options)
+    assert whole.message.role == "assistant" and whole.message.content
+    assert whole.done and whole.eval_count and 0 < whole.eval_count <= 12
+    assert (whole.done_reason == "length") == (whole.eval_count == 12)  # else an end token
+    assert whole.prompt_eval_count and whole.total_duration and whole.eval_duration
+    parts = [p async for p in await client.chat(
+        model=f"{MODEL}:latest", messages=HELLO, stream=True, options=options,
+    )]  # fmt: skip
+    assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
+    assert "".join(p.message.content for p in parts) == whole.message.content
+    assert parts[-1].eval_count == whole.eval_count
+    assert parts[-1].done_reason == whole.done_reason
+    stamps = [datetime.fromisoformat(str(p.created_at)) for p in parts]  # each its own time
+    assert stamps == sorted(stamps) and len(set(stamps)) > 1
 
 
-async def test_spec_001_sse_streaming_ends_with_end(host: Host) -> None:
-    async with host.client.stream("POST", "/chat/sse", json=BODY) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        assert response.headers["cache-control"] == "no-cache"
-        raw = "".join([part async for part in response.aiter_text()])
-    events = [e for e in raw.split("\n\n") if e.strip()]
-    assert events[-1] == "data: [END]"
-    chunks = [json.loads(e[6:]) for e in events[:-1]]
-    assert chunks and all(c["done"] is False for c in chunks)
-    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+async def test_generate_with_a_system_prompt_and_raw(client: ollama.AsyncClient) -> None:
+    options = {"temperature": 0, "num_predict": 8}
+    chat = await client.generate(model=MODEL, prompt="Name a colour.", system="Be brief.",
+                                 options=options)  # fmt: skip
+    assert chat.response and chat.done and chat.eval_count and 0 < chat.eval_count <= 8
+    raw = [p async for p in await client.generate(
+        model=MODEL, prompt="Once upon a time", raw=True, stream=True, options=options,
+    )]  # fmt: skip
+    assert "".join(p.response for p in raw) and raw[-1].done
+    loaded = await client.generate(model=MODEL)  # how clients load a model
+    assert loaded.done and loaded.done_reason == "load"
+    by_chat = await client.chat(model=MODEL, messages=[])  # ... or by /api/chat (it was a 400)
+    assert by_chat.done and by_chat.done_reason == "load" and by_chat.message.content == ""
+    with pytest.raises(ollama.ResponseError):
+        await client.chat(model="no-such-model", messages=[])
 
 
-async def test_spec_001_pre_stream_errors_are_http_statuses_in_the_spec_shape(host: Host) -> None:
-    for path in ("/chat/completions", "/chat/sse"):
-        response = await host.client.post(path, json={**BODY, "model": "missing"})
-        assert response.status_code == 404
-        assert set(response.json()["error"]) == {"message", "type", "code"}
-        invalid = await host.client.post(path, json={"model": MODEL})
-        assert invalid.status_code == 400
-        assert invalid.json()["error"]["type"] == "invalid_request_error"
+@pytest.mark.deterministic
+async def test_mirostat_and_typical_p_options_are_used(client: ollama.AsyncClient) -> None:
+    """Ollama's `mirostat`, `mirostat_tau`, `mirostat_eta` and `typical_p` options reach the
+    sampler (they were read past): Mirostat 2 aiming at no surprise at all is greedy. (The
+    host is deterministic: both replies come from the same logits, only the samplers differ.)"""
+    greedy = await client.chat(model=MODEL, messages=HELLO, stream=False,
+                               options={"temperature": 0, "num_predict": 12})  # fmt: skip
+    sure = {"temperature": 0.9, "num_predict": 12, "mirostat": 2, "mirostat_tau": 0.0,
+            "mirostat_eta": 0.2, "typical_p": 0.9}  # fmt: skip
+    mirostat = await client.chat(model=MODEL, messages=HELLO, stream=False, options=sure)
+    assert mirostat.message.content == greedy.message.content
+    with pytest.raises(ollama.ResponseError) as refused:
+        await client.chat(model=MODEL, messages=HELLO, options={"mirostat": 3})
+    assert refused.value.status_code == 400 and "mirostat" in refused.value.error
 
 
-async def _fail_running_job(host: Host) -> None:
-    """Simulates the batch loop failing a job mid-stream (as a llama_decode error does)."""
-    pool = host.service._registry.get(MODEL)  # white box: inject a failure into a live job
-    while not pool.jobs() or pool.jobs()[0].tokens_published < 2:
-        await asyncio.sleep(0.005)
-    error = InferError(ErrorKind.GENERATION_FAILED, "llama_decode failed (code -3)")
-    pool.jobs()[0]._deliver(Finished("error", TimingStats(), error))
-
-
-async def test_spec_001_json_streaming_error_is_one_line_with_done(host: Host) -> None:
-    body = {**BODY, "max_tokens": 200, "stream": True}
-    failing = asyncio.create_task(_fail_running_job(host))
-    response = await host.client.post("/chat/completions", json=body)
-    await failing
-    lines = [json.loads(line) for line in response.text.splitlines()]
-    assert response.status_code == 200
-    assert lines[-1] == {
-        "error": {
-            "message": "llama_decode failed (code -3)",
-            "type": "server_error",
-            "code": "inference_error",
-        },
-        "done": True,
+async def test_format_constrains_the_reply(client: ollama.AsyncClient) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"colour": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer"}},
+        "required": ["colour", "count"],
     }
-    assert all("message" in line and line["done"] is False for line in lines[:-1])
+    reply = await client.chat(model=MODEL, messages=HELLO, format=schema,
+                              options={"temperature": 0, "num_predict": 64})  # fmt: skip
+    jsonschema.validate(json.loads(reply.message.content or ""), schema)
 
 
-async def test_spec_001_sse_error_event_then_end(host: Host) -> None:
-    failing = asyncio.create_task(_fail_running_job(host))
-    response = await host.client.post("/chat/sse", json={**BODY, "max_tokens": 200})
-    await failing
-    events = [e for e in response.text.split("\n\n") if e.strip()]
-    assert events[-1] == "data: [END]"
-    error_event = events[-2].split("\n")
-    assert error_event[0] == "event: error"
-    assert json.loads(error_event[1][6:])["code"] == "inference_error"
+async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
+    listed = await client.list()
+    (model,) = listed.models
+    assert model.model == MODEL and model.size and model.size > 90_000_000  # 98 MB
+    assert model.details is not None and model.details.format == "gguf"
+    assert model.details.family == "llama" and model.details.quantization_level
+    shown = await client.show(MODEL)
+    assert shown.details is not None and shown.details.family == "llama"
+    assert shown.modelfile and "smollm2-135m" in shown.modelfile
+    assert shown.capabilities == ["completion", "tools", "embedding"]  # what clients offer
+    assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] > 0
+    running = await client.ps()
+    assert [m.model for m in running.models] == [MODEL]
+    assert running.models[0].size and running.models[0].size > 0
+    assert (await client._request_raw("GET", "/api/version")).json()["version"]
+
+
+async def test_errors_come_in_ollamas_shape(host: Host, client: ollama.AsyncClient) -> None:
+    with pytest.raises(ollama.ResponseError) as caught:
+        await client.chat(model="nope", messages=HELLO, stream=False)
+    assert caught.value.status_code == 404 and "nope" in caught.value.error
+    bad = await host.client.post("/api/chat", json={"model": MODEL, "messages": "hi"})
+    assert bad.status_code == 400 and set(bad.json()) == {"error"}
+    image = await host.client.post("/api/chat", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi", "images": ["AAAA"]}],
+    })  # fmt: skip
+    assert image.status_code == 400 and "images are not supported" in image.json()["error"]
+    ok = await client.chat(model=MODEL, messages=HELLO, stream=False, options={"num_predict": 2})
+    assert ok.done  # the host serves on
+
+
+async def test_chat_with_tools_in_ollamas_shape(client: ollama.AsyncClient) -> None:
+    """Tools as Ollama's clients send them; a reply that is a call comes back as tool_calls with
+    arguments as an object, whole and streamed (the base model is steered to a call with
+    `format`); a call and its result go back in the history."""
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+               "required": ["city"], "additionalProperties": False}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "get_weather",
+                                               "description": "The weather now.",
+                                               "parameters": weather}}]  # fmt: skip
+    a_call = {"type": "object", "required": ["tool_calls"], "properties": {"tool_calls": {
+        "type": "array", "minItems": 1, "maxItems": 1, "items": {
+            "type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+            "properties": {"name": {"const": "get_weather"}, "arguments": weather}}}}}  # fmt: skip
+    options = {"temperature": 0, "num_predict": 60}
+    asked = [{"role": "user", "content": "Weather in Paris?"}]
+    whole = await client.chat(model=MODEL, messages=asked, tools=tools, format=a_call,
+                              options=options, stream=False)  # fmt: skip
+    (call,) = whole.message.tool_calls or []
+    assert call.function.name == "get_weather"
+    jsonschema.validate(dict(call.function.arguments), weather)
+    parts = [p async for p in await client.chat(
+        model=MODEL, messages=asked, tools=tools, format=a_call, options=options, stream=True,
+    )]  # fmt: skip
+    assert [c.function.name for c in parts[-1].message.tool_calls or []] == ["get_weather"]
+    assert all(not p.message.content for p in parts)  # the call is held back, not shown as text
+    follow = [*asked, {"role": "assistant", "content": "", "tool_calls": [call.model_dump()]},
+              {"role": "tool", "content": "18 C and sunny", "tool_name": "get_weather"}]  # fmt: skip
+    answer = await client.chat(model=MODEL, messages=follow, tools=tools, stream=False,
+                               options={"temperature": 0, "num_predict": 8})  # fmt: skip
+    assert answer.done and answer.prompt_eval_count
+    assert answer.prompt_eval_count > (whole.prompt_eval_count or 0)
+
+
+async def test_a_chat_past_the_context_loses_its_oldest_turns_as_ollamas_does(
+    host: Host, client: ollama.AsyncClient
+) -> None:
+    """Open WebUI and other Ollama clients send the whole conversation; past the context
+    (1,024 tokens here) Ollama drops the oldest turns, and so does /api/chat (it was a 400).
+    The system prompt stays. A single question past the context is still refused."""
+    filler = "The sea is wide and the sky is grey. " * 80  # ~800 tokens
+    messages = [{"role": "system", "content": "Answer in one word."}]
+    for i in range(3):
+        messages.append({"role": "user", "content": f"Part {i}. {filler}"})
+        messages.append({"role": "assistant", "content": f"Noted part {i}."})
+    messages.append({"role": "user", "content": "Name a colour."})
+    reply = await client.chat(
+        model=MODEL, messages=messages, stream=False, options={"num_predict": 4}
+    )
+    assert reply.done and reply.prompt_eval_count is not None
+    assert 800 < reply.prompt_eval_count < 1024  # one exchange of the three kept, and the rest
+    lone = [{"role": "user", "content": filler * 2}]
+    too_long = await host.client.post(
+        "/api/chat", json={"model": MODEL, "messages": lone, "stream": False}
+    )
+    assert too_long.status_code == 400 and "context" in too_long.json()["error"]

@@ -363,3 +363,24 @@ async def test_several_streamed_calls_each_close_before_the_next_opens(
     assert [(c.arguments, c.status) for c in whole.output] == [  # type: ignore[union-attr]
         (c.arguments, c.status) for c in calls
     ]
+
+
+async def test_truncation_auto_leaves_out_the_oldest_turns_as_openai_does(
+    sdk: openai.AsyncOpenAI,
+) -> None:
+    """`truncation: "auto"` is OpenAI's policy for a conversation past the context: its
+    oldest turns are left out (the host's prepare step, as for Ollama's /api/chat). Without
+    it, the request is refused, as OpenAI refuses it."""
+    filler = "The sea is wide and the sky is grey. " * 80  # ~800 tokens; the context is 1,024
+    items: list[Any] = []
+    for i in range(3):
+        items.append({"role": "user", "content": f"Part {i}. {filler}"})
+        items.append({"role": "assistant", "content": f"Noted part {i}."})
+    items.append({"role": "user", "content": "Name a colour."})
+    with pytest.raises(openai.BadRequestError):
+        await sdk.responses.create(model=MODEL, input=items, max_output_tokens=4)
+    reply = await sdk.responses.create(
+        model=MODEL, input=items, max_output_tokens=4, truncation="auto"
+    )
+    assert reply.truncation == "auto" and reply.usage is not None
+    assert 800 < reply.usage.input_tokens < 1024  # one exchange of the three kept, and the rest

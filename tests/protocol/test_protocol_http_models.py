@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from infertui.core.protocol import host_api, ollama, openai, orchestrator, p2p
+from infertui.core.protocol import chat_api, host_api, openai, orchestrator, p2p
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 
@@ -86,13 +86,13 @@ def test_spec_004_add_engine_defaults_and_bounds() -> None:
 
 
 def test_spec_001_requests_and_chunks() -> None:
-    req = ollama.OllamaChatRequest.model_validate(
+    req = chat_api.OllamaChatRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}
     )
     assert req.sampling().temperature == 0.7
     assert req.stream is False
-    chunk = ollama.OllamaStreamChunk(
-        message=ollama.AssistantTurn(content="I'm "), done=False, index=0
+    chunk = chat_api.OllamaStreamChunk(
+        message=chat_api.AssistantTurn(content="I'm "), done=False, index=0
     )
     assert (
         chunk.model_dump_json()
@@ -102,7 +102,7 @@ def test_spec_001_requests_and_chunks() -> None:
 
 def test_spec_001_error_line_has_a_string_message() -> None:
     err = InferError(ErrorKind.QUEUE_FULL, "busy", retry_after_ms=50)
-    line = ollama.OllamaStreamError(error=ollama.error_body(err)).model_dump()
+    line = chat_api.OllamaStreamError(error=chat_api.error_body(err)).model_dump()
     assert line == {
         "error": {"message": "busy", "type": "server_error", "code": "queue_full"},
         "done": True,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from infertui.core.protocol.ollama import OllamaChatRequest
+from infertui.core.protocol.chat_api import OllamaChatRequest
 from infertui.core.protocol.ollama_api import Options
 from infertui.core.protocol.openai import ChatCompletionRequest, CompletionRequest
 from infertui.core.protocol.orchestrator import TaskRequest

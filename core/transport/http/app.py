@@ -13,10 +13,10 @@ from ...host import HostService
 from ...protocol.orchestrator import API_VERSION
 from . import (
     metrics,
+    routes_chat_api,
     routes_conversations,
     routes_engines,
     routes_host,
-    routes_ollama,
     routes_ollama_api,
     routes_openai,
     routes_pools,
@@ -25,8 +25,8 @@ from . import (
     routes_tokens,
 )
 from .access import Access
+from .dialects import Dialect, dialect_of, is_health
 from .errors import install_error_handlers
-from .families import Family, family_of, is_health
 from .lane import FastLane, fast_lanes
 from .middleware import (
     ApiKeyMiddleware,
@@ -110,7 +110,7 @@ def create_app(
             routes_responses,
             routes_conversations,
             routes_engines,
-            routes_ollama,
+            routes_chat_api,
             routes_ollama_api,
             routes_tasks,
             routes_pools,
@@ -142,10 +142,10 @@ def create_app(
 
 
 _ERROR_SCHEMAS = {
-    Family.OPENAI: "ErrorEnvelope",
-    Family.OLLAMA: "OllamaErrorEnvelope",
-    Family.ORCHESTRATOR: "OrchestratorError",
-    Family.OLLAMA_API: "ApiError",
+    Dialect.OPENAI: "ErrorEnvelope",
+    Dialect.CHAT_API: "OllamaErrorEnvelope",
+    Dialect.ORCHESTRATOR: "OrchestratorError",
+    Dialect.OLLAMA_API: "ApiError",
 }
 
 
@@ -159,7 +159,7 @@ def document_errors(app: FastAPI, *, api_key: bool) -> None:
             return app.openapi_schema
         schema = build()
         for path, operations in schema["paths"].items():
-            ref = {"$ref": f"#/components/schemas/{_ERROR_SCHEMAS[family_of(path)]}"}
+            ref = {"$ref": f"#/components/schemas/{_ERROR_SCHEMAS[dialect_of(path)]}"}
             for operation in operations.values():
                 responses = operation.setdefault("responses", {})
                 if responses.pop("422", None) is not None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ...protocol.errors import ErrorKind, InferError, kind_for_status
-from .families import error_response, family_of
+from .dialects import dialect_of, error_response
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(InferError)
     async def on_infer_error(request: Request, err: InferError) -> JSONResponse:
-        return error_response(err, family_of(request.url.path))
+        return error_response(err, dialect_of(request.url.path))
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -29,7 +29,7 @@ def install_error_handlers(app: FastAPI) -> None:
         where = ".".join(loc)
         message = f"invalid '{where}': {first['msg']}" if where else str(first["msg"])
         kind = ErrorKind.INVALID_PARAMS
-        return error_response(InferError(kind, message, param=param), family_of(request.url.path))
+        return error_response(InferError(kind, message, param=param), dialect_of(request.url.path))
 
     @app.exception_handler(ValidationError)
     async def on_conversion(request: Request, err: ValidationError) -> JSONResponse:
@@ -40,7 +40,7 @@ def install_error_handlers(app: FastAPI) -> None:
         bad = InferError(
             ErrorKind.INVALID_PARAMS, f"invalid '{where}': {first['msg']}", param=where
         )
-        return error_response(bad, family_of(request.url.path))
+        return error_response(bad, dialect_of(request.url.path))
 
     @app.exception_handler(HTTPException)
     async def on_http(request: Request, err: HTTPException) -> JSONResponse:
@@ -55,7 +55,7 @@ def install_error_handlers(app: FastAPI) -> None:
         elif err.status_code == 413:  # a body without a length, cut at the limit
             limit = request.app.state.max_body_bytes
             detail = f"the request body is over the host's limit of {limit:,} bytes"
-        return error_response(InferError(kind, detail), family_of(request.url.path))
+        return error_response(InferError(kind, detail), dialect_of(request.url.path))
 
     @app.exception_handler(Exception)
     async def on_crash(request: Request, err: Exception) -> JSONResponse:
@@ -66,4 +66,4 @@ def crash_response(method: str, path: str, err: Exception) -> JSONResponse:
     """A 500 in the path's error shape, the error logged with its trace."""
     log.exception("unhandled error on %s %s", method, path, exc_info=err)
     internal = InferError(ErrorKind.INTERNAL, f"internal error: {type(err).__name__}")
-    return error_response(internal, family_of(path))
+    return error_response(internal, dialect_of(path))

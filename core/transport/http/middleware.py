@@ -19,8 +19,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ...logging import correlation_id
 from ...protocol.errors import ErrorKind, InferError
 from .access import Access
+from .dialects import dialect_of, error_response, is_health
 from .errors import crash_response
-from .families import error_response, family_of, is_health
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ApiKeyMiddleware:
         err = InferError(
             ErrorKind.UNAUTHORIZED, f"{reason} API key: send Authorization: Bearer <key>"
         )
-        await error_response(err, family_of(path))(scope, receive, send)
+        await error_response(err, dialect_of(path))(scope, receive, send)
 
 
 class BodyLimitMiddleware:
@@ -118,7 +118,7 @@ class BodyLimitMiddleware:
                 f"the request body ({int(length):,} bytes) is over the host's limit of "
                 f"{self.max_bytes:,} bytes",
             )
-            await error_response(err, family_of(scope.get("path", "")))(scope, receive, send)
+            await error_response(err, dialect_of(scope.get("path", "")))(scope, receive, send)
             return
         received, body_done = 0, False
 
@@ -192,7 +192,7 @@ class LoopbackHostsMiddleware:
                     f"this host answers requests for localhost only, not for {name!r}; a proxy "
                     "or a name of your own goes in [host.http] allowed_hosts",
                 )
-                await error_response(err, family_of(path))(scope, receive, send)
+                await error_response(err, dialect_of(path))(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -24,7 +24,7 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.openai import ErrorEnvelope
 from ...protocol.responses import check_items
 from .access import access_of
-from .families import documented_errors
+from .dialects import documented_errors
 from .response_store import Conversation, ConversationStore
 from .routing import StrictJSONRoute
 

@@ -41,7 +41,7 @@ from ...protocol.snapshots import EngineState, EngineStatus
 from ...protocol.tool_stream import may_be_a_call, parse_calls
 from ...scheduler import Job
 from .deps import collect, embed_texts, service_of, submit
-from .families import documented_errors
+from .dialects import documented_errors
 from .routing import StrictJSONRoute
 from .streams import LiveResponse, ndjson_response
 

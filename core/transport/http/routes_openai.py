@@ -47,7 +47,7 @@ from ...protocol.tool_stream import CallDelta
 from ...protocol.tool_use import ToolUse
 from ...scheduler import Job
 from .deps import collect, embed_texts, reply_limit, service_of, submit_all
-from .families import documented_errors
+from .dialects import documented_errors
 from .routing import StrictJSONRoute
 from .streams import HOLE, LiveResponse, Template, json_line, sse_response
 

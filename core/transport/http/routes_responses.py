@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -49,12 +50,12 @@ from ...protocol.tool_use import ToolUse
 from ...scheduler import Job
 from .access import access_of
 from .deps import collect, reply_limit, submit_all
-from .families import documented_errors
+from .dialects import documented_errors
 from .response_store import Conversation, ResponseStore, StoredResponse, output_items
 from .routes_conversations import conversation_store, kept_conversation
 from .routes_openai import chat_job
 from .routing import StrictJSONRoute
-from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
+from .streams import HOLE, NUMBER_HOLE, LiveResponse, SseEvent, Template, sse_response
 
 router = APIRouter(tags=["OpenAI Responses"], route_class=StrictJSONRoute)
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ async def create_response(
     context = before.conversation if before else list(within.items) if within else []
     limit = reply_limit(request, body.max_output_tokens)  # None: until the context ends
     asked, use = chat_job(body.as_chat(context), limit)
+    asked = replace(asked, drop_oldest=body.truncation == "auto")  # OpenAI's context policy
     [job] = await submit_all(request, [asked])
     started = ResponseObject.started(
         body, f"resp_{job.id}", job.pool_id, int(time.time()), conversation_id
@@ -276,7 +278,7 @@ class _Stream:
         self._numbers = itertools.count()
         self._message_id = f"msg_{job.id}"
         self._delta = Template(
-            _TextDelta(item_id=self._message_id, delta=HOLE, sequence_number=INDEX)
+            _TextDelta(item_id=self._message_id, delta=HOLE, sequence_number=NUMBER_HOLE)
         )
         self._text: list[str] | None = None  # the message's text, once its item is open
         self._calls: list[FunctionCallItem] = []  # the last one is open until the end

@@ -30,7 +30,7 @@ from ...protocol.orchestrator import (
 from .access import access_of
 from .deps import client_of, service_of
 from .routing import StrictJSONRoute
-from .streams import HOLE, INDEX, LiveResponse, SseEvent, Template, sse_response
+from .streams import HOLE, NUMBER_HOLE, LiveResponse, SseEvent, Template, sse_response
 from .task_store import Task
 
 router = APIRouter(tags=["Task queue (spec 002)"], route_class=StrictJSONRoute)
@@ -130,7 +130,7 @@ async def task_events(task: Task, service: HostService) -> AsyncIterator[SseEven
     position, predicted = task.position(service)
     started = SSEStarted(queue_position=position, predicted_start_ms=predicted)
     yield SseEvent(started.model_dump_json(), "started")
-    token = Template(SSEToken(t=HOLE, i=INDEX))
+    token = Template(SSEToken(t=HOLE, i=NUMBER_HOLE))
     async for event in task.follow():
         if isinstance(event, TokenText):
             yield SseEvent(token.render(event.text, event.index), "token")

@@ -16,7 +16,7 @@ from ...protocol.tokens import (
     TokenizeResponse,
 )
 from .deps import service_of
-from .families import documented_errors
+from .dialects import documented_errors
 from .routing import StrictJSONRoute
 
 router = APIRouter(

@@ -33,21 +33,21 @@ _HOLE_JSON = json.dumps(_HOLE)
 
 
 HOLE = _HOLE  # put this in the string field a Template fills
-INDEX = 987_654_321  # and this in the integer field it numbers
+NUMBER_HOLE = 987_654_321  # and this in the integer field it numbers
 
 
 class Template:
-    """A JSON document with one string field (HOLE) and optionally one integer field (INDEX)
+    """A JSON document with one string field (HOLE) and optionally one integer field (NUMBER_HOLE)
     left open: render(text, index) fills them."""
 
     __slots__ = ("_parts", "_text_first")
 
     def __init__(self, model: BaseModel) -> None:
         rendered = model.model_dump_json(exclude_none=True)
-        at_text, at_index = rendered.index(_HOLE_JSON), rendered.find(str(INDEX))
+        at_text, at_index = rendered.index(_HOLE_JSON), rendered.find(str(NUMBER_HOLE))
         self._text_first = at_index < 0 or at_text < at_index
         # a raw NUL never occurs in JSON text (it is escaped as \u0000), so it splits safely
-        marked = rendered.replace(_HOLE_JSON, "\x00").replace(str(INDEX), "\x00")
+        marked = rendered.replace(_HOLE_JSON, "\x00").replace(str(NUMBER_HOLE), "\x00")
         self._parts = marked.split("\x00")
 
     def render(self, text: str, index: int = 0) -> str:

@@ -6,7 +6,7 @@ chain can run there, see graph_samplers.py). Where it can, it reads less than it
 - A finished job's cells stay in its sequence until another job needs it: a job whose prompt
   begins with those tokens (the next turn of a chat, which repeats the whole history) takes
   that sequence and decodes only the rest, as llama-server's prompt cache does
-  (kept_cells.py).
+  (prompt_cache.py).
 - A job whose prompt begins as a running one's (the `n` choices of one request, chats with
   one system prompt) takes a copy of that sequence's cells instead of reading the head
   again, waiting for the other's prefill if it is under way (shared_prefix.py). It decodes
@@ -27,10 +27,10 @@ from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Admitted, Finished
 from ..protocol.snapshots import FinishReason, TimingStats
 from .graph_samplers import GraphSamplers
-from .kept_cells import KeptCells, window_intact
 from .native import LlamaContext, LlamaModel
+from .prompt_cache import PromptCache, window_intact
 from .sampler import SamplerChain, UnusableParam
-from .shared_prefix import best_donor
+from .shared_prefix import best_source
 from .slot import Slot
 from .step_plan import admission_order
 from .types import Events, GenerationRequest, LoopOptions
@@ -38,7 +38,7 @@ from .types import Events, GenerationRequest, LoopOptions
 log = logging.getLogger(__name__)
 
 
-class Sequences:
+class SlotTable:
     """The slots (one per sequence of the context), the cells kept in free ones, and the
     chains installed in the graph; the step count, which both the loop and they read."""
 
@@ -48,7 +48,7 @@ class Sequences:
         self.options = options
         self.slots: list[Slot | None] = [None] * ctx.n_seq
         self.graph = GraphSamplers(ctx, model.n_vocab) if options.backend_sampling else None
-        self.kept = KeptCells(ctx, model.n_swa)
+        self.kept = PromptCache(ctx, model.n_swa)
         self.steps = 0
 
     def free(self) -> list[int]:
@@ -99,11 +99,11 @@ class Sequences:
         slot = Slot(index, request, chain, self.steps)
         keep = self.kept.take(index, reuse[1] if reuse else 0)
         slot.prompt_pos = slot.n_past = slot.cached = keep
-        if donor := self._donor_for(request, keep):
-            slot.donor, slot.shared = donor
+        if source := self._source_for(request, keep):
+            slot.copies_from, slot.shared_tokens = source
         self.slots[index] = slot
-        if slot.donor is not None and not slot.donor.prefilling:
-            self.take_prompt(slot.donor, [slot])  # now; else after a step that reads the head
+        if slot.copies_from is not None and not slot.copies_from.prefilling:
+            self.take_prompt(slot.copies_from, [slot])  # now; else after a step that reads the head
         request.slot = index
         wait_ms = (slot.admitted_at - request.enqueued_at) * 1000
         events.append((request, Admitted(slot=index, queue_wait_ms=wait_ms)))
@@ -117,24 +117,24 @@ class Sequences:
         index = self.graph.place_on_host(free) if self.graph is not None else free[0]
         return index, SamplerChain(params, self.model.n_vocab, self.model.vocab)
 
-    def _donor_for(self, request: GenerationRequest, have: int) -> tuple[Slot, int] | None:
+    def _source_for(self, request: GenerationRequest, have: int) -> tuple[Slot, int] | None:
         """A running slot whose prompt begins as this one's, and how many of its cells to
         copy (see shared_prefix.py)."""
         prompt = request.prompt_tokens
         if self.options.deterministic or len(prompt) < 2 or not self.model.can_trim:
             return None
-        return best_donor(prompt, self.slots, have, self.model.n_swa)
+        return best_source(prompt, self.slots, have, self.model.n_swa)
 
-    def take_prompt(self, donor: Slot, waiting: Sequence[Slot]) -> None:
-        """Copy the donor's cells to the slots waiting for them whose shared head the donor
-        has read. One whose window the donor's cells no longer hold reads its prompt itself."""
+    def take_prompt(self, source: Slot, waiting: Sequence[Slot]) -> None:
+        """Copy the source's cells to the slots waiting for them whose shared head the source
+        has read. One whose window the source's cells no longer hold reads its prompt itself."""
         for other in waiting:
-            if other.donor is not donor or donor.prompt_pos < other.shared:
+            if other.copies_from is not source or source.prompt_pos < other.shared_tokens:
                 continue
-            other.donor, n = None, other.shared
-            if not window_intact(self.model.n_swa, donor.n_past - 1, n):
+            other.copies_from, n = None, other.shared_tokens
+            if not window_intact(self.model.n_swa, source.n_past - 1, n):
                 continue
-            if self.ctx.copy_prefix(donor.index, other.index, n):
+            if self.ctx.copy_prefix(source.index, other.index, n):
                 other.prompt_pos = other.n_past = other.cached = n
             else:  # its own cells went with the attempt
                 other.prompt_pos = other.n_past = other.cached = 0
@@ -161,8 +161,8 @@ class Sequences:
             events.append((slot.request, slot.token_text(tail)))
         self._keep_or_free(slot, reason)
         for other in self.slots:
-            if other is not None and other.donor is slot:
-                other.donor = None  # it prefills its own prompt after all
+            if other is not None and other.copies_from is slot:
+                other.copies_from = None  # it prefills its own prompt after all
         if self.graph is not None and self.graph.installed(slot.index) is slot.chain:
             self.graph.freed(slot.index, self.steps)  # its chain stays for the next job
         else:

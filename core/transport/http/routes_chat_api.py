@@ -9,8 +9,7 @@ from fastapi import APIRouter, Request
 
 from ...host import Ask
 from ...host.reply import End, reply
-from ...protocol.events import Finished, TokenText
-from ...protocol.ollama import (
+from ...protocol.chat_api import (
     SSE_END,
     AssistantTurn,
     OllamaChatRequest,
@@ -20,13 +19,14 @@ from ...protocol.ollama import (
     OllamaStreamError,
     error_body,
 )
+from ...protocol.events import Finished, TokenText
 from ...scheduler import Job
 from .deps import collect, submit
-from .families import documented_errors
+from .dialects import documented_errors
 from .routing import StrictJSONRoute
 from .streams import (
     HOLE,
-    INDEX,
+    NUMBER_HOLE,
     LiveResponse,
     SseEvent,
     Template,
@@ -45,7 +45,9 @@ _NDJSON_EXAMPLE = (
 
 
 def _chunk_template() -> Template:
-    return Template(OllamaStreamChunk(message=AssistantTurn(content=HOLE), done=False, index=INDEX))
+    return Template(
+        OllamaStreamChunk(message=AssistantTurn(content=HOLE), done=False, index=NUMBER_HOLE)
+    )
 
 
 @router.post(

@@ -37,7 +37,7 @@ class _Kept:
     highest: int  # the highest position ever placed in the sequence
 
 
-class KeptCells:
+class PromptCache:
     """The free sequences that still hold a finished job's cells. Batch loop thread only."""
 
     def __init__(self, ctx: LlamaContext, n_swa: int) -> None:

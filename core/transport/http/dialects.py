@@ -14,13 +14,13 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from ...protocol import ollama, openai, orchestrator
+from ...protocol import chat_api, openai, orchestrator
 from ...protocol.errors import ErrorKind, InferError
 
 
-class Family(Enum):
+class Dialect(Enum):
     OPENAI = "openai"  # spec 004
-    OLLAMA = "ollama"  # spec 001
+    CHAT_API = "chat-api"  # spec 001, the Ollama-style chat (/chat/*)
     OLLAMA_API = "ollama-api"  # Ollama's own /api/*: {"error": "..."}
     ORCHESTRATOR = "orchestrator"  # spec 002
 
@@ -28,14 +28,14 @@ class Family(Enum):
 HEALTH_PATHS = frozenset({"/", "/v1/health", "/health", "/status"})  # open without a key
 
 
-def family_of(path: str) -> Family:
+def dialect_of(path: str) -> Dialect:
     if path.startswith("/api/"):
-        return Family.OLLAMA_API
+        return Dialect.OLLAMA_API
     if path.startswith("/chat/"):
-        return Family.OLLAMA
+        return Dialect.CHAT_API
     if path.startswith(("/v1/tasks", "/v1/pools", "/v1/capabilities", "/v1/replicasets")):
-        return Family.ORCHESTRATOR
-    return Family.OPENAI
+        return Dialect.ORCHESTRATOR
+    return Dialect.OPENAI
 
 
 def is_health(path: str) -> bool:
@@ -53,15 +53,15 @@ def documented_errors(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]
     return {code: {"model": model, "description": text} for code, text in reasons.items()}
 
 
-def error_response(err: InferError, family: Family) -> JSONResponse:
+def error_response(err: InferError, family: Dialect) -> JSONResponse:
     """A pre-stream error: the HTTP status of its kind, the body of its family, and backoff
     headers for every retriable refusal (OC-CTRL-2011)."""
     body: dict[str, Any]
-    if family is Family.OLLAMA:
-        body = ollama.OllamaErrorEnvelope(error=ollama.error_body(err)).model_dump()
-    elif family is Family.OLLAMA_API:
+    if family is Dialect.CHAT_API:
+        body = chat_api.OllamaErrorEnvelope(error=chat_api.error_body(err)).model_dump()
+    elif family is Dialect.OLLAMA_API:
         body = {"error": err.message}
-    elif family is Family.ORCHESTRATOR:
+    elif family is Dialect.ORCHESTRATOR:
         base = orchestrator.error_body(err)
         if err.kind in (ErrorKind.QUEUE_FULL, ErrorKind.CLIENT_BUSY):
             label = "reject-new" if err.kind is ErrorKind.QUEUE_FULL else "per-client-limit"
