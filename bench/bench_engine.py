@@ -24,8 +24,8 @@ import sys
 import time
 
 from infertui.core.engine import EngineSpec, bundled_model_path
-from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
-from infertui.core.engine.sampler import SamplerChain
+from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
+from infertui.core.engine.llama.sampler import SamplerChain
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.scheduler import Pool
 

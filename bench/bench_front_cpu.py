@@ -28,7 +28,7 @@ from bench_gpu import CACHE, baseline_env, server
 from bench_upstream import front_cmd
 from loadgen import Load, body
 
-from infertui.core.engine.hop import HopClient
+from infertui.core.engine.upstream.connection import HopClient
 from infertui.core.protocol.sse_reader import sse_batches
 
 BURST = 32

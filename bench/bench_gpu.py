@@ -350,7 +350,7 @@ def main() -> None:
         models.append(make_model(path, shape, int(vocab or 32000)))
     if not models:
         parser.error("give --model or --make")
-    from infertui.core.engine.devices import gpus
+    from infertui.core.engine.llama.devices import gpus
 
     gpu = bool(gpus())
     streams = [int(s) for s in args.streams.split(",")]

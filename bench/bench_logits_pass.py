@@ -29,7 +29,7 @@ import time
 import llama_cpp as llama
 import numpy as np
 
-from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
+from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
 
 PROMPT = 16
 

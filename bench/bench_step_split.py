@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from infertui.core.engine.bundled import bundled_model_path
-from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
-from infertui.core.engine.step_plan import last_tokens_apart
+from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
+from infertui.core.engine.llama.step_plan import last_tokens_apart
 
 PAST = 4  # tokens already in a running sequence's cells
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from infertui.core.engine.hop import HopClient
+from infertui.core.engine.upstream.connection import HopClient
 from infertui.core.protocol.sse_reader import sse_batches
 
 TOPICS = [

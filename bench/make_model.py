@@ -120,7 +120,7 @@ def write_f16(out: Path, shape: str, vocab_size: int) -> None:
 def quantize(src: Path, out: Path, ftype: int) -> None:
     import llama_cpp as llama
 
-    from infertui.core.engine.backend import init_backend
+    from infertui.core.engine.llama.backend import init_backend
 
     init_backend()  # llama.cpp's log lines go through `logging`
 

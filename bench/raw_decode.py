@@ -13,8 +13,8 @@ import argparse
 import time
 
 from infertui.core.engine import default_threads
-from infertui.core.engine.devices import gpus
-from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
+from infertui.core.engine.llama.devices import gpus
+from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
 
 PROMPT = 16
 

@@ -1,10 +1,10 @@
 """The engines: a GGUF model batch-decoded by llama.cpp (the only code that imports llama_cpp),
 or an OpenAI-compatible upstream server; both behind one interface (interface.py)."""
 
-from .backend import engine_version, supports_gpu_offload, system_info
 from .bundled import BUNDLED_MODEL_ID, BUNDLED_SAMPLING, bundled_model_path, is_bundled
 from .interface import Engine, HealthHook, open_engine
-from .local import LlamaEngine
+from .llama.backend import engine_version, supports_gpu_offload, system_info
+from .llama.engine import LlamaEngine
 from .types import (
     AnySpec,
     EngineSpec,
@@ -13,7 +13,7 @@ from .types import (
     UpstreamSpec,
     default_threads,
 )
-from .upstream import UpstreamEngine
+from .upstream.engine import UpstreamEngine
 
 __all__ = [
     "BUNDLED_MODEL_ID",

@@ -25,7 +25,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.tools import GENERIC_FORMAT, HERMES, LLAMA3, MISTRAL
-from .native import LlamaModel
+from .llama.native import LlamaModel
 
 # Architectures whose turn format is known when a GGUF carries no template.
 _BY_ARCHITECTURE = {

@@ -1,10 +1,10 @@
 """Engine: what a pool drives, whichever engine it holds.
 
-Two engines implement it: `LlamaEngine` (local.py), a GGUF model decoded here by llama.cpp,
-and `UpstreamEngine` (upstream.py), an OpenAI-compatible server somewhere else. An engine runs
-the jobs it is given, one per slot, and publishes their events; the queue, admission and
-forecasts are the scheduler's, the same whichever engine it holds. What only some engines can
-do (tokenize here, embed) they offer as capability objects, None where they cannot.
+Two engines implement it: `LlamaEngine` (llama/engine.py), a GGUF model decoded here by
+llama.cpp, and `UpstreamEngine` (upstream/engine.py), an OpenAI-compatible server somewhere
+else. An engine runs the jobs it is given, one per slot, and publishes their events; the queue,
+admission and forecasts are the scheduler's, the same whichever engine it holds. What only some
+engines can do (tokenize here, embed) they offer as capability objects, None where they cannot.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from ..protocol.common import ChatMessage
 from ..protocol.snapshots import SlotSnapshot
 from .chat_format import ChatFormat
-from .local import LlamaEngine
+from .llama.engine import LlamaEngine
 from .types import AnySpec, EngineInfo, EngineUsage, GenerationRequest, Publisher, UpstreamSpec
-from .upstream import UpstreamEngine
+from .upstream.engine import UpstreamEngine
 
 HealthHook = Callable[[str | None], None]
 """Told when an engine stops being reachable (why, in a sentence) or is again (None)."""

@@ -15,7 +15,7 @@ own name and with its own default, and `SamplingParams.of` maps it on:
 
 Where a dialect takes a field within other bounds, its type is declared here too, beside the
 one it differs from. The upstream engine writes `SamplingParams` back out in OpenAI's names
-(engine/openai_wire.py).
+(engine/upstream/wire.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Reply(Protocol):
-    """What is read of a server's reply: httpx's, or the hop client's (hop.py)."""
+    """What is read of a server's reply: httpx's, or that of the upstream engine's own
+    connection (engine/upstream/connection.py)."""
 
     @property
     def status_code(self) -> int: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..engine import Engine
-from ..engine.embedder import MAX_INPUT_TOKENS
+from ..engine.llama.embedder import MAX_INPUT_TOKENS
 from ..protocol.errors import ErrorKind, InferError
 
 

@@ -45,15 +45,15 @@ def test_import_rules_hold() -> None:
 @pytest.mark.parametrize(
     ("file", "line", "rule"),
     [
-        ("core/engine/sampler.py", "import textual", "core never imports the UI"),
+        ("core/engine/llama/sampler.py", "import textual", "core never imports the UI"),
         ("core/protocol/common.py", "from ..config import Settings",
          "protocol depends on nothing else in core"),
-        ("core/engine/memory.py", "from ..host import service",
+        ("core/engine/llama/memory.py", "from ...host import service",
          "core layers: infertui.core.engine never imports infertui.core.host"),
         # indirect: scheduler -> (a new helper in protocol) -> host
         ("core/protocol/events.py", "from infertui.core.host import HostService",
          "core layers: infertui.core.scheduler never imports infertui.core.host"),
-        ("core/transport/http/app.py", "from ...engine.native import Batch",
+        ("core/transport/http/app.py", "from ...engine.llama.native import Batch",
          "transports and the client use the host's interface, never engine internals"),
         ("tui/local.py", "from infertui.core.scheduler import Pool",
          "faces reach pools and the engine registry only through HostService"),

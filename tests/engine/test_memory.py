@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from infertui.core.engine import memory
-from infertui.core.engine.devices import MIB, Device, cards_in_use
+from infertui.core.engine.llama import memory
+from infertui.core.engine.llama.devices import MIB, Device, cards_in_use
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 GIB = 1024 * MIB
@@ -92,7 +92,7 @@ def test_no_gpu_means_ram_and_a_cpu_sized_auto(monkeypatch: pytest.MonkeyPatch) 
 def test_any_count_of_layers_past_the_model_s_means_all_of_them() -> None:
     """-ngl 99 and the engine manager's default 100 offload every layer: sampling in the graph
     and the overlap must come on as they do for -1 (they stayed off)."""
-    from infertui.core.engine.local import all_layers
+    from infertui.core.engine.llama.engine import all_layers
 
     n_layer = 32  # and the output layer: 33 in all
     assert all_layers(-1, n_layer) and all_layers(99, n_layer) and all_layers(33, n_layer)
@@ -102,7 +102,7 @@ def test_any_count_of_layers_past_the_model_s_means_all_of_them() -> None:
 
 def test_a_gpu_out_of_memory_while_loading_is_said_as_such() -> None:
     """llama.cpp's last line is "failed to load model"; the cause comes before it."""
-    from infertui.core.engine.native import last_error, out_of_memory
+    from infertui.core.engine.llama.native import last_error, out_of_memory
 
     lines = [
         "llama_model_load: loading model tensors, this can take a while...",
@@ -132,7 +132,7 @@ def test_sliding_window_layers_count_their_window_not_the_context() -> None:
     """Gemma 3 (one layer in six attends to all, the others to 512 tokens), as llama.cpp
     sizes its caches: the bundled model's KV buffers at 32768 x 1 are 96 + 15 MiB, where
     counting every layer whole made 576 (and --parallel auto gave five times too few)."""
-    from infertui.core.engine.native import kv_cells
+    from infertui.core.engine.llama.native import kv_cells
 
     per_cell = 1 * (256 + 256) * 2  # the bundled model: 1 KV head of 256, f16 K and V
     assert kv_cells(18, 512, 6, 32768, 512) * per_cell == (96 + 15) * MIB

@@ -14,10 +14,11 @@ from pathlib import Path
 import llama_cpp as llama
 import pytest
 
-from infertui.core.engine import BUNDLED_SAMPLING, recommended
-from infertui.core.engine.native import Batch, LlamaContext, LlamaModel
-from infertui.core.engine.sampler import SamplerChain
-from infertui.core.engine.step_sampler import StepSampler
+from infertui.core.engine import BUNDLED_SAMPLING
+from infertui.core.engine.llama import recommended
+from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
+from infertui.core.engine.llama.sampler import SamplerChain
+from infertui.core.engine.llama.step_sampler import StepSampler
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import TokenText
 
@@ -270,7 +271,7 @@ async def test_a_grammar_picks_the_same_from_the_best_tokens_as_from_all(
     k of them; that must give the very tokens the whole vocabulary gives."""
     import json
 
-    from infertui.core.engine import sampler
+    from infertui.core.engine.llama import sampler
 
     schema = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
     shaped = params.model_copy(update={"json_schema": json.dumps(schema), "max_tokens": 40})

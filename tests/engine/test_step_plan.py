@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infertui.core.engine.step_plan import (
+from infertui.core.engine.llama.step_plan import (
     AGING_STEPS,
     APART_ALONE,
     admission_order,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from infertui.core.engine.batch_loop import GIL_TURN_S
+from infertui.core.engine.llama.batch_loop import GIL_TURN_S
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import Admitted, Finished, TokenText
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infertui.core.engine.text import StopMatcher, Utf8Stream
+from infertui.core.engine.llama.text import StopMatcher, Utf8Stream
 
 
 def test_a_character_split_across_tokens_is_never_emitted_broken() -> None:

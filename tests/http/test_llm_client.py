@@ -15,7 +15,7 @@ import pytest
 from llm.default_plugins import openai_models
 from pydantic import BaseModel, Field
 
-from infertui.core.engine.local import LlamaEngine
+from infertui.core.engine.llama.engine import LlamaEngine
 
 from .conftest import MODEL, Host, HostFactory
 

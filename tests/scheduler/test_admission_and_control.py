@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from infertui.core.engine import EngineSpec
-from infertui.core.engine.backend import supports_gpu_offload
+from infertui.core.engine.llama.backend import supports_gpu_offload
 from infertui.core.host.registry import EngineRegistry
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind, InferError
@@ -231,7 +231,7 @@ async def test_a_context_too_big_for_memory_is_a_typed_error_not_a_crash(make_po
 async def test_a_model_bigger_than_free_memory_is_refused_before_loading(
     monkeypatch: pytest.MonkeyPatch, model_path
 ) -> None:
-    from infertui.core.engine import memory
+    from infertui.core.engine.llama import memory
 
     monkeypatch.setattr(memory, "available_ram_bytes", lambda: 64 * 2**20)
     with pytest.raises(InferError) as failed:

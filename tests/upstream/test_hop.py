@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from infertui.core.engine.hop import HopClient, HopError
+from infertui.core.engine.upstream.connection import HopClient, HopError
 from infertui.core.protocol.sse_reader import sse_batches
 
 from ..conftest import wait_until

@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from infertui.core.engine.openai_wire import (
+from infertui.core.engine.types import GenerationRequest
+from infertui.core.engine.upstream.wire import (
     chunk_logprobs,
     refusal,
     request_body,
     retry_after_ms,
 )
-from infertui.core.engine.types import GenerationRequest
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind
 from infertui.core.protocol.sse_reader import sse_batches

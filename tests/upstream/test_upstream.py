@@ -476,7 +476,7 @@ async def test_an_upstream_is_reached_directly_whatever_proxy_the_environment_na
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The streams go straight to the server (hop.py speaks HTTP/1.1 on its own sockets), so
+    """The streams go straight to the server (engine/upstream/connection.py speaks HTTP/1.1 on its own sockets), so
     the health check must too: through a proxy it would judge a route the jobs never take.
     A proxy that would apply is named in the log, since infertui does not use it."""
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..protocol.common import SamplingParams
+from ...protocol.common import SamplingParams
 from .native import LlamaContext
 from .sampler import SamplerChain, chain_key
 

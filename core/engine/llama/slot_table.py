@@ -22,10 +22,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..protocol.common import SamplingParams
-from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Admitted, Finished
-from ..protocol.snapshots import FinishReason, TimingStats
+from ...protocol.common import SamplingParams
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.events import Admitted, Finished
+from ...protocol.snapshots import FinishReason, TimingStats
+from ..types import Events, GenerationRequest, LoopOptions
 from .graph_samplers import GraphSamplers
 from .native import LlamaContext, LlamaModel
 from .prompt_cache import PromptCache, window_intact
@@ -33,7 +34,6 @@ from .sampler import SamplerChain, UnusableParam
 from .shared_prefix import best_source
 from .slot import Slot
 from .step_plan import admission_order
-from .types import Events, GenerationRequest, LoopOptions
 
 log = logging.getLogger(__name__)
 

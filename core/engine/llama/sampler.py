@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import llama_cpp as llama
 import numpy as np
 
-from ..protocol.common import SamplingParams
-from ..protocol.events import TokenLogprob
+from ...protocol.common import SamplingParams
+from ...protocol.events import TokenLogprob
 from .grammar import schema_grammar
 
 if TYPE_CHECKING:  # native.py imports this module

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from ..protocol.common import SamplingParams
+from ...protocol.common import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,15 @@ from concurrent.futures import Future
 
 import llama_cpp as llama
 
-from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Finished
-from ..protocol.snapshots import SlotSnapshot, TimingStats
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.events import Finished
+from ...protocol.snapshots import SlotSnapshot, TimingStats
+from ..types import Events, GenerationRequest, LoopOptions, Publisher
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .native import LlamaContext, LlamaModel, release_freed_heap
 from .slot import Slot
 from .slot_table import SlotTable
 from .step import Stepper
-from .types import Events, GenerationRequest, LoopOptions, Publisher
 
 log = logging.getLogger(__name__)
 

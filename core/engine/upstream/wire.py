@@ -9,11 +9,11 @@ import contextlib
 import json
 from typing import Any
 
-from ..protocol.common import SamplingParams
-from ..protocol.errors import ErrorKind, InferError, kind_for_status
-from ..protocol.events import TokenLogprob
-from ..protocol.sse_reader import Reply
-from .types import GenerationRequest
+from ...protocol.common import SamplingParams
+from ...protocol.errors import ErrorKind, InferError, kind_for_status
+from ...protocol.events import TokenLogprob
+from ...protocol.sse_reader import Reply
+from ..types import GenerationRequest
 
 _DEFAULTS = SamplingParams()
 # OpenAI's own defaults are not llama.cpp's: these fields always go out. The rest go out only
@@ -54,7 +54,7 @@ def _sent(field: str, value: Any, chat: bool) -> dict[str, Any]:
     if field == "json_schema":
         schema = {"name": "output", "schema": json.loads(value), "strict": True}
         return {"response_format": {"type": "json_schema", "json_schema": schema}}
-    if field == "json_wrap":  # the text around it is the engine's to write (upstream.py)
+    if field == "json_wrap":  # the text around it is the engine's to write (engine.py)
         return {}
     if field == "repeat_penalty":  # vLLM names it its own way
         return {"repeat_penalty": value, "repetition_penalty": value}

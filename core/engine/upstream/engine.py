@@ -25,27 +25,27 @@ from typing import Any, TypeGuard
 
 import httpx
 
-from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Admitted, Finished, JobEvent, TokenText
-from ..protocol.finish import heard_finish
-from ..protocol.snapshots import (
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.events import Admitted, Finished, JobEvent, TokenText
+from ...protocol.finish import heard_finish
+from ...protocol.snapshots import (
     EngineParameters,
     FinishReason,
     SlotSnapshot,
     TimingStats,
 )
-from ..protocol.sse_reader import sse_batches
-from ..protocol.tools import GENERIC_FORMAT
-from .chat_format import ChatFormat
-from .hop import HopClient, HopError, Sent, os_reason
-from .openai_wire import chunk_logprobs, error_message, refusal, request_body
-from .types import (
+from ...protocol.sse_reader import sse_batches
+from ...protocol.tools import GENERIC_FORMAT
+from ..chat_format import ChatFormat
+from ..types import (
     EngineInfo,
     EngineUsage,
     GenerationRequest,
     Publisher,
     UpstreamSpec,
 )
+from .connection import HopClient, HopError, Sent, os_reason
+from .wire import chunk_logprobs, error_message, refusal, request_body
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class UpstreamEngine:
                 "upstreams directly (NO_PROXY silences this)", spec.engine_id, proxy, base,
             )  # fmt: skip
         # Every running job keeps its connection between jobs, and while jobs come, as many
-        # stay open as ran at once: opening them when a burst comes costs its TTFT (hop.py).
+        # stay open as ran at once: opening them when a burst comes costs its TTFT (connection.py).
         hop = HopClient(
             base, headers, connect_s=CONNECT_S, silent_s=SILENT_S, keep=spec.concurrency,
             warm_s=WARM_S,

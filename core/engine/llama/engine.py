@@ -12,18 +12,10 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..protocol.errors import ErrorKind, InferError
-from ..protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
-from . import chat_format
-from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
-from .batch_loop import BatchLoop
-from .devices import MIB, Device, cards_in_use, gpus
-from .embedder import MAX_SEQUENCES
-from .memory import auto_parallel
-from .native import LlamaContext, LlamaModel
-from .prompts import ModelTokenizer
-from .recommended import recommended
-from .types import (
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.snapshots import EngineParameters, MemoryUsage, SlotSnapshot
+from .. import chat_format
+from ..types import (
     EngineInfo,
     EngineSpec,
     EngineUsage,
@@ -32,6 +24,14 @@ from .types import (
     Publisher,
     default_threads,
 )
+from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
+from .batch_loop import BatchLoop
+from .devices import MIB, Device, cards_in_use, gpus
+from .embedder import MAX_SEQUENCES
+from .memory import auto_parallel
+from .native import LlamaContext, LlamaModel
+from .prompts import ModelTokenizer
+from .recommended import recommended
 
 log = logging.getLogger(__name__)
 

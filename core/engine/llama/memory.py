@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp as llama
 
-from ..protocol.errors import ErrorKind, InferError
+from ...protocol.errors import ErrorKind, InferError
 from .devices import Device, devices
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ import logging
 import time
 from collections.abc import Sequence
 
-from ..protocol.errors import ErrorKind, InferError
+from ...protocol.errors import ErrorKind, InferError
+from ..types import Events, Publisher
 from .native import Batch
 from .prompt_cache import window_intact
 from .sampler import token_logprob
@@ -27,7 +28,6 @@ from .slot import Slot
 from .slot_table import SlotTable
 from .step_plan import fillers, last_tokens_apart, prompt_shares
 from .step_sampler import StepSampler
-from .types import Events, Publisher
 
 log = logging.getLogger(__name__)
 

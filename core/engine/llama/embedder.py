@@ -15,12 +15,12 @@ import time
 import llama_cpp as llama
 import numpy as np
 
-from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Finished
-from ..protocol.snapshots import TimingStats
+from ...protocol.errors import ErrorKind, InferError
+from ...protocol.events import Finished
+from ...protocol.snapshots import TimingStats
+from ..types import GenerationRequest
 from .backend import CapturedLog
 from .native import Batch, LlamaModel, last_error
-from .types import GenerationRequest
 
 MAX_INPUT_TOKENS = 2048  # one input; all of it must fit one ubatch for pooling
 MAX_SEQUENCES = 16  # inputs per decode

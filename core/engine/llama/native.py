@@ -16,7 +16,7 @@ from typing import Any
 import llama_cpp as llama
 import numpy as np
 
-from ..protocol.errors import ErrorKind, InferError
+from ...protocol.errors import ErrorKind, InferError
 from .backend import CapturedLog, init_backend
 from .memory import check_context_memory, check_weights_fit
 from .sampler import SamplerChain

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from ..protocol.events import TokenLogprob, TokenText
-from ..protocol.snapshots import SlotSnapshot, TimingStats
+from ...protocol.events import TokenLogprob, TokenText
+from ...protocol.snapshots import SlotSnapshot, TimingStats
+from ..types import GenerationRequest
 from .sampler import SamplerChain
 from .text import StopMatcher, Utf8Stream
-from .types import GenerationRequest
 
 
 class Slot:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..protocol.common import ChatMessage
-from ..protocol.errors import ErrorKind, InferError
-from . import chat_format
-from .chat_format import ChatFormat
+from ...protocol.common import ChatMessage
+from ...protocol.errors import ErrorKind, InferError
+from .. import chat_format
+from ..chat_format import ChatFormat
 from .native import LlamaModel
 
 
