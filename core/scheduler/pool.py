@@ -51,10 +51,6 @@ _STATE_WORDS = {
 }
 
 
-def _jobs(n: int) -> str:
-    return f"{n} job" if n == 1 else f"{n} jobs"
-
-
 class Pool(PoolControl):
     """Serves jobs on one engine. Create with `await Pool.start(spec)`."""
 
