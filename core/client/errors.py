@@ -7,7 +7,7 @@ Every failure a client sees is an InferError whose `kind` names the condition an
 
 from __future__ import annotations
 
-from ..protocol.errors import ERROR_TABLE, ErrorKind, InferError
+from ..protocol.errors import ErrorKind, InferError
 
 _SENTENCES: dict[ErrorKind, str] = {
     ErrorKind.INVALID_SERVER_ID: (
@@ -30,9 +30,6 @@ _SENTENCES: dict[ErrorKind, str] = {
     ErrorKind.ABORTED: "The reply was stopped.",
 }
 
-# spec 004 error codes back to their kinds, for errors read off HTTP responses
-_BY_OPENAI_CODE = {mapping.openai_code: kind for kind, mapping in ERROR_TABLE.items()}
-
 
 def explain(err: BaseException) -> str:
     """One line for people: what happened, then the host's own words when they add something."""
@@ -46,7 +43,3 @@ def explain(err: BaseException) -> str:
     if err.message and err.message.rstrip(".") not in sentence:
         sentence += f" ({err.message})"
     return sentence
-
-
-def kind_for_openai_code(code: str | None) -> ErrorKind:
-    return _BY_OPENAI_CODE.get(code or "", ErrorKind.INTERNAL)

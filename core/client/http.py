@@ -18,13 +18,12 @@ import httpx
 from httpx import USE_CLIENT_DEFAULT
 
 from ..protocol.common import ChatMessage
-from ..protocol.errors import ErrorKind, InferError, kind_for_status
+from ..protocol.errors import ErrorKind, InferError, kind_for_openai_code, kind_for_status
 from ..protocol.finish import heard_finish
 from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
 from ..protocol.sse_reader import sse_batches
 from .base import ChatReply, ChatStats, Client, HostInfo
-from .errors import kind_for_openai_code
 
 HEALTH_POLL_S = 2.0
 _DONE = object()

@@ -248,6 +248,15 @@ class InferError(Exception):
         return f"InferError({self.kind.value}, {self.message!r})"
 
 
+_BY_OPENAI_CODE = {mapping.openai_code: kind for kind, mapping in ERROR_TABLE.items()}
+
+
+def kind_for_openai_code(code: str | None) -> ErrorKind:
+    """The kind a spec-004 `error.code` read off an HTTP reply stands for (ERROR_TABLE read
+    backwards); INTERNAL for one it does not know."""
+    return _BY_OPENAI_CODE.get(code or "", ErrorKind.INTERNAL)
+
+
 def kind_for_p2p_code(code: str) -> ErrorKind | None:
     """The internal kind a spec-000 code received from a peer stands for (None: unknown code)."""
     direct = {
