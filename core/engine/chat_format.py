@@ -24,7 +24,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.tools import GENERIC_FORMAT, HERMES, LLAMA3, MISTRAL
+from ..protocol.tool_formats import FORMATS, GENERIC_FORMAT, LLAMA3
 from .llama.native import LlamaModel
 
 # Architectures whose turn format is known when a GGUF carries no template.
@@ -71,11 +71,10 @@ def tool_format(source: str | None) -> str:
     """The tool-call format a Jinja template renders tools in; the generic one if it does not."""
     if not source or "tools" not in source:
         return GENERIC_FORMAT
-    for marker, name in (("<tool_call>", HERMES), ("[TOOL_CALLS]", MISTRAL),
-                         ("<|python_tag|>", LLAMA3), ("ipython", LLAMA3)):  # fmt: skip
-        if marker in source:
+    for name, written in FORMATS.items():  # the markers each format writes around a call
+        if written.opens and written.opens in source:
             return name
-    return GENERIC_FORMAT
+    return LLAMA3 if "ipython" in source else GENERIC_FORMAT  # Llama 3's role for results
 
 
 def turn_stop_tokens(model: LlamaModel) -> frozenset[int]:
