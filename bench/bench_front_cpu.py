@@ -28,7 +28,7 @@ from bench_gpu import CACHE, baseline_env, server
 from bench_upstream import front_cmd
 from loadgen import Load, body
 
-from infertui.core.engine.upstream.connection import HopClient
+from infertui.core.engine.upstream.connection import UpstreamClient
 from infertui.core.protocol.sse_reader import sse_batches
 
 BURST = 32
@@ -40,7 +40,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def stream(hop: HopClient, load: Load, i: int) -> None:
+async def stream(hop: UpstreamClient, load: Load, i: int) -> None:
     async with hop.stream("completions", body(load, i, i)) as reply:
         if reply.status_code != 200:
             await reply.aread()
@@ -51,7 +51,9 @@ async def stream(hop: HopClient, load: Load, i: int) -> None:
 
 async def one_round(fronts: list[tuple[str, int]], tokens: int, bursts: int) -> list[float]:
     """Milliseconds of each front's CPU per request over `bursts` bursts each, in turn."""
-    hops = [HopClient(url + "/v1", {}, connect_s=5, silent_s=30, keep=BURST) for url, _ in fronts]
+    hops = [
+        UpstreamClient(url + "/v1", {}, connect_s=5, silent_s=30, keep=BURST) for url, _ in fronts
+    ]
     for hop in hops:
         await hop.connect(BURST)
     load = Load("", "up", tokens, 0.0, 0, {})

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from infertui.core.engine.upstream.connection import HopClient
+from infertui.core.engine.upstream.connection import UpstreamClient
 from infertui.core.protocol.sse_reader import sse_batches
 
 TOPICS = [
@@ -57,7 +57,7 @@ def body(load: Load, i: int, nonce: int) -> dict[str, Any]:
     return request
 
 
-async def one(hop: HopClient, load: Load, i: int, nonce: int) -> tuple[float, int, float]:
+async def one(hop: UpstreamClient, load: Load, i: int, nonce: int) -> tuple[float, int, float]:
     """(seconds to first text, completion tokens, end as a wall-clock time)."""
     start = time.perf_counter()
     first: float | None = None
@@ -90,7 +90,7 @@ def worker(args: tuple[Load, list[int], float]) -> list[tuple[float, int, float]
     nonce = int(start_at * 1000) % 100_000
 
     async def go() -> list[tuple[float, int, float]]:
-        hop = HopClient(
+        hop = UpstreamClient(
             load.url.rstrip("/") + "/v1/", {}, connect_s=10, silent_s=900, keep=len(indices)
         )
         try:

@@ -23,7 +23,7 @@ from ..conftest import wait_until
 from ..jobs import submit
 from .fake_upstream import FakeUpstream
 
-CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b")  # HopError, ConnectError...
+CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b")  # UpstreamError, ConnectError...
 HEADLINE = "The model is not ready: it may be loading or draining, or its server cannot be reached."
 ASK = SamplingParams(temperature=0, max_tokens=8)
 

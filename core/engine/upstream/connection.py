@@ -38,7 +38,7 @@ IDLE_S = 5.0
 REFRESH_S = 4.0
 
 
-class HopError(Exception):
+class UpstreamError(Exception):
     """The server could not be reached, went silent, or broke off the exchange. The message
     is what the server did, in words that follow its name ("closed the connection mid-reply"),
     for the sentence the caller makes about it."""
@@ -133,7 +133,7 @@ class HopResponse:
             data = await self._read()
             if not data:
                 if left > 0:
-                    raise HopError("closed the connection mid-reply")
+                    raise UpstreamError("closed the connection mid-reply")
                 break
             left = max(0, left - len(data)) if left > 0 else left
             yield data
@@ -156,7 +156,7 @@ class HopResponse:
                 if len(buffer) < end + 2:
                     break
                 if buffer[end : end + 2] != b"\r\n":
-                    raise HopError("sent a malformed chunk")
+                    raise UpstreamError("sent a malformed chunk")
                 parts.append(buffer[eol + 2 : end])
                 at = end + 2
             buffer = buffer[at:]
@@ -166,7 +166,7 @@ class HopResponse:
                 return
             data = await self._read()
             if not data:
-                raise HopError("closed the connection mid-reply")
+                raise UpstreamError("closed the connection mid-reply")
             buffer += data
 
     async def _read(self) -> bytes:
@@ -174,12 +174,12 @@ class HopResponse:
             async with asyncio.timeout(self._silent_s):
                 return await self._connection.reader.read(READ_SIZE)
         except TimeoutError:
-            raise HopError(f"sent nothing for {self._silent_s:.0f} s") from None
+            raise UpstreamError(f"sent nothing for {self._silent_s:.0f} s") from None
         except OSError as exc:
-            raise HopError(f"broke off the exchange ({os_reason(exc)})") from None
+            raise UpstreamError(f"broke off the exchange ({os_reason(exc)})") from None
 
 
-class HopClient:
+class UpstreamClient:
     """Streamed POSTs to one server (`base_url`), with up to `keep` idle connections kept."""
 
     def __init__(
@@ -360,7 +360,7 @@ class HopClient:
             connection.writer.write(request)
             return await self._reply(connection)
         except _Stale:
-            raise HopError("closed the connection without a reply") from None
+            raise UpstreamError("closed the connection without a reply") from None
 
     async def _connect(self) -> _Connection:
         try:
@@ -369,11 +369,11 @@ class HopClient:
                     self._host, self._port, ssl=self._tls_context, limit=READ_SIZE
                 )
         except TimeoutError:
-            raise HopError(
+            raise UpstreamError(
                 f"cannot be reached (no connection within {self._connect_s:.0f} s)"
             ) from None
         except OSError as exc:
-            raise HopError(f"cannot be reached (cannot connect: {os_reason(exc)})") from None
+            raise UpstreamError(f"cannot be reached (cannot connect: {os_reason(exc)})") from None
         return _Connection(reader, writer)
 
     async def _reply(self, connection: _Connection) -> HopResponse:
@@ -385,15 +385,15 @@ class HopClient:
             connection.close()
             if not exc.partial:
                 raise _Stale from None
-            raise HopError("broke off its reply's headers") from None
+            raise UpstreamError("broke off its reply's headers") from None
         except TimeoutError:
             connection.close()
-            raise HopError(f"sent nothing for {self._silent_s:.0f} s") from None
+            raise UpstreamError(f"sent nothing for {self._silent_s:.0f} s") from None
         except (OSError, asyncio.LimitOverrunError) as exc:
             connection.close()
             if isinstance(exc, ConnectionResetError | BrokenPipeError):
                 raise _Stale from None
-            raise HopError(f"broke off the exchange ({os_reason(exc)})") from None
+            raise UpstreamError(f"broke off the exchange ({os_reason(exc)})") from None
         except BaseException:  # cancelled while the server prepares its reply: it must see
             connection.close()  # the disconnect, and the socket must not outlive the job
             raise
@@ -402,7 +402,9 @@ class HopClient:
             status = int(lines[0].split(" ", 2)[1])
         except (IndexError, ValueError):
             connection.close()
-            raise HopError(f"sent something that is not an HTTP reply: {lines[0][:80]!r}") from None
+            raise UpstreamError(
+                f"sent something that is not an HTTP reply: {lines[0][:80]!r}"
+            ) from None
         headers = {}
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -415,7 +417,7 @@ class HopClient:
 def _chunk_size(line: bytes) -> int:
     digits = line.split(b";")[0].strip()
     if not digits or not all(c in b"0123456789abcdefABCDEF" for c in digits):
-        raise HopError(f"sent a malformed chunk size: {line[:20]!r}")
+        raise UpstreamError(f"sent a malformed chunk size: {line[:20]!r}")
     return int(digits, 16)
 
 

@@ -44,14 +44,14 @@ from ..types import (
     Publisher,
     UpstreamSpec,
 )
-from .connection import HopClient, HopError, Sent, os_reason
+from .connection import Sent, UpstreamClient, UpstreamError, os_reason
 from .wire import chunk_logprobs, error_message, refusal, request_body
 
 log = logging.getLogger(__name__)
 
 CONNECT_S = 5.0
 SILENT_S = 300.0  # a stream that sends nothing for this long is given up
-WARM_S = 60.0  # after the last job, the hop keeps its connections open this long
+WARM_S = 60.0  # after the last job, the client keeps its connections open this long
 PROBES_TO_UNREADY = 2  # failed reads of the model list in a row before the pool is unready
 # Where the server does not say its context, admission caps max_tokens at this (the server
 # checks the real bound); the engine's status says 0, not known, rather than this made-up one.
@@ -91,7 +91,7 @@ class UpstreamEngine:
         publish: Publisher,
         on_health: Callable[[str | None], None],
         client: httpx.AsyncClient,
-        hop: HopClient,
+        streams: UpstreamClient,
     ) -> None:
         self.spec = spec
         self.model: str | None = spec.model
@@ -99,7 +99,7 @@ class UpstreamEngine:
         self._publish = publish
         self._on_health = on_health
         self._client = client  # for the model list
-        self._hop = hop  # for the jobs
+        self._streams = streams  # for the jobs
         self._n_ctx = spec.n_ctx
         self._slots: list[_Running | None] = [None] * spec.concurrency
         self._failed_probes = 0
@@ -122,7 +122,7 @@ class UpstreamEngine:
             )
         headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
         base = spec.url.rstrip("/") + "/"
-        # The streams go straight to the server (the hop has sockets of its own), so the
+        # The streams go straight to the server (its client has sockets of its own), so the
         # health check does too: through a proxy it would judge a route the jobs never take.
         client = httpx.AsyncClient(
             base_url=base, headers=headers, timeout=CONNECT_S, trust_env=False
@@ -134,11 +134,11 @@ class UpstreamEngine:
             )  # fmt: skip
         # Every running job keeps its connection between jobs, and while jobs come, as many
         # stay open as ran at once: opening them when a burst comes costs its TTFT (connection.py).
-        hop = HopClient(
+        streams = UpstreamClient(
             base, headers, connect_s=CONNECT_S, silent_s=SILENT_S, keep=spec.concurrency,
             warm_s=WARM_S,
         )  # fmt: skip
-        engine = cls(spec, publish, on_health, client, hop)
+        engine = cls(spec, publish, on_health, client, streams)
         try:
             await engine._probe()
         except InferError as exc:
@@ -146,7 +146,7 @@ class UpstreamEngine:
             log.warning("engine %s: %s; serving once it answers", spec.engine_id, exc.message)
         except BaseException:
             await client.aclose()
-            await hop.aclose()
+            await streams.aclose()
             raise
         engine._watch = asyncio.create_task(engine._watch_health())
         log.info("engine %s: %s", spec.engine_id, engine.placement())
@@ -228,7 +228,7 @@ class UpstreamEngine:
         tasks = self._end_all(None)
         await asyncio.gather(*tasks, return_exceptions=True)
         await self._client.aclose()
-        await self._hop.aclose()
+        await self._streams.aclose()
         log.info("engine %s closed", self.spec.engine_id)
 
     def _send_now(self, request: GenerationRequest) -> Sent | None:
@@ -239,7 +239,7 @@ class UpstreamEngine:
         if request.cancelled or self._closing:
             return None
         try:
-            return self._hop.send_now(*request_body(request, self.model or ""))
+            return self._streams.send_now(*request_body(request, self.model or ""))
         except Exception:  # the task builds the body again, and ends the job with the error
             return None
 
@@ -261,7 +261,7 @@ class UpstreamEngine:
             reason, error = ("error", running.ended_by) if running.ended_by else ("abort", None)
         except InferError as exc:
             reason, error = "error", exc
-        except (httpx.HTTPError, HopError) as exc:
+        except (httpx.HTTPError, UpstreamError) as exc:
             reason, error = "error", self._lost(exc)
         except Exception as exc:  # whatever a server sends, the job ends and its slot frees
             log.warning("engine %s: %s failed: %r", self.spec.engine_id, request.job_id, exc)
@@ -294,7 +294,7 @@ class UpstreamEngine:
         reason: FinishReason | None = None
         usage: dict[str, Any] = {}
         index = 0
-        async with self._hop.stream(path, body, sent) as response:
+        async with self._streams.stream(path, body, sent) as response:
             if response.status_code != 200:
                 await response.aread()
                 raise refusal(response, self.spec.engine_id)
@@ -334,7 +334,7 @@ class UpstreamEngine:
             self._publish([(request, TokenText(wrap[1], index, request.tokens_out))])
         return reason, usage
 
-    def _lost(self, exc: httpx.HTTPError | HopError) -> InferError:
+    def _lost(self, exc: httpx.HTTPError | UpstreamError) -> InferError:
         return InferError(
             ErrorKind.POOL_UNREADY,
             f"the upstream {self.spec.url} {_failure(exc)}",
@@ -415,10 +415,10 @@ def _proxy_for(url: str) -> str | None:
     return None
 
 
-def _failure(exc: httpx.HTTPError | HopError) -> str:
+def _failure(exc: httpx.HTTPError | UpstreamError) -> str:
     """What the server did, in words that follow its name: people read this, so never a
     class name ("ConnectError All connection attempts failed" said nothing to them)."""
-    if isinstance(exc, HopError):
+    if isinstance(exc, UpstreamError):
         return str(exc)  # already such words
     if isinstance(exc, httpx.ConnectTimeout):
         return "cannot be reached (no connection in time)"

@@ -51,7 +51,7 @@ async def _queue(request: Request, ask: Ask) -> Job:
 async def let_the_burst_in(jobs: list[Job]) -> None:
     """Once a request's jobs are queued, wait one turn of the event loop before answering:
     the requests of a burst, read in the same turn, then all reach their engines (an
-    upstream's hop writes each at once) before any of them starts its reply. 32 requests at
+    upstream's client writes each at once) before any of them starts its reply. 32 requests at
     once in front of an upstream (bench/bench_upstream.py --instant): the median TTFT over
     direct went from +10.2 to +9.4 ms (30 paired bursts each). A cancel meanwhile cancels
     the jobs: nobody would read them."""

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from infertui.core.engine.upstream.connection import HopClient, HopError
+from infertui.core.engine.upstream.connection import UpstreamClient, UpstreamError
 from infertui.core.protocol.sse_reader import sse_batches
 
 from ..conftest import wait_until
@@ -45,12 +45,14 @@ async def serve(handler: Handler) -> tuple[asyncio.Server, str]:
     return server, f"http://127.0.0.1:{port}/v1/"
 
 
-def client(url: str, silent_s: float = 5.0) -> HopClient:
-    return HopClient(url, {"Authorization": "Bearer k"}, connect_s=2, silent_s=silent_s, keep=4)
+def client(url: str, silent_s: float = 5.0) -> UpstreamClient:
+    return UpstreamClient(
+        url, {"Authorization": "Bearer k"}, connect_s=2, silent_s=silent_s, keep=4
+    )
 
 
 @contextlib.asynccontextmanager
-async def hop_to(handler: Handler, silent_s: float = 5.0) -> AsyncIterator[HopClient]:
+async def hop_to(handler: Handler, silent_s: float = 5.0) -> AsyncIterator[UpstreamClient]:
     """A client of a server running `handler`; both closed on the way out."""
     server, url = await serve(handler)
     hop = client(url, silent_s)
@@ -61,7 +63,7 @@ async def hop_to(handler: Handler, silent_s: float = 5.0) -> AsyncIterator[HopCl
         server.close()
 
 
-async def objects(hop: HopClient) -> list[dict[str, int]]:
+async def objects(hop: UpstreamClient) -> list[dict[str, int]]:
     async with hop.stream("completions", {"prompt": "hi"}) as response:
         assert response.status_code == 200
         return [o async for batch in sse_batches(response) for o in batch]
@@ -130,7 +132,7 @@ async def test_a_reply_broken_off_or_a_silent_server_is_a_hop_error() -> None:
 
     for handler, message in ((broken, "mid-reply"), (silent, "sent nothing")):
         async with hop_to(handler, silent_s=0.3) as hop:
-            with pytest.raises(HopError, match=message):
+            with pytest.raises(UpstreamError, match=message):
                 await objects(hop)
 
 
@@ -138,7 +140,7 @@ async def test_nothing_listening_is_a_hop_error() -> None:
     server, url = await serve(lambda r, w: asyncio.sleep(0))
     server.close()
     await server.wait_closed()
-    with pytest.raises(HopError, match="cannot connect"):
+    with pytest.raises(UpstreamError, match="cannot connect"):
         await objects(client(url))
 
 
@@ -181,7 +183,7 @@ async def test_a_malformed_chunk_is_a_hop_error_not_a_hang() -> None:
         await reader.read(1)
 
     async with hop_to(handler) as hop:
-        with pytest.raises(HopError, match="malformed chunk"):
+        with pytest.raises(UpstreamError, match="malformed chunk"):
             await asyncio.wait_for(objects(hop), 5)
 
 
@@ -220,7 +222,7 @@ async def test_a_warm_client_keeps_open_what_it_needed_and_lets_go_when_unused()
             open_now -= 1
 
     server, url = await serve(handler)
-    hop = HopClient(url, {}, connect_s=2, silent_s=5, keep=8, warm_s=1.5, refresh_s=0.3)
+    hop = UpstreamClient(url, {}, connect_s=2, silent_s=5, keep=8, warm_s=1.5, refresh_s=0.3)
     try:
         await asyncio.gather(*(objects(hop) for _ in range(3)))
         assert accepted == 3
