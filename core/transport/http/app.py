@@ -26,8 +26,8 @@ from . import (
 )
 from .access import Access
 from .dialects import Dialect, dialect_of, is_health
+from .direct_routes import DirectRoutes, direct_routes
 from .errors import install_error_handlers
-from .lane import FastLane, fast_lanes
 from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
@@ -44,7 +44,7 @@ from .task_store import TaskStore
 
 DEFAULT_MAX_BODY_BYTES = 4 * 2**20  # see HttpSettings.max_body_mb
 
-# The endpoints that start generations, in every dialect: served by the fast lane (lane.py).
+# The endpoints that start generations, in every dialect: served direct (direct_routes.py).
 GENERATION_PATHS = (
     "/v1/chat/completions",
     "/v1/completions",
@@ -125,9 +125,11 @@ def create_app(
     document_errors(app, api_key=access.keys_required)
     # Added last runs first: correlation IDs wrap everything, then HEAD as GET, then the
     # loopback Host check, then CORS, then the key check, then the body limit, then a
-    # script's untyped body typed as JSON, then the fast lane.
-    lanes = fast_lanes([route for router in routers for route in router.routes], GENERATION_PATHS)
-    app.add_middleware(FastLane, fastapi=app, lanes=lanes)
+    # script's untyped body typed as JSON, then the direct routes.
+    direct = direct_routes(
+        [route for router in routers for route in router.routes], GENERATION_PATHS
+    )
+    app.add_middleware(DirectRoutes, fastapi=app, direct=direct)
     app.add_middleware(ScriptBodiesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes, timeout_s=body_timeout_s)
     if access.keys_required:

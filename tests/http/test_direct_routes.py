@@ -1,4 +1,4 @@
-"""The generation endpoints' fast lane (core/transport/http/lane.py) answers every request as
+"""The generation endpoints served direct (core/transport/http/direct_routes.py) answer every request as
 FastAPI's own path does: two servers over one host, one app with the lane and one without,
 asked the same things, good and bad, in each dialect."""
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from infertui.core.host import HostService
-from infertui.core.transport.http import HttpServer, create_app, lane, routes_openai
-from infertui.core.transport.http.lane import FastLane
+from infertui.core.transport.http import HttpServer, create_app, direct_routes, routes_openai
+from infertui.core.transport.http.direct_routes import DirectRoutes
 
 from .conftest import MODEL, HostFactory
 
@@ -36,8 +36,8 @@ async def lanes(
     plain_servers: list[HttpServer] = []
 
     def plain_face(service: HostService) -> list[HttpServer]:
-        plain = create_app(service)  # as the host's own app, less the fast lane
-        plain.user_middleware = [m for m in plain.user_middleware if m.cls is not FastLane]
+        plain = create_app(service)  # as the host's own app, less the direct routes
+        plain.user_middleware = [m for m in plain.user_middleware if m.cls is not DirectRoutes]
         plain_servers.append(HttpServer(plain, "127.0.0.1:0"))
         return plain_servers
 
@@ -131,13 +131,13 @@ async def test_the_fast_lane_answers_as_fastapi_does(
 ) -> None:
     fast, plain = lanes
     taken: list[str] = []
-    respond = lane._Lane.respond
+    respond = direct_routes._DirectRoute.respond
 
-    async def counted(self: lane._Lane, request: Any) -> Any:
+    async def counted(self: direct_routes._DirectRoute, request: Any) -> Any:
         taken.append(self.route.path)
         return await respond(self, request)
 
-    monkeypatch.setattr(lane._Lane, "respond", counted)
+    monkeypatch.setattr(direct_routes._DirectRoute, "respond", counted)
     for path, request in CASES:
         assert await _answer(fast, path, **request) == await _answer(plain, path, **request), (
             path,

@@ -12,7 +12,7 @@ its response. Everything else stays FastAPI's: the routes are registered with it
 (the OpenAPI document, every other endpoint), a request the lane does not take goes on to
 it, and errors leave as FastAPI's would: through the app's own exception handlers, and a
 crash through the server-error middleware. Each answer is the one FastAPI's path gives
-(tests/http/test_lane.py compares them, headers included).
+(tests/http/test_direct_routes.py compares them, headers included).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from .routing import StrictJSONRequest, json_typed
 
 
 @dataclass(frozen=True, slots=True)
-class _Lane:
+class _DirectRoute:
     route: APIRoute
     body: ModelField
     request_name: str
 
     @classmethod
-    def of(cls, route: APIRoute) -> _Lane:
-        """The lane of a route whose whole input is one JSON body and the request, and whose
+    def of(cls, route: APIRoute) -> _DirectRoute:
+        """The direct route of a route whose whole input is one JSON body and the request, and whose
         response is FastAPI's default; anything more is FastAPI's to do."""
         dependant = route.dependant
         [body] = dependant.body_params
@@ -92,31 +92,31 @@ class _Lane:
         return Response(content, media_type="application/json")
 
 
-def fast_lanes(routes: Iterable[BaseRoute], paths: Iterable[str]) -> dict[str, _Lane]:
-    """The lanes of the POST routes at these paths, checked now: a route the lane cannot
+def direct_routes(routes: Iterable[BaseRoute], paths: Iterable[str]) -> dict[str, _DirectRoute]:
+    """The direct of the POST routes at these paths, checked now: a route that cannot go direct
     serve as FastAPI would (a dependency, a sync function...) is a ValueError at start-up."""
     wanted = set(paths)
     posts = [r for r in routes if isinstance(r, APIRoute) and "POST" in (r.methods or ())]
-    lanes = {route.path: _Lane.of(route) for route in posts if route.path in wanted}
-    if missing := wanted - lanes.keys():
+    direct = {route.path: _DirectRoute.of(route) for route in posts if route.path in wanted}
+    if missing := wanted - direct.keys():
         raise ValueError(f"no POST route for {sorted(missing)}")
-    return lanes
+    return direct
 
 
-class FastLane:
-    """ASGI middleware, the innermost: POSTs of JSON to the lanes' paths are served here, all
+class DirectRoutes:
+    """ASGI middleware, the innermost: POSTs of JSON to the direct' paths are served here, all
     else goes on to the app. Errors go to the app's exception handlers, as FastAPI's
     exception middleware would hand them over; a crash (no handler short of `Exception`) is
     raised on, to the server-error middleware outside, as it would be."""
 
-    def __init__(self, app: ASGIApp, fastapi: FastAPI, lanes: dict[str, _Lane]) -> None:
+    def __init__(self, app: ASGIApp, fastapi: FastAPI, direct: dict[str, _DirectRoute]) -> None:
         self.app = app
         self._handlers = fastapi.exception_handlers
-        self._lanes = lanes
+        self._direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lane = self._lanes.get(scope["path"]) if scope["type"] == "http" else None
-        if lane is None or scope["method"] != "POST" or not _json_typed(scope):
+        direct = self._direct.get(scope["path"]) if scope["type"] == "http" else None
+        if direct is None or scope["method"] != "POST" or not _json_typed(scope):
             await self.app(scope, receive, send)
             return
         request = StrictJSONRequest(scope, receive)
@@ -129,7 +129,7 @@ class FastLane:
 
         try:
             if await _body(request):
-                response = await lane.respond(request)
+                response = await direct.respond(request)
                 await response(scope, receive, sending)
                 return
         except Exception as exc:
@@ -165,7 +165,7 @@ async def _body(request: StrictJSONRequest) -> bytes:
 
 
 def _json_typed(scope: Scope) -> bool:
-    """A body typed as JSON, which the lane takes (a script's untyped one is typed so by
+    """A body typed as JSON, which a direct route takes (a script's untyped one is typed so by
     then; a page's other types are refused by the app, see routing.py)."""
     for name, value in scope["headers"]:
         if name == b"content-type":
