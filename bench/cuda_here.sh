@@ -2,7 +2,7 @@
 # Build llama.cpp with CUDA (sm_90: H100/H200) on the build machine, which has nvcc but no GPU,
 # and pack it for bench/gpu_table.sh as .gpu/cuda-bin.tar.xz, so that a lent GPU's minutes go to
 # measuring instead of compiling (about 30 minutes on 2 cores; 5.5 on the GPU machine's 16).
-# Run from the project's root after `bash ../shared/gpu/prepare.sh`:
+# Run from the project's root (it runs bench/gpu_prepare.sh first, for the source and wheels):
 #
 #   nohup bash bench/cuda_here.sh > /tmp/cuda-here.log 2>&1 &
 #
@@ -15,7 +15,10 @@ set -euo pipefail
 ROOT=$PWD W=${WORK:-/tmp/cuda-here} CUDA=${CUDA_HOME:-/usr/local/cuda}
 LIB=$(readlink -f "$CUDA/lib64")
 mkdir -p "$W" "$LIB/stubs"
-[ -d "$W/vendor/llama.cpp" ] || tar xzf .gpu/llama-src.tgz -C "$W"
+bash bench/gpu_prepare.sh
+SRC=.gpu/llama-src.tgz
+[ -f .gpu-aside/llama-src.tgz ] && SRC=.gpu-aside/llama-src.tgz  # built from before
+[ -d "$W/vendor/llama.cpp" ] || tar xzf "$SRC" -C "$W"
 if [ ! -f "$CUDA/include/cublas_v2.h" ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: "nvidia-cublas>=13.0,<14" -d "$W/whl"
   (cd "$W/whl" && unzip -q -o nvidia_cublas-*.whl)
@@ -53,5 +56,4 @@ strip --strip-unneeded "$W"/pack/bin/*.so.* "$W"/pack/bin/llama-server "$W"/pack
 cd "$ROOT"
 tar cf - -C "$W/pack" bin llama_cpp | xz -9 -T"$(nproc)" > .gpu/cuda-bin.tar.xz
 mkdir -p .gpu-aside && mv -f .gpu/llama-src.tgz .gpu/whl/numpy-*.whl .gpu-aside/ 2>/dev/null || true
-grep -qx '/.gpu-aside/' .git/info/exclude || echo '/.gpu-aside/' >> .git/info/exclude
 du -sh .gpu .gpu/cuda-bin.tar.xz

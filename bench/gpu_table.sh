@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Issue 10's GPU table in one call on a lent GPU machine (no network), from the project's root,
-# with `.gpu/` carried (bash ../shared/gpu/prepare.sh fills it; bench/cuda_here.sh then adds the
-# CUDA build and moves out what would take .gpu/ past the 64 MiB a call carries):
+# with `.gpu/` carried. On a machine with the package registries, first:
+#
+#   bash bench/gpu_prepare.sh    # .gpu/: llama.cpp's source and the wheels (~25 MB), or
+#   bash bench/cuda_here.sh      # that, and llama.cpp built with CUDA here (bench/README.md)
+#
+# then on the GPU machine:
 #
 #   bash bench/gpu_table.sh            # every stage, in order of importance, within BUDGET_S
 #   STAGES="1b 8b" bash bench/gpu_table.sh
 #
 # llama.cpp comes from .gpu/cuda-bin.tar.xz when it is there (bench/cuda_here.sh builds it for
-# sm_90 on the build machine: the GPU's minutes go to measuring) and from .gpu/build.sh otherwise. Models are
-# random-weight Llama shapes (bench/make_model.py). Every figure comes from bench/bench_gpu.py:
-# raw llama-batched-bench, infertui and llama-server from the same build, side by side, with the
-# same slots (-np 64) as the reference table in ../shared/gpu/README.md. Results go to $OUT.
+# sm_90: the GPU's minutes go to measuring), else it is built here from .gpu/llama-src.tgz
+# (build_here). Models are random-weight Llama shapes (bench/make_model.py). Every figure comes
+# from bench/bench_gpu.py: raw llama-batched-bench, infertui and llama-server from the same
+# build, side by side, with the same slots (-np 64) as the earlier table in bench/README.md.
+# Results go to $OUT.
 set -u
 T0=$(date +%s)
 OUT=${OUT:-/tmp/gpu-out}
@@ -31,12 +36,39 @@ use_bindings() {  # the llama_cpp bindings over the libraries in $BIN, and the p
   cp infertui_pkg/__init__.py /root/pkgs/infertui/
   ln -sfn "$PWD/core" /root/pkgs/infertui/core && ln -sfn "$PWD/tui" /root/pkgs/infertui/tui
 }
+build_here() {  # llama.cpp with CUDA for this GPU, from the carried source: ~5.5 minutes on 16
+  # cores. Detached, so that a caller with a limit per command can call again and wait for it.
+  local src=/root/lcp/vendor/llama.cpp arch
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
+  arch=${CUDA_ARCH:-$arch}
+  if [ ! -f /root/lcp/build.started ]; then
+    [ -f "$G/llama-src.tgz" ] || { say "no .gpu/cuda-bin.tar.xz nor .gpu/llama-src.tgz"; return 1; }
+    tar xzf "$G/llama-src.tgz" -C /root/lcp
+    cmake -S "$src" -B "$src/build" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+      -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release > /root/lcp/cmake.log 2>&1 \
+      || { tail -30 /root/lcp/cmake.log; return 1; }
+    touch /root/lcp/build.started
+    setsid nohup bash -c "cmake --build '$src/build' -j$(nproc) --target llama llama-server \
+      llama-batched-bench > /root/lcp/build.log 2>&1; echo \$? > /root/lcp/build.rc" \
+      > /dev/null 2>&1 < /dev/null &
+  fi
+  local waited=0
+  while [ ! -f /root/lcp/build.rc ] && [ $waited -lt "${WAIT_S:-420}" ]; do
+    sleep 5 && waited=$((waited + 5))
+  done
+  [ "$(cat /root/lcp/build.rc 2> /dev/null)" = 0 ] && return 0
+  say "llama.cpp not built (yet): /root/lcp/build.log; call again to wait for it"
+  return 1
+}
 cuda_ok() {  # llama.cpp loads and sees the GPU (on a machine without one: loads)
   python3 -c 'import shutil; from infertui.core.engine.devices import gpus; d = gpus()
 print("devices:", d); assert d or not shutil.which("nvidia-smi")'
 }
 
 if want setup; then
+  [ -d "$G/whl" ] || { say "no .gpu/: bench/gpu_prepare.sh fills it (on a machine with the" \
+    "package registries), and .gpu/ travels with the tree"; exit 1; }
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /root/site "$G"/whl/*.whl
@@ -53,7 +85,7 @@ export LD_LIBRARY_PATH
 want setup && use_bindings
 if ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok; then  # no carried build, or it fails here
   say "building llama.cpp here (about 5.5 minutes)"
-  WAIT_S=420 bash "$G/build.sh" | tail -3
+  build_here || exit 1
   BIN=/root/lcp/vendor/llama.cpp/build/bin && use_bindings
   LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok || exit 1
 fi

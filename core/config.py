@@ -27,21 +27,28 @@ from .protocol.sampling import MaxTokens, Temperature, TopP
 class EngineDefaults(BaseModel):
     """How each engine is loaded unless a request says otherwise."""
 
-    ctx: int = Field(4096, ge=128, description="context tokens per slot (prompt + output)")
+    ctx: int = Field(
+        4096, ge=128, description="context tokens per slot, the prompt and the output together"
+    )
     gpu_layers: int | None = Field(
-        None, description="layers offloaded to the GPU; unset: all when the build has a GPU"
+        None,
+        description="layers offloaded to the GPU; unset: all when the build supports a GPU, else 0",
     )
     main_gpu: int | None = Field(
-        None, ge=0, description="the one GPU that holds the model; unset: spread over all GPUs"
+        None,
+        ge=0,
+        description="the one GPU that holds the model; unset: spread over all, as llama.cpp does",
     )
-    threads: int | None = Field(None, ge=1, description="decode threads; unset: one per core")
+    threads: int | None = Field(
+        None, ge=1, description="decode threads; unset: one per CPU, up to 8"
+    )
     parallel: Annotated[int, Field(ge=1)] | Literal["auto"] = Field(
         4,
         description="slots: jobs decoded together; auto: as many as free (device) memory holds, "
         "within llama.cpp's 256 sequences",
     )
     batch: int = Field(
-        512, ge=16, description="prompt tokens per decode step (bounds prefill stalls)"
+        512, ge=16, description="prompt tokens per decode step: how long a prefill may hold streams"
     )
     deterministic: bool = Field(
         False,
@@ -49,23 +56,32 @@ class EngineDefaults(BaseModel):
         "off: prompts are prefilled in the same decode as running streams (faster under load)",
     )
     backend_sampling: Literal["auto", "on", "off"] = Field(
-        "auto", description="sample inside the graph on the device; auto: when on a GPU"
+        "auto",
+        description="sample inside the graph, on the device; auto: when every layer is on a GPU",
     )
     extra_buffers: bool = Field(
-        False, description="repacked CPU weight buffers (AMX etc.); off: they crash some sandboxes"
+        False,
+        description="repacked CPU weight buffers (AMX etc.); off by default: they crash some "
+        "sandboxes",
     )
     chat_template: str | None = Field(
-        None, description="a Jinja chat template file, in place of the GGUF's own"
+        None,
+        description="a Jinja chat template (as in a GGUF or a Hugging Face tokenizer_config) "
+        "in place of the model's own; it also decides the tool-call format",
     )
     pooling: Literal["auto", "mean", "cls", "last"] = Field(
-        "auto", description="how embeddings pool token vectors; auto: the GGUF's, else mean"
+        "auto", description="how /v1/embeddings pools token vectors; auto: the GGUF's, else mean"
     )
 
 
 class HttpSettings(BaseModel):
     """The optional HTTP API of `infertui host`."""
 
-    listen: str | None = Field(None, description="[HOST:]PORT to serve on; unset: no HTTP API")
+    listen: str | None = Field(
+        None,
+        description="also serve the HTTP API (OpenAI, Ollama-style, tasks) on [HOST:]PORT; "
+        "unset: no HTTP API",
+    )
     max_body_mb: float = Field(
         4.0, gt=0, description="largest request body (413 above it); 4 MB is ~1M tokens of text"
     )
@@ -87,8 +103,9 @@ class HttpSettings(BaseModel):
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="browser origins allowed by CORS, as OLLAMA_ORIGINS (comma-separated in "
-        "INFERTUI_HOST__HTTP__CORS_ORIGINS; * and http://localhost:* patterns); empty: CORS off",
+        description="let web pages of these origins call the HTTP API, as OLLAMA_ORIGINS: "
+        "http://localhost:3000, http://localhost:*, * (comma-separated, in "
+        "INFERTUI_HOST__HTTP__CORS_ORIGINS too); empty: CORS off",
     )
     allowed_hosts: list[str] = Field(
         default_factory=list,
@@ -106,15 +123,20 @@ class P2PSettings(BaseModel):
     """The Hyperswarm face of `infertui host`."""
 
     enabled: bool = Field(True, description="listen under the server ID (--no-p2p turns it off)")
-    topics: list[str] = Field(default_factory=list, description="also announce on these topics")
+    topics: list[str] = Field(
+        default_factory=list,
+        description="also announce on these topics, so that `infertui hosts --topic NAME` "
+        "finds the host",
+    )
     allow: list[str] = Field(
-        default_factory=list, description="server IDs of the only peers let in; empty: anyone"
+        default_factory=list, description="let in only the peers of these server IDs; empty: anyone"
     )
     allow_file: str | None = Field(
-        None, description="a file of server IDs (one a line, # comments) also let in"
+        None, description="let in the peers listed in this file (one server ID a line, # comments)"
     )
     admins: list[str] = Field(
-        default_factory=list, description="server IDs of peers allowed to manage engines"
+        default_factory=list,
+        description="let the peers of these server IDs add, remove, reload and drain engines",
     )
 
 
@@ -123,14 +145,19 @@ class UpstreamSettings(BaseModel):
 
     urls: list[str] = Field(
         default_factory=list,
-        description="[ID=]URL of each server's OpenAI API root, e.g. vllm=http://gpu1:8000/v1",
+        description="OpenAI-compatible servers to serve as engines, each as the URL of its API "
+        "root or ID=URL, e.g. vllm=http://gpu1:8000/v1; with only these, no model is loaded here",
     )
-    model: str | None = Field(None, description="the model to ask for; unset: the first listed")
+    model: str | None = Field(
+        None, description="the model to ask the upstreams for; unset: the first each lists"
+    )
     api_key: SecretStr | None = Field(
-        None, description="sent as a Bearer token (or INFERTUI_HOST__UPSTREAM__API_KEY)"
+        None,
+        description="API key for the upstreams, sent as a Bearer token (or "
+        "INFERTUI_HOST__UPSTREAM__API_KEY)",
     )
     concurrency: int = Field(
-        8, ge=1, description="jobs sent to each at once; more wait in infertui's queue"
+        8, ge=1, description="jobs sent to each upstream at once; more wait in infertui's queue"
     )
     health_interval_s: float = Field(2.0, gt=0, description="how often each is asked if it is up")
 
@@ -140,7 +167,8 @@ class HostSettings(BaseModel):
 
     models: list[str] = Field(
         default_factory=list,
-        description="GGUF paths, optionally as ID=PATH; empty: the bundled SmolLM2 135M Instruct",
+        description="GGUF files to serve, each as PATH or ID=PATH; empty: the bundled SmolLM2 "
+        "135M Instruct",
     )
     model_dirs: list[str] = Field(
         default_factory=list,
@@ -169,8 +197,12 @@ class ChatSampling(TypedDict, total=False):
 class ClientSettings(BaseModel):
     """`infertui connect` and `infertui ask`."""
 
-    model: str | None = Field(None, description="the host's engine to ask; none: its default")
-    system_prompt: str = Field("", description="sent first in every conversation; empty: none")
+    model: str | None = Field(
+        None, description="the host's engine to ask; unset: the host's default"
+    )
+    system_prompt: str = Field(
+        "", description="the system prompt, sent first in every conversation; empty: none"
+    )
     # Unset, as in Ollama's clients: the model's own sampling suits it better than any figure
     # written here for every model (a 135M model wanders at a temperature a 7B takes well).
     temperature: Temperature | None = Field(None, description="0 is greedy; unset: the model's own")
@@ -227,13 +259,13 @@ class Settings(BaseSettings):
     )
     admin_key: SecretStr | None = Field(
         None,
-        description="INFERTUI_ADMIN_KEY: HTTP clients manage engines with it; unset: only "
-        "on a loopback bind",
+        description="HTTP clients that send this key may manage engines (or INFERTUI_ADMIN_KEY); "
+        "unset: only on a loopback bind",
     )
     bootstrap: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="INFERTUI_BOOTSTRAP: HOST:PORT of a private DHT's nodes (comma-separated); "
-        "empty: the public Hyperswarm DHT",
+        description="a private DHT's nodes, HOST:PORT (comma-separated, in INFERTUI_BOOTSTRAP "
+        "too); empty: the public Hyperswarm DHT",
     )
 
     @field_validator("bootstrap", mode="before")
@@ -258,11 +290,14 @@ class Settings(BaseSettings):
 
 
 def _comma_separated(value: Any) -> Any:
-    """A list given in the environment: JSON, or its items between commas."""
+    """A list given in the environment: JSON, or its items between commas; and a list whose
+    items hold commas (a flag given `--origins a,b --origins c`), as one list."""
     if isinstance(value, str):
         if value.lstrip().startswith("["):
             return json.loads(value)
         return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        return [part.strip() for item in value for part in str(item).split(",") if part.strip()]
     return value
 
 

@@ -14,12 +14,14 @@ from infertui.core import config
 from infertui.core.logging import configure_console
 from infertui.core.version import infertui_version
 
+from . import flags
+
 log = logging.getLogger(__name__)
 
 DESCRIPTION = """\
 Serve and use a local LLM from a terminal.
 
-  infertui host                 serve the bundled Gemma 3 270M model
+  infertui host                 serve the bundled SmolLM2 135M model
   infertui host --model m.gguf  serve your own GGUF model(s)
   infertui host --http          also serve the HTTP API on 127.0.0.1:8080
   infertui id                   this machine's server ID (what clients connect to)
@@ -111,183 +113,17 @@ def add_client_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "target", metavar="TARGET", help="a server ID, http(s)://HOST:PORT, or topic:NAME"
     )
-    parser.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help="for an HTTP host that wants one (its admin key manages engines)",
-    )
-    parser.add_argument(
-        "--bootstrap", action="append", metavar="HOST:PORT", help="a private DHT's node"
-    )
-    parser.add_argument(
-        "--model", metavar="ID", help="the host's engine to ask (default: the host's default)"
-    )
-    parser.add_argument("--system", metavar="TEXT", help="the system prompt")
-    parser.add_argument("--temperature", type=float, metavar="T", help="0 is greedy")
-    parser.add_argument("--max-tokens", type=int, metavar="N", help="longest reply (default 512)")
+    flags.add_flags(parser, flags.CLIENT_FLAGS)
 
 
 def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "log_level": args.log_level,
-        "api_key": args.api_key,
-        "bootstrap": args.bootstrap,
-        "client": {
-            "model": args.model,
-            "system_prompt": args.system,
-            "temperature": args.temperature,
-            "max_tokens": args.max_tokens,
-        },
-    }
-
-
-def parallel_value(text: str) -> int | str:
-    """`--parallel`: a positive number of slots, or auto."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or auto, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("needs at least 1 slot")
-    return value
+    return {"log_level": args.log_level, **flags.overrides(args, flags.CLIENT_FLAGS)}
 
 
 def add_host_flags(host: argparse.ArgumentParser) -> None:
-    host.add_argument(
-        "--model",
-        action="append",
-        metavar="[ID=]PATH",
-        help="a GGUF file to serve (repeatable); default: the bundled Gemma 3 270M",
-    )
-    host.add_argument(
-        "--upstream",
-        action="append",
-        metavar="[ID=]URL",
-        help="an OpenAI-compatible server to serve as an engine (repeatable), e.g. "
-        "vllm=http://gpu1:8000/v1; with only these, no model is loaded here",
-    )
-    host.add_argument(
-        "--upstream-model", metavar="NAME", help="the model to ask upstreams for (default: first)"
-    )
-    host.add_argument(
-        "--upstream-key",
-        metavar="KEY",
-        help="API key for the upstreams (or INFERTUI_HOST__UPSTREAM__API_KEY)",
-    )
-    host.add_argument(
-        "--upstream-concurrency",
-        type=int,
-        metavar="N",
-        help="jobs sent to each upstream at once; more wait in infertui's queue (default 8)",
-    )
-    host.add_argument("--ctx", type=int, metavar="N", help="context tokens per slot (default 4096)")
-    host.add_argument(
-        "--gpu-layers",
-        type=int,
-        metavar="N",
-        help="layers to offload to the GPU (default: all when the build supports a GPU, else 0)",
-    )
-    host.add_argument(
-        "--main-gpu", type=int, metavar="ID",
-        help="the one GPU that holds the model (default: spread over all, as llama.cpp does)",
-    )  # fmt: skip
-    host.add_argument("--threads", type=int, metavar="N", help="decode threads (default: per core)")
-    host.add_argument(
-        "--parallel",
-        type=parallel_value,
-        metavar="N|auto",
-        help="slots: jobs decoded together (default 4); auto: as many as free memory holds",
-    )
-    host.add_argument(
-        "--batch", type=int, metavar="N", help="prompt tokens per decode step (default 512)"
-    )
-    host.add_argument(
-        "--deterministic",
-        action="store_true",
-        default=None,
-        help="prefill each prompt alone, so that batching never changes a job's output "
-        "(slower under load)",
-    )
-    host.add_argument(
-        "--chat-template",
-        metavar="FILE",
-        help="a Jinja chat template (as in a GGUF or a Hugging Face tokenizer_config) in place "
-        "of the model's own; it also decides the tool-call format",
-    )
-    host.add_argument(
-        "--pooling",
-        choices=["auto", "mean", "cls", "last"],
-        help="how /v1/embeddings pools token vectors (default auto: the GGUF's, else mean)",
-    )
-    host.add_argument(
-        "--backend-sampling",
-        choices=["auto", "on", "off"],
-        help="sample inside the graph, on the device (default auto: when the model is on a GPU)",
-    )
-    host.add_argument(
-        "--queue", type=int, metavar="N", help="jobs that may wait per engine (default 64)"
-    )
-    host.add_argument(
-        "--http",
-        nargs="?",
-        const="127.0.0.1:8080",
-        metavar="[HOST:]PORT",
-        help="also serve the HTTP API (OpenAI, Ollama-style, tasks); alone: 127.0.0.1:8080",
-    )
-    host.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help="require 'Authorization: Bearer KEY' on HTTP (or set INFERTUI_API_KEY)",
-    )
-    host.add_argument(
-        "--admin-key",
-        metavar="KEY",
-        help="HTTP clients that send this key may manage engines (or INFERTUI_ADMIN_KEY); "
-        "without one, only on a loopback bind",
-    )
-    host.add_argument(
-        "--origins",
-        "--cors-origin",
-        dest="cors_origin",
-        action="append",
-        metavar="ORIGIN[,ORIGIN]",
-        help="let web pages of these origins call the HTTP API, as OLLAMA_ORIGINS: "
-        "http://localhost:3000, http://localhost:*, * (repeatable; default: CORS off)",
-    )
-    host.add_argument(
-        "--no-p2p", action="store_true", help="do not listen on Hyperswarm (default: listen)"
-    )
-    host.add_argument(
-        "--topic",
-        action="append",
-        metavar="NAME",
-        help="also announce on this topic, so `infertui hosts --topic NAME` finds the host",
-    )
-    host.add_argument(
-        "--bootstrap",
-        action="append",
-        metavar="HOST:PORT",
-        help="a node of a private DHT (repeatable, or INFERTUI_BOOTSTRAP); default: public DHT",
-    )
-    host.add_argument(
-        "--allow",
-        action="append",
-        metavar="SERVER_ID",
-        help="only let in peers with this key (repeatable); default: anyone",
-    )
-    host.add_argument(
-        "--allow-file",
-        metavar="PATH",
-        help="let in the peers listed in this file (one server ID a line, # comments)",
-    )
-    host.add_argument(
-        "--admin",
-        action="append",
-        metavar="SERVER_ID",
-        help="let this peer add, remove, reload and drain engines (repeatable)",
-    )
+    """The settings' flags (flags.py: each from its field in config.py), and two of the run's
+    own."""
+    flags.add_flags(host, flags.HOST_FLAGS)
     host.add_argument(
         "--reset-id", action="store_true", help="make a new key pair, and so a new server ID"
     )
@@ -299,45 +135,7 @@ def add_host_flags(host: argparse.ArgumentParser) -> None:
 
 
 def host_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "log_level": args.log_level,
-        "api_key": args.api_key,
-        "admin_key": args.admin_key,
-        "bootstrap": args.bootstrap,
-        "host": {
-            "p2p": {
-                "enabled": False if args.no_p2p else None,
-                "topics": args.topic,
-                "allow": args.allow,
-                "allow_file": args.allow_file,
-                "admins": args.admin,
-            },
-            "models": args.model,
-            "upstream": {
-                "urls": args.upstream,
-                "model": args.upstream_model,
-                "api_key": args.upstream_key,
-                "concurrency": args.upstream_concurrency,
-            },
-            "queue": args.queue,
-            "http": {
-                "listen": args.http,
-                "cors_origins": ",".join(args.cors_origin) if args.cors_origin else None,
-            },
-            "engine": {
-                "ctx": args.ctx,
-                "gpu_layers": args.gpu_layers,
-                "main_gpu": args.main_gpu,
-                "threads": args.threads,
-                "parallel": args.parallel,
-                "batch": args.batch,
-                "deterministic": args.deterministic,
-                "backend_sampling": args.backend_sampling,
-                "chat_template": args.chat_template,
-                "pooling": args.pooling,
-            },
-        },
-    }
+    return {"log_level": args.log_level, **flags.overrides(args, flags.HOST_FLAGS)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -385,10 +183,11 @@ def settings_failed(exc: Exception, args: argparse.Namespace | None = None) -> i
 
     if isinstance(exc, ValidationError) and args is not None:
         first = exc.errors()[0]
-        name = str(first["loc"][-1]) if first["loc"] else ""
-        given = getattr(args, name, None)
-        if given is not None:
-            flag = "--" + name.replace("_", "-")
+        command_flags = flags.HOST_FLAGS if args.command == "host" else flags.CLIENT_FLAGS
+        if named := flags.flag_given_for(first["loc"], args, command_flags):
+            flag, given = named
+            if isinstance(given, list):
+                given = " ".join(map(str, given))
             sys.stderr.write(f"infertui: {flag} {given}: {first['msg'].lower()}\n")
             return 2
     problem = config.first_problem(exc) if isinstance(exc, ValidationError) else str(exc)

@@ -48,7 +48,9 @@ class Embeddings(Protocol):
 
 
 class Engine(Protocol):
-    """A running engine. Everything but `shutdown` is cheap and called on the event loop."""
+    """A running engine. Its members are called on the event loop and return at once, but
+    `shutdown`, which ends its jobs and frees what it holds; its tokenizer's work may take a
+    while, on any thread."""
 
     problem: str | None  # why it cannot serve now (an upstream that does not answer); None: it can
     sampling_defaults: Mapping[str, float]  # for the fields a request leaves unset

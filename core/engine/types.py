@@ -1,9 +1,10 @@
-"""What goes into an engine (EngineSpec or UpstreamSpec, GenerationRequest) and what comes
-out (events).
+"""What goes into an engine (EngineSpec or UpstreamSpec, GenerationRequest), what it says of
+itself (EngineInfo, EngineUsage) and what comes out (events).
 
-A GenerationRequest crosses threads: the event loop creates it and may set `cancelled`;
-the batch-loop thread reads it between steps. Events (protocol/events.py) are built on the
-engine thread and published to the event loop in one batch per decode step.
+The pool makes a GenerationRequest on the event loop and may set `cancelled` at any time; a
+local engine's batch-loop thread reads it between steps, an upstream engine on the event loop.
+An engine publishes its jobs' events (protocol/events.py) in batches: the batch loop one per
+decode step, from its thread; an upstream engine one per read of a reply's stream.
 """
 
 from __future__ import annotations
@@ -157,14 +158,16 @@ class GenerationRequest:
     messages: Sequence[ChatMessage] | None = None
     prompt_text: str | None = None
     enqueued_at: float = field(default_factory=time.perf_counter)
-    # Set from the event loop; read by the batch loop between steps (a bool write is atomic).
+    # Set from the event loop; read by the engine, the batch loop between steps (a bool write
+    # is atomic).
     cancelled: bool = False
-    # Filled in by the batch loop for snapshots.
+    # Filled in by the engine that runs it (the batch loop, or an upstream's reader), for
+    # snapshots.
     slot: int | None = None
     tokens_out: int = 0
 
 
-Events = list[tuple[GenerationRequest, JobEvent]]  # one step's, published together
+Events = list[tuple[GenerationRequest, JobEvent]]  # one step's or read's, published together
 Publisher = Callable[[Events], None]
 
 

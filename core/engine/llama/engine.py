@@ -1,8 +1,9 @@
 """LlamaEngine: one loaded GGUF model with its context and batch loop (interface.py's Engine).
 
 `LlamaEngine.load` blocks (run it in a worker thread); everything else is cheap and safe to call
-from the event loop. Prompt preparation (chat format, tokenization) happens here so the
-scheduler can check admission before a job is queued.
+from the event loop. It offers its tokenizer (prompts.py: the model's chat format and
+vocabulary) as a capability: the host turns a prompt into tokens with it, so that the pool
+checks admission before the job is queued.
 """
 
 from __future__ import annotations

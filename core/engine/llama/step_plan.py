@@ -6,29 +6,26 @@ model.
 Sharing: prompts closest to done go first (shortest remaining first), so a short prompt behind
 a long one finishes in one step, and prompts of equal length finish one after another, as first
 come, first served would have them. Splitting the budget evenly would make them all wait for the
-last one, and every extra prompt in a step costs llama.cpp another ubatch: measured on 8 prompts
-of 808 tokens, an even eighth per step cost 14% in median TTFT (bench/bench_batching.py). What
-keeps a long prompt from starving behind a stream of short ones is age: its claim doubles every
-AGING_STEPS steps it has waited, so within a few dozen steps it goes first.
+last one, and every extra prompt in a step costs llama.cpp another ubatch (measured, as the two
+choices below are, in bench/README.md, "Figures behind the code"). What keeps a long prompt
+from starving behind a stream of short ones is age: its claim doubles every AGING_STEPS steps
+it has waited, so within a few dozen steps it goes first.
 
 Admission order: llama.cpp cuts a decode into ubatches that are rectangles, a run of
 consecutive sequences times as many tokens as the shortest of them has left (`ubatches` below
 mirrors its split). Prompt chunks of scattered lengths make a staircase of small ubatches, each
-running the whole graph: a burst of 64 prompts of 15-25 tokens took 68 ubatches over its three
-prefill steps, and the steps 3x their time. Prompts admitted together are therefore laid on
-free sequences in order of length, so the prompts that finish together sit side by side in
-rising order: 15 ubatches for the same burst.
+running the whole graph. Prompts admitted together are therefore laid on free sequences in
+order of length, so the prompts that finish together sit side by side in rising order.
 
 Last tokens apart: a prompt that finishes in a step needs a logits row, and so does every
 running sequence. In one decode, prompts of unequal lengths finish in different ubatches of the
-staircase, and each ubatch with rows runs the output layer again (the bundled Gemma's is 262k x
-640, the largest matrix it has). Where that happens, the step is two decodes: first the prompts
-without their last tokens, with no rows, then one token of every sequence, the running ones and
-the finishing prompts alike, as one rectangle with all the step's rows. Measured with
-bench/bench_step_split.py: with nothing running, the split pays from four ubatches with rows
-on (8 prompts of 10-14 tokens: 264 ms against 286); beside running sequences it pays from two,
-as the prompts no longer cut the running sequences' rectangle (7 running and one new prompt:
-86 ms against 103).
+staircase, and each ubatch with rows runs the output layer again (in a small model with a large
+vocabulary the largest matrix it has: Gemma 3 270M's is 262k x 640). Where that happens, the
+step is two decodes: first the prompts without their last tokens, with no rows, then one token
+of every sequence, the running ones and the finishing prompts alike, as one rectangle with all
+the step's rows. With nothing running, the split pays from four ubatches with rows on; beside
+running sequences it pays from two, as the prompts no longer cut the running sequences'
+rectangle.
 
 Fillers: llama.cpp runs a decode's ubatch over a contiguous range of KV streams (one stream per
 sequence). A free sequence between two running ones would split the step into two ubatches,

@@ -1,18 +1,17 @@
-"""A lean HTTP/1.1 client for the upstream hop: one streamed POST per job, over kept-alive
+"""The upstream engine's lean HTTP/1.1 client: one streamed POST per job, over kept-alive
 connections.
 
 httpx's pool looks at every idle connection (a poll syscall each) on every request, and its
-stream reading goes through several layers: a burst of 32 jobs spent a third of the front's
-event loop there, and so reached the upstream tens of milliseconds apart. Here a request is
-one write on an idle connection, the reply is read with asyncio's own buffers (all that one
-read from the network brings, at once), and a connection goes back to the pool only when its
+stream reading goes through several layers: in a burst, that held the jobs apart on their way
+to the upstream (bench/README.md, "Figures behind the code"). Here a request is one write on an
+idle connection, the reply is read with asyncio's own buffers (all that one read from the
+network brings, at once), and a connection goes back to the pool only when its
 reply was read whole; a cancelled job's connection is closed, which the server sees.
 
 A client made with `warm_s` keeps its connections open while it is in use: as many as it has
 needed at once, for `warm_s` after its last request, each replaced before the server's
-keep-alive would close it. Opening 32 of them when a burst comes after a pause cost the
-upstream's first step ~15 ms of TTFT (bench_upstream.py --apart: +15 ms paired, against
-+0 with them open).
+keep-alive would close it: opening them all when a burst comes after a pause delays the
+upstream's first step.
 """
 
 from __future__ import annotations

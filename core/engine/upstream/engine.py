@@ -234,8 +234,7 @@ class UpstreamEngine:
     def _send_now(self, request: GenerationRequest) -> Sent | None:
         """The job's request, written now on an idle connection where there is one: its task
         starts only after every callback queued before it, which in a burst is the reading of
-        all the other requests (32 sent at once through bench_upstream.py --instant: +15.8 ms
-        TTFT at the median, against +23.5 when the task wrote it)."""
+        all the other requests (measured in bench/README.md)."""
         if request.cancelled or self._closing:
             return None
         try:

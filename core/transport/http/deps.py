@@ -51,10 +51,8 @@ async def _queue(request: Request, ask: Ask) -> Job:
 async def let_the_burst_in(jobs: list[Job]) -> None:
     """Once a request's jobs are queued, wait one turn of the event loop before answering:
     the requests of a burst, read in the same turn, then all reach their engines (an
-    upstream's client writes each at once) before any of them starts its reply. 32 requests at
-    once in front of an upstream (bench/bench_upstream.py --instant): the median TTFT over
-    direct went from +10.2 to +9.4 ms (30 paired bursts each). A cancel meanwhile cancels
-    the jobs: nobody would read them."""
+    upstream's client writes each at once) before any of them starts its reply (measured in
+    bench/README.md). A cancel meanwhile cancels the jobs: nobody would read them."""
     try:
         await asyncio.sleep(0)
     except asyncio.CancelledError:

@@ -1,17 +1,14 @@
-"""The generation endpoints' fast lane: a request for one of them goes from the middleware stack
-straight to its route's function, past FastAPI's routing and dependency solving.
+"""The generation endpoints served direct: a request for one of them goes from the middleware
+stack straight to its route's function, past FastAPI's routing and dependency solving.
 
 A burst's requests are read in one turn of the event loop and then served one after another,
-so each waits for the work of those before it. In front of an upstream, 32 requests at once
-(bench/bench_upstream.py --instant, the 2-core box), a request took ~0.45 ms from uvicorn to
-the upstream's socket, ~0.17 ms of it from our first middleware to the route's function:
-FastAPI's routing, dependency solving and wrappers. Through the lane that part is ~0.06 ms,
-and the median TTFT over direct went from +9.4 to +8.3 ms (30 paired bursts). The lane does only
-what these routes need: their body as strict JSON into their request model, the function,
-its response. Everything else stays FastAPI's: the routes are registered with it as before
-(the OpenAPI document, every other endpoint), a request the lane does not take goes on to
-it, and errors leave as FastAPI's would: through the app's own exception handlers, and a
-crash through the server-error middleware. Each answer is the one FastAPI's path gives
+so each waits for the work of those before it: going direct cuts that work (measured in
+bench/README.md, "Figures behind the code"). Only what these routes need is done here: their
+body as strict JSON into their request model, the function, its response. Everything else
+stays FastAPI's: the routes are registered with it as before (the OpenAPI document, every
+other endpoint), a request not taken here goes on to it, and errors leave as FastAPI's
+would: through the app's own exception handlers, and a crash through the server-error
+middleware. Each answer is the one FastAPI's path gives
 (tests/http/test_direct_routes.py compares them, headers included).
 """
 
