@@ -34,6 +34,7 @@ lint: $(STAMP)
 	mkdir -p $(TYPED)
 	ln -sfn ../../../core $(TYPED)/core
 	ln -sfn ../../../tui $(TYPED)/tui
+	ln -sfn ../../../app $(TYPED)/app
 	ln -sfn ../../../infertui_pkg/__init__.py $(TYPED)/__init__.py
 	$(BIN)/mypy -p infertui
 

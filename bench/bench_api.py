@@ -38,7 +38,7 @@ TOKENS = 64
 
 def start_host(threads: int, parallel: int = 1) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
          "--http", "127.0.0.1:0", "--parallel", str(parallel), "--threads", str(threads)],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

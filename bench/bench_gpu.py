@@ -100,6 +100,15 @@ def server(cmd: list[str], log_path: Path) -> Iterator[str]:
                 proc.kill()
 
 
+def baseline_cli(path: str) -> str:
+    """The command line's module in the checkout at `path`: app/ since issue 35, tui/ before."""
+    probe = subprocess.run(
+        ["env", f"PYTHONPATH={path}", sys.executable, "-c", "import infertui.app.cli"],
+        capture_output=True,
+    )
+    return "infertui.app.cli" if probe.returncode == 0 else "infertui.tui.cli"
+
+
 def baseline_env(path: str) -> list[str]:
     """The prefix that runs the infertui whose package is in the folder `path` (`build/typed`
     of a checkout, once `make lint` has made it), checked: where no `infertui` package is
@@ -114,9 +123,9 @@ def baseline_env(path: str) -> list[str]:
     return ["env", f"PYTHONPATH={path}"]
 
 
-def infertui_cmd(setup: Setup) -> list[str]:
+def infertui_cmd(setup: Setup, cli: str = "infertui.app.cli") -> list[str]:
     cmd = [
-        sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        sys.executable, "-m", cli, "host", "--headless", "--no-p2p",
         "--http", "127.0.0.1:{port}", "--model", f"bench={setup.model}",
         "--parallel", str(setup.parallel), "--ctx", str(setup.ctx), "--queue", "1024",
     ]  # fmt: skip
@@ -211,7 +220,8 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
     logs.mkdir(parents=True, exist_ok=True)
     commands = {"infertui": infertui_cmd(setup)}
     if args.baseline:  # another version of infertui, e.g. before a change
-        commands["baseline"] = [*baseline_env(args.baseline), *infertui_cmd(setup)]
+        baseline = infertui_cmd(setup, baseline_cli(args.baseline))
+        commands["baseline"] = [*baseline_env(args.baseline), *baseline]
     if args.llama_server:
         commands["llama-server"] = llama_server_cmd(args.llama_server, setup)
     samples: dict[tuple[str, float, str, int], list[dict[str, float]]] = {}

@@ -63,7 +63,7 @@ async def inproc(concurrency: int, tokens: int, threads: int) -> dict[str, objec
 def start_host(concurrency: int, threads: int) -> tuple[subprocess.Popen[str], str]:
     """`infertui host --headless --http` on a free port; returns it once it logs ready."""
     host = subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
          "--http", "127.0.0.1:0", "--ctx", "512", "--parallel", str(concurrency),
          "--threads", str(threads)],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,

@@ -44,7 +44,7 @@ async def p2p(concurrency: int, tokens: int, threads: int, nice: int = 0) -> dic
     os.environ["INFERTUI_DATA_DIR"] = data
     sid = server_id(load_seed())
     host = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited here
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--ctx", "512",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--ctx", "512",
          "--parallel", str(concurrency), "--threads", str(threads), "--bootstrap", bootstrap[0]],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=host_env,
     )  # fmt: skip

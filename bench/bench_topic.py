@@ -39,7 +39,7 @@ def start_host(
            "INFERTUI_HOST__PEER_JOB_LIMIT": "4"}  # fmt: skip
     env.pop("INFERTUI_HOST__P2P__ENABLED", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--ctx", "512",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--ctx", "512",
          "--parallel", str(parallel), "--threads", str(threads), "--queue", "256",
          "--bootstrap", bootstrap, "--topic", topic],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,

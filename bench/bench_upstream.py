@@ -53,7 +53,7 @@ def upstream_cmd(args: argparse.Namespace, slots: int) -> list[str]:
             "--no-repack", "-a", "gemma",
         ]  # fmt: skip
     return [
-        sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
         "--http", "127.0.0.1:{port}", "--model", f"gemma={model}", "--parallel", str(slots),
         "--ctx", "512", "--threads", str(args.threads), "--queue", "1024",
     ]  # fmt: skip
@@ -61,7 +61,7 @@ def upstream_cmd(args: argparse.Namespace, slots: int) -> list[str]:
 
 def front_cmd(upstream: str, slots: int) -> list[str]:
     return [
-        sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
         "--http", "127.0.0.1:{port}", "--upstream", f"up={upstream}/v1",
         "--upstream-concurrency", str(slots), "--queue", "1024",
     ]  # fmt: skip

@@ -108,7 +108,7 @@ HOST_ARGS=()
 if want smoke; then  # one host with --parallel auto: the slots, device and VRAM it logs; a
   # greedy and a sampled request. If sampling in the graph fails here, the benches go on without.
   say "smoke: --parallel auto"
-  python3 -m infertui.tui.cli host --headless --no-p2p --http 127.0.0.1:18090 --model "$M1" \
+  python3 -m infertui.app.cli host --headless --no-p2p --http 127.0.0.1:18090 --model "$M1" \
     --parallel auto > "$OUT/smoke.log" 2>&1 &
   for _ in $(seq 1 90); do curl -sf http://127.0.0.1:18090/health > /dev/null && break; sleep 1; done
   ok=1 id=$(curl -s http://127.0.0.1:18090/v1/models | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')

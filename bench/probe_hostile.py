@@ -88,7 +88,7 @@ async def start_host(threads: int) -> tuple[LiveHost, asyncio.subprocess.Process
     os.environ["INFERTUI_DATA_DIR"] = str(data)
     sid = server_id(load_seed())
     proc = subprocess.Popen(  # noqa: ASYNC220 - the host lives for the whole probe
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--http", "127.0.0.1:0",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--http", "127.0.0.1:0",
          "--bootstrap", bootstrap[0], "--ctx", "1024", "--parallel", "4", "--queue", "8",
          "--threads", str(threads), "--admin", server_id(public_key(admin_seed))],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,

@@ -25,6 +25,7 @@ import hypothesis
 import pytest
 from textual.pilot import Pilot
 
+from infertui.app import host as composition
 from infertui.core.config import HttpSettings, Settings
 from infertui.core.engine import EngineSpec, bundled_model_path
 from infertui.core.host import HostService
@@ -34,7 +35,6 @@ from infertui.core.transport.http import HttpServer
 from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import public_key, seed_file, z32_encode
 from infertui.core.transport.p2p.runtime import start_testnet
-from infertui.tui import headless
 
 from .models import cut_model
 
@@ -353,12 +353,12 @@ class Hosts:
                               "allow": [z32_encode(key) for key in allow],
                               "admins": [z32_encode(key) for key in admins]}}}
         )  # fmt: skip
-        loopback = (lambda listen: False) if public else headless.is_loopback
+        loopback = (lambda listen: False) if public else composition.is_loopback
         with (
             _identity(seed, self._tmp.mktemp("host-data")),
-            mock.patch.object(headless, "is_loopback", loopback),
+            mock.patch.object(composition, "is_loopback", loopback),
         ):
-            service = headless.build_service(settings)
+            service = composition.build_service(settings)
         for face in faces(service) if faces else ():
             service.attach(face)
         host = Host(service, settings, list(bootstrap or NOWHERE), seed, options=options)

@@ -4,7 +4,7 @@
 
 Every module's imports are read from its syntax tree (imports inside functions and
 TYPE_CHECKING blocks count too) and resolved to module names under the `infertui` package,
-whose parts live in `core/` and `tui/` (the package-dir mapping in pyproject.toml). A rule
+whose parts live in `core/`, `tui/` and `app/` (the package-dir mapping in pyproject.toml). A rule
 forbids a set of modules to a set of sources, directly or also through any chain of infertui's
 own modules. Our own checker because import-linter's graph builder cannot see that mapping:
 its contracts silently checked nothing.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"infertui.core": "core", "infertui.tui": "tui"}
+FOLDERS = {"infertui.core": "core", "infertui.tui": "tui", "infertui.app": "app"}
 UI = ("infertui.tui", "textual", "rich")
 CORE_PARTS = ("engine", "scheduler", "host", "transport", "client", "config")
 
@@ -39,6 +39,12 @@ LAYERS = ("infertui.core.host", "infertui.core.scheduler", "infertui.core.engine
 
 RULES = [
     Rule("core never imports the UI", ("infertui.core",), UI, indirect=True),
+    Rule(
+        "only the command line starts the app: core and the tui never import infertui.app",
+        ("infertui.core", "infertui.tui"),
+        ("infertui.app",),
+        indirect=True,
+    ),
     Rule(
         "protocol depends on nothing else in core",
         ("infertui.core.protocol",),

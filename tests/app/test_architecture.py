@@ -66,11 +66,13 @@ def test_import_rules_hold() -> None:
         ("tui/app.py", "from infertui.core.protocol.errors import InferError",
          "the tui takes protocol names from infertui.core.protocol, not its modules"),
         ("tui/widgets/message.py", "import llama_cpp", "nothing outside core.engine imports llama_cpp"),
+        ("tui/screens/chat.py", "from infertui.app.ask import ask",
+         "only the command line starts the app: core and the tui never import infertui.app"),
     ],
 )  # fmt: skip
 def test_a_planted_import_breaks_its_rule(tmp_path: Path, file: str, line: str, rule: str) -> None:
     """The rules can fail: a forbidden import planted in a copy of the tree is found."""
-    for folder in ("core", "tui", "infertui_pkg"):
+    for folder in ("core", "tui", "app", "infertui_pkg"):
         shutil.copytree(ROOT / folder, tmp_path / folder)
     target = tmp_path / file
     target.write_text(target.read_text() + f"\n{line}\n")
@@ -83,7 +85,7 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {"infertui"}
-    for top in ("core", "tui"):
+    for top in ("core", "tui", "app"):
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT).parts
             found.add(".".join(("infertui", *rel)))

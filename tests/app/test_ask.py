@@ -18,7 +18,7 @@ pytestmark = pytest.mark.model
 
 async def ask(*args: str, stdin: str | None = None, data: Path) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infertui.tui.cli", "ask", *args,
+        sys.executable, "-m", "infertui.app.cli", "ask", *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "INFERTUI_DATA_DIR": str(data)},
     )  # fmt: skip
@@ -105,7 +105,7 @@ async def test_a_malformed_server_id_is_refused_before_any_network(tmp_path: Pat
 @pytest.mark.fresh_host
 async def test_ctrl_c_aborts_on_the_host_and_exits_130(host: ServedHost, tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infertui.tui.cli", "ask", host.url, "Write a long story.",
+        sys.executable, "-m", "infertui.app.cli", "ask", host.url, "Write a long story.",
         "--max-tokens", "400", "--temperature", "0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "INFERTUI_DATA_DIR": str(tmp_path)},
@@ -129,7 +129,7 @@ async def test_a_reader_that_stops_reading_ends_the_reply_quietly(
     traceback it printed."""
     read, write = os.pipe()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infertui.tui.cli", "ask", host.url, "Write a long story.",
+        sys.executable, "-m", "infertui.app.cli", "ask", host.url, "Write a long story.",
         "--max-tokens", "400", "--temperature", "0",
         stdout=write, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "INFERTUI_DATA_DIR": str(tmp_path)},

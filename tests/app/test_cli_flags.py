@@ -1,4 +1,4 @@
-"""The command line's flags are the settings' fields (tui/flags.py over core/config.py): every
+"""The command line's flags are the settings' fields (app/flags.py over core/config.py): every
 engine setting is a flag, every flag reaches its field, and its help and default are the
 field's, so a setting is declared once."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
+from infertui.app.cli import build_parser, host_overrides, main
 from infertui.core.config import EngineDefaults, HostSettings, load_settings
 from infertui.tui import flags
-from infertui.tui.cli import build_parser, host_overrides, main
 
 # Host settings kept to the file and the environment: tuning a person rarely changes per run
 FILE_ONLY = {
@@ -52,7 +52,7 @@ def leaves(model: type[BaseModel], prefix: str) -> list[str]:
 def test_every_host_setting_is_a_flag_or_said_to_be_file_only() -> None:
     flagged = {flag.path for flag in flags.HOST_FLAGS}
     missing = set(leaves(HostSettings, "host.")) - flagged - FILE_ONLY
-    assert not missing, f"give these a flag in tui/flags.py, or list them in FILE_ONLY: {missing}"
+    assert not missing, f"give these a flag in app/flags.py, or list them in FILE_ONLY: {missing}"
     assert not flagged & FILE_ONLY
     engine = {f"host.engine.{name}" for name in EngineDefaults.model_fields}
     assert engine <= flagged, "every engine setting is a flag, without a line in flags.py"

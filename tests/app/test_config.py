@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from infertui.app.host import build_service
 from infertui.core.config import load_settings
-from infertui.tui.headless import build_service
 
 
 def test_file_then_environment_then_flags(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,7 +103,7 @@ def test_a_bad_setting_is_one_sentence_not_a_pydantic_dump(
     tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 13: `host` with a bad value prints the setting, what is wrong and what was given."""
-    from infertui.tui.cli import main
+    from infertui.app.cli import main
 
     monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("INFERTUI_HOST__QUEUE", "-1")
@@ -124,7 +124,7 @@ def test_a_bad_setting_is_one_sentence_not_a_pydantic_dump(
 def test_a_bad_flag_value_names_the_flag_not_the_config_file(
     tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from infertui.tui.cli import main
+    from infertui.app.cli import main
 
     monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
     assert main(["ask", "http://127.0.0.1:1", "hi", "--max-tokens", "0"]) == 2
@@ -135,7 +135,7 @@ def test_a_bad_flag_value_names_the_flag_not_the_config_file(
 
 
 def test_connect_and_ask_take_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    from infertui.tui.cli import build_parser, client_overrides
+    from infertui.app.cli import build_parser, client_overrides
 
     monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
     for command in (["connect", "http://127.0.0.1:1"], ["ask", "http://127.0.0.1:1", "hi"]):
@@ -148,7 +148,7 @@ def test_connect_and_ask_take_a_model(monkeypatch: pytest.MonkeyPatch, tmp_path)
 def test_infertui_says_its_version(capsys) -> None:
     from importlib.metadata import version
 
-    from infertui.tui.cli import main
+    from infertui.app.cli import main
 
     with pytest.raises(SystemExit) as done:
         main(["--version"])
@@ -161,8 +161,8 @@ def test_a_tree_run_from_source_without_metadata_starts(monkeypatch, capsys) -> 
     raised PackageNotFoundError at start-up, before any flag was read."""
     from importlib.metadata import PackageNotFoundError
 
+    from infertui.app.cli import main
     from infertui.core import version as module
-    from infertui.tui.cli import main
 
     def not_installed(name: str) -> str:
         raise PackageNotFoundError(name)

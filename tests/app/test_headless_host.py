@@ -17,7 +17,7 @@ pytestmark = pytest.mark.model
 def start_host(*flags: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--parallel", "1", *flags],
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--parallel", "1", *flags],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -187,9 +187,9 @@ async def test_a_host_that_cannot_load_its_model_gives_its_port_back(tmp_path: P
     taken (it stayed open until the collector found the socket)."""
     import socket
 
+    from infertui.app.host import build_service
     from infertui.core.config import Settings
     from infertui.core.protocol import InferError
-    from infertui.tui.headless import build_service
 
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
@@ -215,7 +215,7 @@ def test_a_second_signal_stops_at_once_without_waiting_out_the_grace() -> None:
     import httpx
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--parallel", "1",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--parallel", "1",
          "--no-p2p", "--http", "127.0.0.1:0"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "INFERTUI_HOST__DRAIN_ON_STOP_MS": "60000"},

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from infertui.app.ask import ask
 from infertui.core.client import ConnectionState, Reconnector, connect, explain
 from infertui.core.client.connect import as_target
 from infertui.core.config import Settings
 from infertui.core.protocol.errors import ErrorKind, InferError
-from infertui.tui.ask import ask
 
 from .conftest import HostFactory
 

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from infertui.app.cli import build_parser, host_overrides
 from infertui.core.config import load_settings
 from infertui.core.transport.http.middleware import cors_options
-from infertui.tui.cli import build_parser, host_overrides
 
 
 def test_default_max_tokens_is_unset_unless_the_file_or_environment_sets_it(

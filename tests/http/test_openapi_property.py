@@ -22,7 +22,7 @@ pytestmark = pytest.mark.model
 @pytest.fixture(scope="module")
 def live_host() -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p", "--http", "127.0.0.1:0",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p", "--http", "127.0.0.1:0",
          "--ctx", "256", "--parallel", "2", "--queue", "64"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -14,13 +14,13 @@ pytestmark = pytest.mark.model
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", *args],
+        [sys.executable, "-m", "infertui.app.cli", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 
 
 def infertui_id(env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-m", "infertui.tui.cli", "id"], env=env,
+    out = subprocess.run([sys.executable, "-m", "infertui.app.cli", "id"], env=env,
                          capture_output=True, text=True, check=True)  # fmt: skip
     return out.stdout.strip()
 

@@ -18,11 +18,11 @@ import time
 import pytest
 from textual.widgets import DataTable, Static
 
+from infertui.app.host import build_service
 from infertui.core.client import connect
 from infertui.core.config import Settings
 from infertui.core.protocol.common import ChatMessage
 from infertui.tui.app import HostApp
-from infertui.tui.headless import build_service
 from infertui.tui.local import LocalClient
 from infertui.tui.screens.qr import QrModal
 
@@ -153,7 +153,7 @@ def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--no-p2p", "--parallel", "1"],
+        [sys.executable, "-m", "infertui.app.cli", "host", "--no-p2p", "--parallel", "1"],
         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
     )  # fmt: skip
     os.close(slave)

@@ -207,7 +207,7 @@ def test_id_and_hosts_say_what_they_do_and_httpx_stays_quiet(capsys, tmp_path) -
     import subprocess
     import sys
 
-    from infertui.tui.cli import main
+    from infertui.app.cli import main
 
     for command, words in (("id", "server ID"), ("hosts", "--topic NAME")):
         with pytest.raises(SystemExit):

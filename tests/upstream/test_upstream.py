@@ -263,7 +263,7 @@ def start_process(args: list[str], ready: str, timeout: float = 90) -> subproces
 
 def infertui_host(port: int) -> subprocess.Popen[bytes]:
     return start_process(
-        [sys.executable, "-m", "infertui.tui.cli", "host", "--headless", "--no-p2p",
+        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
          "--http", f"127.0.0.1:{port}", "--parallel", "2", "--ctx", "1024", "--threads", "2"],
         "ready",
     )  # fmt: skip

@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return settings_failed(exc, args)
         if args.command == "ask":
             return run_ask(args, settings)
-        from .app import run_client_app
+        from infertui.tui.app import run_client_app
 
         return run_client_app(args.target, settings)
     if args.command == "host":
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # a bad flag, config file or variable: say so, no traceback
             return settings_failed(exc, args)
         if args.headless or not sys.stdout.isatty():
-            from .headless import run_headless
+            from .host import run_headless
 
             configure_console(settings.log_level)
             return run_headless(settings, reset_id=args.reset_id)
@@ -197,9 +197,9 @@ def settings_failed(exc: Exception, args: argparse.Namespace | None = None) -> i
 
 def run_dashboard(settings: config.Settings, *, reset_id: bool) -> int:
     from infertui.core.protocol import InferError
+    from infertui.tui.app import run_host_app
 
-    from .app import run_host_app
-    from .headless import build_service
+    from .host import build_service
 
     try:
         service = build_service(settings, reset_id=reset_id)
