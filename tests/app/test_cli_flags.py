@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
+from infertui.app import flags
 from infertui.app.cli import build_parser, host_overrides, main
 from infertui.core.config import EngineDefaults, HostSettings, load_settings
-from infertui.tui import flags
 
 # Host settings kept to the file and the environment: tuning a person rarely changes per run
 FILE_ONLY = {
