@@ -466,6 +466,8 @@ class SharedHosts:
                 service.resume_engine(MODEL)
             if not service.pool_health(MODEL).ready or service.live_jobs():
                 changed = "its jobs could not be cancelled"
+            elif busy := service.pool_metrics(MODEL).slots_busy:
+                changed = f"{busy} of its slots are held by no job"  # a job ended by hand
         if changed is not None:
             key = next(k for k, v in self._hosts.items() if v is host)
             del self._hosts[key]

@@ -85,6 +85,7 @@ async def _fail_running_job(host: Host) -> None:
     pool.jobs()[0]._deliver(Finished("error", TimingStats(), error))
 
 
+@pytest.mark.fresh_host  # the job ends by hand while its slot decodes on: the host is spent
 async def test_spec_001_json_streaming_error_is_one_line_with_done(host: Host) -> None:
     body = {**BODY, "max_tokens": 200, "stream": True}
     failing = asyncio.create_task(_fail_running_job(host))
@@ -103,6 +104,7 @@ async def test_spec_001_json_streaming_error_is_one_line_with_done(host: Host) -
     assert all("message" in line and line["done"] is False for line in lines[:-1])
 
 
+@pytest.mark.fresh_host  # as above
 async def test_spec_001_sse_error_event_then_end(host: Host) -> None:
     failing = asyncio.create_task(_fail_running_job(host))
     response = await host.client.post("/chat/sse", json={**BODY, "max_tokens": 200})
