@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
 
 import httpx
 import pytest
 
 from infertui.core.config import HttpSettings
-from infertui.core.protocol.common import ChatMessage
-from infertui.core.scheduler import Pool
+from infertui.core.engine import Engine
+from infertui.core.host import Ask
+from infertui.core.host import service as service_module
+from infertui.core.scheduler import PreparedJob
 from infertui.core.transport.http import is_loopback
 
 from ..conftest import wait_until
@@ -152,13 +153,13 @@ async def test_long_prompts_are_tokenized_off_the_event_loop(
 ) -> None:
     """Four 3 MB prompts take seconds to tokenize; health answers meanwhile (issue 12 §4)."""
     tokenizing = threading.Event()
-    tokenize = Pool.prompt_tokens
+    prepare = service_module.prepare
 
-    def marked(pool: Pool, *args: object) -> list[int]:
+    def marked(engine: Engine, ask: Ask) -> PreparedJob:
         tokenizing.set()
-        return tokenize(pool, *args)  # type: ignore[arg-type]
+        return prepare(engine, ask)
 
-    monkeypatch.setattr(Pool, "prompt_tokens", marked)
+    monkeypatch.setattr(service_module, "prepare", marked)
     prompt = "The quick brown fox jumps over the lazy dog. " * (3 * 2**20 // 45)
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 4}
     posts = [asyncio.create_task(host.client.post("/v1/completions", json=body)) for _ in range(4)]
@@ -185,15 +186,13 @@ async def test_a_short_prompt_never_waits_behind_long_ones(
     one core; a short prompt is tokenized at once on the event loop (a thread hop would cost
     it more than its tokens do) and answered while they still wait."""
     threads: dict[int, str] = {}
-    tokenize = Pool.prompt_tokens
+    prepare = service_module.prepare
 
-    def recorded(
-        pool: Pool, messages: Sequence[ChatMessage] | None, prompt: str | None, tools: object
-    ) -> list[int]:
-        threads[len(prompt or "")] = threading.current_thread().name
-        return tokenize(pool, messages, prompt, tools)
+    def recorded(engine: Engine, ask: Ask) -> PreparedJob:
+        threads[ask.size] = threading.current_thread().name
+        return prepare(engine, ask)
 
-    monkeypatch.setattr(Pool, "prompt_tokens", recorded)
+    monkeypatch.setattr(service_module, "prepare", recorded)
     long = "The quick brown fox jumps over the lazy dog. " * (2 * 2**20 // 45)
     posts = [
         asyncio.create_task(

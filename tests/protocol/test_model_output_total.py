@@ -14,6 +14,7 @@ import httpx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from infertui.core.protocol.events import TokenText
 from infertui.core.protocol.openai import AssistantMessage, ToolCallOut
 from infertui.core.protocol.sse_reader import sse_batches
 from infertui.core.protocol.tool_stream import CallDelta, CallStream, partial_calls
@@ -172,17 +173,18 @@ def test_final_calls_never_raise(text: str, cut: bool, forced: bool) -> None:
 def test_a_held_reply_never_raises(text: str, piece: int, forced: bool) -> None:
     """Issue 34 §5: HeldReply (both OpenAI dialects' streams) takes any reply piece by piece
     and finishes it: what it sends is call deltas of offered tools or the text itself."""
-    reply = HeldReply[str](ToolUse(NAMES, forced), str)
+    reply = HeldReply(ToolUse(NAMES, forced))
     deltas: list[CallDelta] = []
     sent_text: list[str] = []
     for start in range(0, len(text), piece):
-        new, pieces = reply.add(text[start : start + piece])
+        new, pieces = reply.add(TokenText(text[start : start + piece], start, start))
         deltas += new
-        sent_text += pieces
-    new, pieces, called = reply.finish()
-    calls = check_deltas([*deltas, *new])
+        sent_text += [sent.text for sent in pieces]
+    held, called = reply.finish()
+    calls = check_deltas(deltas)
     assert not called or calls
-    assert not sent_text + pieces or "".join(sent_text + pieces) == text
+    sent_text += [sent.text for sent in held]
+    assert not sent_text or "".join(sent_text) == text
 
 
 @given(MODEL_TEXT)
@@ -273,17 +275,18 @@ def test_a_reply_streamed_is_the_reply_whole(text: str, piece: int, forced: bool
     it is calls whole, and then no text of it went out: its whole calls are the stream's, but
     for one the stream sent as far as it got and that never became whole."""
     use = ToolUse(NAMES, forced)
-    reply = HeldReply[str](use, str)
+    reply = HeldReply(use)
     deltas: list[CallDelta] = []
     sent_text: list[str] = []
     for start in range(0, len(text), piece):
-        new, pieces = reply.add(text[start : start + piece])
+        new, pieces = reply.add(TokenText(text[start : start + piece], start, start))
         deltas += new
-        sent_text += pieces
-    new, pieces, called = reply.finish()
+        sent_text += [sent.text for sent in pieces]
+    held, called = reply.finish()
+    pieces = [sent.text for sent in held]
     whole = [call.function.name for call in use.calls(text)]
     assert called == bool(whole)
     if called:
         assert not sent_text + pieces
-        streamed = iter([name for name, _ in check_deltas([*deltas, *new]).values()])
+        streamed = iter([name for name, _ in check_deltas(deltas).values()])
         assert all(name in streamed for name in whole)  # in order, each of them

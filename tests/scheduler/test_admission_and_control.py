@@ -246,16 +246,16 @@ async def test_a_job_the_engine_cannot_start_ends_alone_and_the_loop_serves_on(
     """A defect met while one job takes its slot (here injected into its sampler chain) ends
     that job with an error; the jobs admitted beside it and later ones are served. It used to
     end the batch loop, and jobs taken from the queue with it waited forever."""
-    from infertui.core.engine import sequences
+    from infertui.core.engine.llama import slot_table
 
-    real = sequences.SamplerChain
+    real = slot_table.SamplerChain
 
     def chain(params: SamplingParams, *args: object, **kwargs: object) -> object:
         if params.seed == 666:
             raise RuntimeError("injected defect")
         return real(params, *args, **kwargs)
 
-    monkeypatch.setattr(sequences, "SamplerChain", chain)
+    monkeypatch.setattr(slot_table, "SamplerChain", chain)
     pool = await make_pool(parallel=2, backend_sampling=False)
     bad = submit(pool, prompt="Hello", params=LONG.model_copy(update={"seed": 666}))
     good = submit(pool, prompt="Hello there", params=SHORT)

@@ -328,8 +328,6 @@ THIRD_PARTY_SERVER = """
 import runpy, sys
 import llama_cpp.llama as high
 import llama_cpp.llama_cpp as low
-from infertui.core.host import Ask
-from ..jobs import submit
 default_params, generate = low.llama_model_default_params, high.Llama.generate
 def plain_buffers():
     params = default_params()
