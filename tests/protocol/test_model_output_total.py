@@ -169,11 +169,12 @@ def test_final_calls_never_raise(text: str, cut: bool, forced: bool) -> None:
     sendable(AssistantMessage(content=None, tool_calls=calls).model_dump())
 
 
-@given(MODEL_TEXT, st.integers(1, 8), st.booleans())
-def test_a_held_reply_never_raises(text: str, piece: int, forced: bool) -> None:
-    """Issue 34 §5: HeldReply (both OpenAI dialects' streams) takes any reply piece by piece
-    and finishes it: what it sends is call deltas of offered tools or the text itself."""
-    reply = HeldReply(ToolUse(NAMES, forced))
+def streamed(
+    use: ToolUse, text: str, piece: int
+) -> tuple[list[CallDelta], list[str], list[str], bool]:
+    """`text` through HeldReply, `piece` characters at a time, as host/reply.py streams a
+    reply: (call deltas, text sent as it came, text let go at the end, whether it was calls)."""
+    reply = HeldReply(use)
     deltas: list[CallDelta] = []
     sent_text: list[str] = []
     for start in range(0, len(text), piece):
@@ -181,10 +182,17 @@ def test_a_held_reply_never_raises(text: str, piece: int, forced: bool) -> None:
         deltas += new
         sent_text += [sent.text for sent in pieces]
     held, called = reply.finish()
+    return deltas, sent_text, [sent.text for sent in held], called
+
+
+@given(MODEL_TEXT, st.integers(1, 8), st.booleans())
+def test_a_held_reply_never_raises(text: str, piece: int, forced: bool) -> None:
+    """Issue 34 §5: HeldReply (both OpenAI dialects' streams) takes any reply piece by piece
+    and finishes it: what it sends is call deltas of offered tools or the text itself."""
+    deltas, sent_text, held, called = streamed(ToolUse(NAMES, forced), text, piece)
     calls = check_deltas(deltas)
     assert not called or calls
-    sent_text += [sent.text for sent in held]
-    assert not sent_text or "".join(sent_text) == text
+    assert not sent_text + held or "".join(sent_text + held) == text
 
 
 @given(MODEL_TEXT)
@@ -275,18 +283,10 @@ def test_a_reply_streamed_is_the_reply_whole(text: str, piece: int, forced: bool
     it is calls whole, and then no text of it went out: its whole calls are the stream's, but
     for one the stream sent as far as it got and that never became whole."""
     use = ToolUse(NAMES, forced)
-    reply = HeldReply(use)
-    deltas: list[CallDelta] = []
-    sent_text: list[str] = []
-    for start in range(0, len(text), piece):
-        new, pieces = reply.add(TokenText(text[start : start + piece], start, start))
-        deltas += new
-        sent_text += [sent.text for sent in pieces]
-    held, called = reply.finish()
-    pieces = [sent.text for sent in held]
+    deltas, sent_text, pieces, called = streamed(use, text, piece)
     whole = [call.function.name for call in use.calls(text)]
     assert called == bool(whole)
     if called:
         assert not sent_text + pieces
-        streamed = iter([name for name, _ in check_deltas(deltas).values()])
-        assert all(name in streamed for name in whole)  # in order, each of them
+        names = iter([name for name, _ in check_deltas(deltas).values()])
+        assert all(name in names for name in whole)  # in order, each of them
