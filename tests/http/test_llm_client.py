@@ -79,7 +79,10 @@ async def test_llm_asks_a_plain_question_and_the_reply_ends_by_itself(
     host: Host, llm_home: Path
 ) -> None:
     _register(llm_home, host)
-    response = llm.get_async_model("infertui").prompt("What is the capital of France?")
+    # greedy: sampled, SmolLM2 answers "L'Étoile (The Lion)..." about one time in ten (as
+    # before issue 35: 1 in 20 at 7e8d2db, 4 in 20 now, the same replies); its ending is the claim
+    model = llm.get_async_model("infertui")
+    response = model.prompt("What is the capital of France?", temperature=0)
     text = await response.text()
     assert "Paris" in text
     assert (await response.json() or {}).get("finish_reason") == "stop"
