@@ -173,9 +173,10 @@ class HostService:
         loop that serves the others (a 4 MB prompt takes seconds)."""
         while True:
             engine = pool.ready_engine()
-            if engine.tokenizer is None or (ask.size <= SHORT_PROMPT_CHARS and not ask.tools):
+            size = ask.size
+            if engine.tokenizer is None or (size <= SHORT_PROMPT_CHARS and not ask.tools):
                 return prepare(engine, ask)
-            executor = self._long_prompts if ask.size > LONG_PROMPT_CHARS else None
+            executor = self._long_prompts if size > LONG_PROMPT_CHARS else None
             loop = asyncio.get_running_loop()
             prepared = await loop.run_in_executor(executor, prepare, engine, ask)
             if pool.engine is engine:  # else reloaded meanwhile: the new model tokenizes anew

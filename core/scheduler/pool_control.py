@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from ..engine import AnySpec, Engine, GenerationRequest, open_engine
 from ..protocol.errors import ErrorKind, InferError
@@ -42,11 +43,10 @@ class PoolControl:
     _deadline_now: asyncio.Event
     _loop: asyncio.AbstractEventLoop
 
-    def _publish(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None:
-        raise NotImplementedError  # Pool's
+    if TYPE_CHECKING:  # Pool's own, which this plane calls
 
-    def _why_unready(self) -> str:
-        raise NotImplementedError  # Pool's
+        def _publish(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None: ...
+        def _why_unready(self) -> str: ...
 
     async def load(self) -> None:
         """Load the model (in a worker thread) or connect to the upstream. On failure the pool
