@@ -70,14 +70,17 @@ async def test_sixteen_mixed_prompts_of_1_to_3000_tokens_all_complete(
 async def test_deterministic_mode_gives_every_job_its_solo_text(make_pool) -> None:
     """On the whole model: its solo pool (1 slot) and the batched one (4) attend over KV
     caches of other sizes, which moves logits in float rounding, and the cut model's flat
-    distributions then break near ties the other way (seen at 480 tokens)."""
-    solo = await make_pool(parallel=1, ctx=3100, engine_id="solo", deterministic=True)
-    prompts = [prompt_of(solo, n, i) for i, n in enumerate(LENGTHS)]
+    distributions then break near ties the other way (seen at 480 tokens). Prompts of up to
+    480 tokens in chunks of 96 are split as those of up to 3,000 are in chunks of 512 (one to
+    six chunks), at a ninth of the reading."""
+    lengths = LENGTHS[: LENGTHS.index(480) + 1]
+    solo = await make_pool(parallel=1, ctx=3100, batch=96, engine_id="solo", deterministic=True)
+    prompts = [prompt_of(solo, n, i) for i, n in enumerate(lengths)]
     alone = [await submit(solo, prompt=p, params=SHORT).text() for p in prompts]
     await solo.close()
-    pool = await make_pool(parallel=4, ctx=3100, batch=512, deterministic=True)
+    pool = await make_pool(parallel=4, ctx=3100, batch=96, deterministic=True)
     together = await run_all(pool, prompts)
-    for (solo_text, solo_end), (text, end), n in zip(alone, together, LENGTHS, strict=True):
+    for (solo_text, solo_end), (text, end), n in zip(alone, together, lengths, strict=True):
         assert (text, end.finish_reason) == (solo_text, solo_end.finish_reason), n
 
 
@@ -223,16 +226,18 @@ async def test_when_the_job_reading_a_shared_prompt_is_cancelled_the_others_read
     make_pool,
 ) -> None:
     """The two jobs left each read the prompt themselves, side by side in shares of one
-    batch: not the same chunks, so their greedy tokens are compared by their distributions."""
-    pool = await make_pool(parallel=3, ctx=2100, batch=64)
-    prompt = prompt_of(pool, 2000, 7)
+    batch: not the same chunks, so their greedy tokens are compared by their distributions.
+    Twenty chunks of 32 give the cancel as many moments to land as 2,000 tokens in 64s did,
+    at a third of the reading."""
+    pool = await make_pool(parallel=3, ctx=700, batch=32)
+    prompt = prompt_of(pool, 640, 7)
     jobs = submit_all(pool, [prompt] * 3, PROBE)
     engine = pool.engine
     assert engine is not None
 
     def reading() -> list[Job]:  # the job with some, not all, of the prompt in its cells
         slots = [(job, job.request.slot) for job in jobs]
-        return [j for j, s in slots if s is not None and 0 < engine.sequence_length(s) < 2000]
+        return [j for j, s in slots if s is not None and 0 < engine.sequence_length(s) < 640]
 
     for _ in range(500):  # until all three have a slot, and the prompt is half read
         if reading() and all(job.request.slot is not None for job in jobs):
