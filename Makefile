@@ -25,7 +25,7 @@ run: $(STAMP)
 	$(BIN)/infertui host
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""Shared fixtures: the bundled model, pools built on it (real llama.cpp, 2 threads), and hosts
+"""Shared fixtures: the bundled model, pools built on it (real llama.cpp, 1 thread), and hosts
 built as `infertui host` builds them (the composition root, build_service).
 
 Every async test and fixture runs on one event loop for the whole session (pyproject's
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import os
 import secrets
 import tempfile
@@ -76,6 +77,13 @@ MODEL_FIXTURES = frozenset(
 )  # fmt: skip
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (make test): a worker more than the cores, for the worker that waits on a
+    socket, a timer or a subprocess leaves its core to the others (2 cores: 8:19 with three
+    workers, 9:00 with two, 19:00 with none)."""
+    return (os.cpu_count() or 1) + 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
@@ -124,6 +132,10 @@ PoolFactory = Callable[..., Coroutine[Any, Any, Pool]]
 MODEL = "smollm2-135m"
 CLIENT_SEED = bytes(range(32))  # the tests' client key: admin on every host that serves P2P
 NOWHERE = ["127.0.0.1:9"]  # a bootstrap list for hosts without P2P: loopback, nothing there
+# One decode thread per engine: the suite runs more workers than cores (`make test`, see
+# pytest_xdist_auto_num_workers), and llama.cpp's threads spin at each barrier of a graph, so
+# two per engine would spin against the other workers' (alone, 2 threads were no faster).
+THREADS = 1
 
 
 @pytest.fixture(scope="session")
@@ -164,7 +176,7 @@ async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
                 n_ctx=ctx,
                 n_parallel=parallel,
                 n_batch=batch,
-                n_threads=2,
+                n_threads=THREADS,
                 **spec,
             ),
             queue_capacity=queue,
@@ -175,6 +187,21 @@ async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
     yield make
     for pool in pools:
         await pool.close()
+
+
+_THAWS = itertools.count(1)
+
+
+def refreeze() -> None:
+    """A host's start freezes the heap (gc.freeze) and its stop unfreezes it, for the whole
+    process: with a shared host still running, freeze again what it runs among, as its own
+    start did. Left unfrozen, each full collection walks 300k objects holding the GIL, and the
+    engine tests after the P2P ones ran 2x slower. The garbage of a stopped host is collected
+    at every eighth stop, not each: the full collection that frees it takes ~190 ms here, and
+    what is frozen meanwhile comes back to the collector at the next stop's unfreeze."""
+    if next(_THAWS) % 8 == 0:
+        gc.collect()
+    gc.freeze()
 
 
 class Testnet:
@@ -340,7 +367,7 @@ class Hosts:
              "api_key": api_key, "api_keys": list(api_keys), "admin_key": admin_key,
              "host": {"queue": queue, "drain_on_stop_ms": drain_ms, "host_name": host_name,
                       "model_dirs": [str(self._tmp.getbasetemp())],  # tests' copies load
-                      "engine": {"ctx": ctx, "parallel": parallel, "threads": 2,
+                      "engine": {"ctx": ctx, "parallel": parallel, "threads": THREADS,
                                  "chat_template": chat_template, "pooling": pooling,
                                  "deterministic": deterministic},
                       "upstream": upstream or {},
@@ -377,12 +404,7 @@ class Hosts:
         await host.service.stop()
         _RUNNING.discard(host.service)
         if _RUNNING:
-            # A host's start freezes the heap (gc.freeze) and its stop unfreezes it, for the
-            # whole process: with a shared host still running, freeze again what it runs
-            # among, as its own start did. Left unfrozen, each full collection walks 200k
-            # objects holding the GIL, and the engine tests after the P2P ones ran 2x slower.
-            gc.collect()
-            gc.freeze()
+            refreeze()
 
     async def stop_all(self) -> None:
         while self.started:
@@ -522,8 +544,7 @@ def _frozen_while_hosts_run() -> Iterator[None]:
     freeze again what the shared hosts still running run among (see Hosts.stop)."""
     yield
     if _RUNNING and gc.get_freeze_count() == 0:
-        gc.collect()
-        gc.freeze()
+        refreeze()
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

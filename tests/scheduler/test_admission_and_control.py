@@ -15,6 +15,7 @@ from infertui.core.protocol.errors import ErrorKind, InferError
 from infertui.core.protocol.snapshots import EngineState, PoolState
 from infertui.core.scheduler import Pool
 
+from ..conftest import THREADS
 from ..jobs import submit
 
 pytestmark = pytest.mark.model
@@ -185,7 +186,7 @@ async def test_bad_model_files_are_typed_errors(tmp_path, content, kind) -> None
 async def test_registry_adds_lists_reports_and_removes_engines(model_path) -> None:
     registry = EngineRegistry(queue_capacity=8)
     try:
-        spec = EngineSpec(str(model_path), "first", n_ctx=512, n_parallel=2, n_threads=2)
+        spec = EngineSpec(str(model_path), "first", n_ctx=512, n_parallel=2, n_threads=THREADS)
         await registry.add(spec)
         with pytest.raises(InferError) as dup:
             await registry.add(spec)

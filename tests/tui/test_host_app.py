@@ -26,7 +26,7 @@ from infertui.tui.app import HostApp
 from infertui.tui.local import LocalClient
 from infertui.tui.screens.qr import QrModal
 
-from ..conftest import until, wait_until
+from ..conftest import THREADS, until, wait_until
 
 pytestmark = pytest.mark.model
 
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.model
 def host_settings() -> Settings:
     return Settings.model_validate(
         {"host": {"queue": 8, "drain_on_stop_ms": 0, "host_name": "test-host",
-                  "engine": {"ctx": 1024, "parallel": 2, "threads": 2},
+                  "engine": {"ctx": 1024, "parallel": 2, "threads": THREADS},
                   "p2p": {"enabled": False}, "http": {"listen": "127.0.0.1:0"}}}
     )  # fmt: skip
 

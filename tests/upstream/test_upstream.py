@@ -32,7 +32,7 @@ from infertui.core.protocol.host_api import AddEngineRequest
 from infertui.core.protocol.snapshots import PoolState
 from infertui.core.scheduler import Pool
 
-from ..conftest import CLIENT_SEED, ServedHost, ServedHostFactory, wait_until
+from ..conftest import CLIENT_SEED, THREADS, ServedHost, ServedHostFactory, wait_until
 from ..jobs import submit
 
 pytestmark = pytest.mark.model
@@ -264,7 +264,7 @@ def start_process(args: list[str], ready: str, timeout: float = 90) -> subproces
 def infertui_host(port: int) -> subprocess.Popen[bytes]:
     return start_process(
         [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
-         "--http", f"127.0.0.1:{port}", "--parallel", "2", "--ctx", "1024", "--threads", "2"],
+         "--http", f"127.0.0.1:{port}", "--parallel", "2", "--ctx", "1024", "--threads", str(THREADS)],
         "ready",
     )  # fmt: skip
 
@@ -351,7 +351,7 @@ async def test_llama_cpp_python_server_as_an_upstream(
         await asyncio.to_thread(
             start_process,
             [sys.executable, "-c", THIRD_PARTY_SERVER, "--model", str(model),
-             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "2",
+             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", str(THREADS),
              "--model_alias", "smol-direct", "--chat_format", "chatml",
              # else any request, the front's model-list probe included, ends the running stream
              "--interrupt_requests", "False"],
