@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"infertui.core": "core", "infertui.tui": "tui", "infertui.app": "app"}
 UI = ("infertui.tui", "textual", "rich")
-CORE_PARTS = ("engine", "scheduler", "host", "transport", "client", "config")
+CORE_PARTS = ("engine", "scheduler", "host", "transport", "client", "config", "library")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,12 @@ RULES = [
         Rule(f"core layers: {low} never imports {high}", (low,), (high,), indirect=True)
         for i, low in enumerate(LAYERS)
         for high in LAYERS[:i]
+    ),
+    Rule(
+        "the library fetches and files models: it never reaches an engine, pool, host or face",
+        ("infertui.core.library",),
+        tuple(f"infertui.core.{part}" for part in CORE_PARTS[:5]),
+        indirect=True,
     ),
     Rule(
         "transports and the client use the host's interface, never engine internals",

@@ -31,6 +31,9 @@ class ErrorKind(StrEnum):
     MODEL_INVALID = "MODEL_INVALID"
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     MODEL_LOAD_FAILED = "MODEL_LOAD_FAILED"
+    # pulling models
+    DIGEST_MISMATCH = "DIGEST_MISMATCH"
+    NO_SPACE = "NO_SPACE"
     # generation
     GENERATION_FAILED = "GENERATION_FAILED"
     ABORTED = "ABORTED"
@@ -120,6 +123,13 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
     ),
     ErrorKind.MODEL_LOAD_FAILED: ErrorMapping(
         "GENERATION_FAILED", "POOL_UNAVAILABLE", _SRV, "model_load_failed", 500
+    ),
+    # a source sent other bytes than it published (a proxy's page, a corrupted mirror)
+    ErrorKind.DIGEST_MISMATCH: ErrorMapping(
+        "GENERATION_FAILED", "INTERNAL", _SRV, "digest_mismatch", 502, retriable=True
+    ),
+    ErrorKind.NO_SPACE: ErrorMapping(
+        "GENERATION_FAILED", "POOL_UNAVAILABLE", _SRV, "insufficient_storage", 507
     ),
     ErrorKind.GENERATION_FAILED: ErrorMapping(
         "GENERATION_FAILED", "INTERNAL", _SRV, "inference_error", 500, retriable=True

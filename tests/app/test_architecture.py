@@ -68,6 +68,8 @@ def test_import_rules_hold() -> None:
         ("tui/widgets/message.py", "import llama_cpp", "nothing outside core.engine imports llama_cpp"),
         ("tui/screens/chat.py", "from infertui.app.ask import ask",
          "only the command line starts the app: core and the tui never import infertui.app"),
+        ("core/library/store.py", "from ..host import HostService",
+         "the library fetches and files models: it never reaches an engine, pool, host or face"),
     ],
 )  # fmt: skip
 def test_a_planted_import_breaks_its_rule(tmp_path: Path, file: str, line: str, rule: str) -> None:

@@ -1,0 +1,8 @@
+"""Models by name: pull them from the Hugging Face Hub, Ollama's registry or a URL (checked
+by sha256, resumed when cut), and keep them in a library the host serves from."""
+
+from .names import ModelName, parse_name
+from .pull import PullEvent, pull
+from .store import Library, LibraryModel
+
+__all__ = ["Library", "LibraryModel", "ModelName", "PullEvent", "parse_name", "pull"]
