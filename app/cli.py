@@ -15,6 +15,7 @@ from infertui.core.logging import configure_console
 from infertui.core.version import infertui_version
 
 from . import flags
+from .models import MODEL_COMMANDS, add_model_commands, run_model_command
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ Serve and use a local LLM from a terminal.
   infertui connect ID|URL       chat with a host (server ID over Hyperswarm, or http://…)
   infertui connect topic:NAME   chat with the hosts on a topic (the least busy answers)
   infertui ask ID|URL "prompt"  one answer on stdout, for scripts (a part `-` is stdin)
+  infertui pull NAME            fetch a model (hf.co/ORG/REPO:Q4_K_M, llama3.2:1b, URL)
+  infertui list | show | rm     the models in the library
   infertui config path          where the settings file lives
 
 Settings come from the config file, then INFERTUI_* environment variables, then flags.
@@ -104,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait", type=float, default=5.0, metavar="S", help="how long to look (default 5 s)"
     )
 
+    add_model_commands(commands)
+
     cfg = commands.add_parser("config", help="show where the settings file is")
     cfg.add_argument("action", choices=["path"], help="path: print the config file's location")
     return parser
@@ -146,6 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "hosts":
         return list_hosts(args)
+    if args.command in MODEL_COMMANDS:
+        return run_model_command(args)
     if args.command == "id":
         from infertui.core.transport.p2p.ids import Role, load_seed, server_id
 

@@ -50,3 +50,26 @@ def cut_model(source: Path, layers: int = CUT_LAYERS) -> Path:
     writer.close()
     os.replace(partial, path)
     return path
+
+
+def tiny_gguf(path: Path, *, file_type: int = 15, megabytes: float = 3.0) -> Path:
+    """A GGUF that says what a library lists (architecture, quantisation, context length,
+    licence, chat template) over one tensor of random bytes, so that a changed byte changes
+    its sha256. Not loadable: for pulls, which never load what they fetch."""
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_uint32("general.file_type", file_type)
+    writer.add_uint32("llama.context_length", 2048)
+    writer.add_string("general.license", "apache-2.0")
+    writer.add_string(
+        "tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    count = int(megabytes * (1 << 20)) // 4
+    weights = np.random.default_rng(int(megabytes * 1000) + file_type).random(count, np.float32)
+    writer.add_tensor("token_embd.weight", weights)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

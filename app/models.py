@@ -1,0 +1,177 @@
+"""`infertui pull`, `list`, `show`, `rm` and `cp`: the model library (core/library) from the
+command line, with a progress bar for pulls."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from infertui.core import config, paths
+from infertui.core.library import Library, LibraryModel, PullEvent, pull
+from infertui.core.library.gguf_header import read_header
+from infertui.core.protocol import InferError
+
+
+def add_model_commands(commands: Any) -> None:
+    """The library's subcommands, on the CLI's subparsers."""
+    pulling = commands.add_parser(
+        "pull",
+        help="fetch a model by name into the library",
+        description="Fetch a model into the library, checked by its sha256 and resumed where "
+        "an earlier pull stopped. NAME is hf.co/ORG/REPO[:QUANT] (default Q4_K_M), an Ollama "
+        "name (llama3.2:1b, NAMESPACE/NAME:TAG, HOST:PORT/NAMESPACE/NAME:TAG) or "
+        "https://…/FILE.gguf. HF_ENDPOINT and HF_TOKEN are honoured.",
+    )
+    pulling.add_argument("name", metavar="NAME")
+    pulling.add_argument(
+        "--insecure", action="store_true", help="reach a registry over plain http (a LAN mirror)"
+    )
+    pulling.add_argument("--sha256", metavar="HEX", help="the sha256 a URL's file must have")
+    commands.add_parser("list", aliases=["ls"], help="list the models in the library")
+    showing = commands.add_parser("show", help="a library model's metadata")
+    showing.add_argument("name", metavar="NAME")
+    removing = commands.add_parser("rm", help="remove a model from the library")
+    removing.add_argument("name", metavar="NAME")
+    copying = commands.add_parser("cp", help="file a library model under another name too")
+    copying.add_argument("source", metavar="SOURCE")
+    copying.add_argument("destination", metavar="DESTINATION")
+
+
+MODEL_COMMANDS = ("pull", "list", "ls", "show", "rm", "cp")
+
+
+def run_model_command(args: argparse.Namespace) -> int:
+    try:
+        library = open_library()
+        if args.command == "pull":
+            return run_pull(library, args)
+        if args.command in ("list", "ls"):
+            write_table(library.models())
+        elif args.command == "show":
+            write_show(library.get(args.name))
+        elif args.command == "rm":
+            sys.stdout.write(f"deleted '{library.remove(args.name).name}'\n")
+        elif args.command == "cp":
+            copied = library.copy(args.source, args.destination)
+            sys.stdout.write(f"copied '{args.source}' to '{copied.name}'\n")
+    except InferError as err:
+        sys.stderr.write(f"infertui: {err.message}\n")
+        return 1
+    return 0
+
+
+def open_library() -> Library:
+    settings = config.load_settings()
+    folders = [Path(folder).expanduser() for folder in settings.host.model_dirs]
+    return Library(paths.data_dir() / "models", folders)
+
+
+def run_pull(library: Library, args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True)
+    bars = Progress(
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        TimeRemainingColumn(), console=console, transient=False,
+    )  # fmt: skip
+    tasks: dict[str, TaskID] = {}
+
+    def show(event: PullEvent) -> None:
+        digest = event.get("digest")
+        if digest is None:
+            if event["status"] not in ("success",):
+                console.print(event["status"], style="dim")
+            return
+        if digest not in tasks:
+            tasks[digest] = bars.add_task(event["status"], total=event.get("total"))
+        bars.update(tasks[digest], completed=event["completed"], total=event.get("total"))
+
+    try:
+        with bars:
+            model = pull(library, args.name, insecure=args.insecure, sha256=args.sha256,
+                         progress=show)  # fmt: skip
+    except KeyboardInterrupt:
+        sys.stderr.write("infertui: pull stopped; pull again to resume where it stopped\n")
+        return 130
+    sys.stdout.write(f"pulled {model.name} ({_bytes(model.size)}), sha256 {model.sha256}\n")
+    return 0
+
+
+def write_table(models: list[LibraryModel]) -> None:
+    rows = [("NAME", "SIZE", "QUANT", "PARAMS", "CONTEXT", "MODIFIED")]
+    for model in models:
+        header = _header(model)
+        rows.append((
+            model.name, _bytes(model.size),
+            (header.quantization if header else None) or "?",
+            _count(header.parameters) if header else "?",
+            str(header.context_length or "?") if header else "?", _ago(model.modified),
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+        sys.stdout.write("\n")
+
+
+def write_show(model: LibraryModel) -> None:
+    from infertui.core.engine.chat_format import tool_format
+
+    header = _header(model)
+    meta = header.metadata if header else {}
+    template = meta.get("tokenizer.chat_template")
+    sampling = {k.removeprefix("general.sampling."): v for k, v in meta.items()
+                if k.startswith("general.sampling.")}  # fmt: skip
+    params = model.layers.get("params") or {}
+    lines = [
+        ("name", model.name), ("file", str(model.path)), ("source", model.origin or model.source),
+        ("sha256", model.sha256 or "(not published)"),
+        ("architecture", header.architecture if header else "?"),
+        ("parameters", _count(header.parameters) if header else "?"),
+        ("quantization", (header.quantization if header else None) or "?"),
+        ("context length", str(header.context_length if header else "?")),
+        ("license", str(meta.get("general.license") or model.layers.get("license") or "?")),
+        ("chat template", "in the GGUF" if template else "none (llama.cpp's chatml)"),
+        ("tool calls", tool_format(template) if template else "none"),
+        ("sampling", ", ".join(f"{k} {v}" for k, v in {**sampling, **params}.items())
+                     or "the host's defaults"),
+    ]  # fmt: skip
+    for key, value in lines:
+        sys.stdout.write(f"  {key:<15} {value}\n")
+
+
+def _header(model: LibraryModel) -> Any:
+    try:
+        return read_header(model.path)
+    except (OSError, ValueError):
+        return None
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def _ago(when: float) -> str:
+    seconds = max(0.0, time.time() - when)
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "just now"
