@@ -45,8 +45,20 @@ class RemoteFile:
         return f"sha256:{self.sha256}" if self.sha256 else self.name
 
 
-def partial_of(dest: Path) -> Path:
-    return dest.with_name(dest.name + ".partial")
+def partial_of(dest: Path, sha256: str | None) -> Path:
+    """Where a download of `dest` grows: named by what it should hash to, so that the part of
+    an older version of the file is never resumed with a newer one's bytes."""
+    return dest.with_name(
+        f"{dest.name}.{sha256[:16]}.partial" if sha256 else f"{dest.name}.partial"
+    )
+
+
+def verified_sha(dest: Path) -> str | None:
+    """The sha256 a file in the library was verified to have when it was filed."""
+    try:
+        return dest.with_name(dest.name + ".sha256").read_text("ascii").strip()
+    except OSError:
+        return None
 
 
 def check_space(folder: Path, needed: int) -> None:
@@ -73,11 +85,13 @@ def fetch(
     partial file to resume from; a wrong sha256 leaves nothing."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _locked(dest):
-        if dest.exists():  # another pull finished it while this one waited
-            size = dest.stat().st_size
+        dest.parent.mkdir(parents=True, exist_ok=True)  # a refused pull may have taken it
+        have = verified_sha(dest) if dest.exists() else None
+        if have is not None and (remote.sha256 is None or have == remote.sha256.lower()):
+            size = dest.stat().st_size  # filed already (by a pull this one waited for)
             progress(size, size)
-            return remote.sha256 or _hash_file(dest).hexdigest()
-        partial = partial_of(dest)
+            return have
+        partial = partial_of(dest, remote.sha256)
         hasher = _hash_file(partial) if partial.exists() else hashlib.sha256()
         done = partial.stat().st_size if partial.exists() else 0
         if remote.size is not None and done > remote.size:
@@ -94,7 +108,8 @@ def fetch(
                 f"{remote.name}: its sha256 is {got}, not the published {remote.sha256}: "
                 "the download was refused",
             )
-        partial.rename(dest)
+        partial.replace(dest)  # an older version of the file goes (an engine keeps its map)
+        dest.with_name(dest.name + ".sha256").write_text(got, "ascii")
         return got
 
 
@@ -110,41 +125,71 @@ def _stream(
     headers = {**remote.headers, "Accept-Encoding": "identity"}
     if done:
         headers["Range"] = f"bytes={done}-"
-    with client.stream("GET", remote.url, headers=headers, follow_redirects=True) as response:
-        if response.status_code == 416 and done:  # nothing past what is here
+    try:
+        with client.stream("GET", remote.url, headers=headers, follow_redirects=True) as response:
+            return _receive(response, remote, partial, hasher, done, progress, cancel)
+    except httpx.TransportError as err:
+        raise InferError(
+            ErrorKind.CONNECT_FAILED,
+            f"{remote.name}: the download broke off at {partial_size(partial)} bytes ({err}); "
+            "pull again to resume",
+        ) from None
+
+
+def _receive(
+    response: httpx.Response,
+    remote: RemoteFile,
+    partial: Path,
+    hasher: hashlib._Hash,
+    done: int,
+    progress: Progress,
+    cancel: threading.Event | None,
+) -> tuple[int, hashlib._Hash]:
+    if response.status_code == 416 and done:  # nothing past what is here, if it is all
+        if response.headers.get("Content-Range") == f"bytes */{done}":
             return done, hasher
-        raise_for_source(response, remote.name)
-        if done and response.status_code != 206:  # the server ignored the range: start over
-            log.info("%s: the server does not resume; fetching it whole", remote.name)
-            hasher, done = hashlib.sha256(), 0
-        total = remote.size or _length(response, done)
-        with partial.open("ab" if done else "wb") as out:
-            try:
-                for chunk in response.iter_raw(CHUNK):
-                    out.write(chunk)
-                    hasher.update(chunk)
-                    done += len(chunk)
-                    progress(done, total)
-                    if cancel is not None and cancel.is_set():
-                        raise InferError(ErrorKind.ABORTED, "the pull was cancelled")
-            except OSError as err:
-                if err.errno == errno.ENOSPC:
-                    raise InferError(
-                        ErrorKind.NO_SPACE, f"the disk filled up during {remote.name}"
-                    ) from None
-                raise
-            except httpx.TransportError as err:
+        partial.unlink(missing_ok=True)  # not a prefix of the file any more
+        raise InferError(ErrorKind.CONNECT_FAILED, f"{remote.name}: the source changed; pull again")
+    raise_for_source(response, remote.name)
+    if done and response.status_code != 206:  # the range was ignored: start over
+        log.info("%s: the server does not resume here; fetching it whole", remote.name)
+        hasher, done = hashlib.sha256(), 0
+    elif done and _range_start(response) != done:
+        raise InferError(
+            ErrorKind.CONNECT_FAILED, f"{remote.name}: the source sent another range than asked"
+        )
+    total = remote.size or _length(response, done)
+    with partial.open("ab" if done else "wb") as out:
+        try:
+            for chunk in response.iter_raw(CHUNK):
+                out.write(chunk)
+                hasher.update(chunk)
+                done += len(chunk)
+                progress(done, total)
+                if cancel is not None and cancel.is_set():
+                    raise InferError(ErrorKind.ABORTED, "the pull was cancelled")
+        except OSError as err:
+            if err.errno == errno.ENOSPC:
                 raise InferError(
-                    ErrorKind.CONNECT_FAILED,
-                    f"{remote.name}: the download broke off at {done} bytes ({err}); "
-                    "pull again to resume",
+                    ErrorKind.NO_SPACE, f"the disk filled up during {remote.name}"
                 ) from None
+            raise
     if total is not None and done < total:
         raise InferError(
             ErrorKind.CONNECT_FAILED,
             f"{remote.name}: the server sent {done} of {total} bytes; pull again to resume",
         )
     return done, hasher
+
+
+def _range_start(response: httpx.Response) -> int:
+    """Where a 206's bytes start (`Content-Range: bytes START-END/SIZE`); -1 if it does not say."""
+    start = response.headers.get("Content-Range", "").removeprefix("bytes ").split("-")[0]
+    return int(start) if start.isdigit() else -1
+
+
+def partial_size(partial: Path) -> int:
+    return partial.stat().st_size if partial.exists() else 0
 
 
 def _length(response: httpx.Response, done: int) -> int | None:
@@ -157,6 +202,12 @@ def raise_for_source(response: httpx.Response, what: str) -> None:
     status = response.status_code
     if status < 400:
         return
+    if response.headers.get("X-Error-Code") == "GatedRepo":  # the Hub's word for it
+        raise InferError(
+            ErrorKind.UNAUTHORIZED,
+            f"{what} is gated: accept its terms on the Hub, then set HF_TOKEN to a token with "
+            "access",
+        )
     if status in (401, 403):
         raise InferError(ErrorKind.UNAUTHORIZED, f"{what}: the source refused access ({status})")
     if status == 404:

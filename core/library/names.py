@@ -28,7 +28,7 @@ DEFAULT_QUANT = "Q4_K_M"
 Source = Literal["ollama", "hf", "url"]
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_HOST = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ def parse_name(text: str) -> ModelName:
     parts = rest.split("/")
     if parts[0].lower() in (HF_HOST, "huggingface.co") and len(parts) == 3:
         _check(parts[1:], tag, text)
-        return ModelName("hf", HF_HOST, parts[1], parts[2], tag or DEFAULT_QUANT)
+        quant = DEFAULT_QUANT if tag in (None, DEFAULT_TAG) else tag.upper()
+        return ModelName("hf", HF_HOST, parts[1], parts[2], quant)
     if len(parts) == 3:
         host, namespace, model = parts
     elif len(parts) == 2:
@@ -83,7 +84,7 @@ def parse_name(text: str) -> ModelName:
         host, namespace, model = OLLAMA_HOST, DEFAULT_NAMESPACE, parts[0]
     else:
         raise _bad(text, "a name has at most three parts: HOST/NAMESPACE/MODEL")
-    if not _HOST.match(host):
+    if not _HOST.match(host) or ".." in host:
         raise _bad(text, f"'{host}' is not a host name")
     _check([namespace, model], tag, text)
     return ModelName("ollama", host.lower(), namespace.lower(), model.lower(), tag or DEFAULT_TAG)
@@ -98,7 +99,7 @@ def _split_tag(text: str) -> tuple[str, str | None]:
 
 def _check(parts: list[str], tag: str | None, text: str) -> None:
     for part in parts:
-        if not _PART.match(part):
+        if not _PART.match(part) or ".." in part:  # never a way out of the library's folder
             raise _bad(text, f"'{part}' has characters a model name cannot have")
     if tag is not None and not _PART.match(tag):
         raise _bad(text, f"'{tag}' is not a tag")

@@ -16,7 +16,7 @@ from ..protocol.errors import ErrorKind, InferError
 from .download import check_space, fetch, partial_of
 from .names import parse_name
 from .sources import plan as plan_of
-from .store import MANIFEST, Library, LibraryModel
+from .store import Library, LibraryModel
 
 PullEvent = dict[str, Any]
 TIMEOUT = httpx.Timeout(30.0, read=120.0)
@@ -40,7 +40,7 @@ def pull(
     folder = library.folder_of(name)
     try:
         plan = plan_of(http, name, insecure=insecure, sha256=sha256)
-        have = sum(_bytes_here(folder / f.name) for f in plan.files)
+        have = sum(_bytes_here(folder / f.name, f.sha256) for f in plan.files)
         check_space(folder, max(0, plan.size - have))
         hashes = []
         for remote in plan.files:
@@ -54,8 +54,8 @@ def pull(
         # A refused pull leaves nothing (a cut or cancelled one leaves its partial files to
         # resume from); a model already filed under the name stays.
         refused = err.kind in (ErrorKind.DIGEST_MISMATCH, ErrorKind.MODEL_NOT_FOUND)
-        if refused and folder.is_dir() and not (folder / MANIFEST).exists():
-            library.discard(folder)
+        if refused and folder.is_dir() and not any(folder.glob("*.sha256")):
+            library.discard(folder)  # nothing verified in it (a split's good part 1 stays)
         raise
     finally:
         if own:
@@ -70,9 +70,9 @@ def _fetching(
     progress({"status": status, "digest": digest, "total": total, "completed": done})
 
 
-def _bytes_here(dest: Path) -> int:
+def _bytes_here(dest: Path, sha256: str | None) -> int:
     """What a pull has of a file already: all of it, or its partial copy's bytes."""
-    for path in (dest, partial_of(dest)):
+    for path in (dest, partial_of(dest, sha256)):
         if path.exists():
             return path.stat().st_size
     return 0

@@ -77,7 +77,7 @@ def _hub_plan(client: httpx.Client, name: ModelName) -> Plan:
     base, repo = _endpoint(), name.repo
     info = client.get(
         f"{base}/api/models/{repo}/revision/main", params={"blobs": "true"},
-        headers=hub_headers(),
+        headers=hub_headers(), follow_redirects=True,  # a renamed repository
     )  # fmt: skip
     if info.status_code in (401, 403, 404):
         code = info.headers.get("X-Error-Code", "")
@@ -93,7 +93,7 @@ def _hub_plan(client: httpx.Client, name: ModelName) -> Plan:
             + ("" if hub_headers() else " (or it is private: set HF_TOKEN)"),
         )
     raise_for_source(info, f"hf.co/{repo}")
-    body = info.json()
+    body = _json(info, f"hf.co/{repo}")
     commit = body.get("sha") or "main"
     ggufs = {
         s["rfilename"]: s
@@ -153,7 +153,7 @@ def _registry_plan(client: httpx.Client, name: ModelName, *, insecure: bool) -> 
             ErrorKind.MODEL_NOT_FOUND, f"{name.short} is not in the registry at {name.host}"
         )
     raise_for_source(reply, name.short)
-    manifest = reply.json()
+    manifest = _json(reply, name.short)
     files: list[RemoteFile] = []
     layers: dict[str, Any] = {}
     for layer in manifest.get("layers", []):
@@ -187,12 +187,21 @@ def _small_layer(client: httpx.Client, url: str, digest: str, kind: str) -> Any:
 
 def _url_plan(client: httpx.Client, name: ModelName, sha256: str | None) -> Plan:
     assert name.url is not None
-    head = client.head(name.url, follow_redirects=True)
-    if head.status_code == 405:  # a server without HEAD: the GET tells
-        size = None
+    head = client.head(name.url, follow_redirects=True, headers={"Accept-Encoding": "identity"})
+    if head.status_code >= 400 and head.status_code != 404:  # no HEAD (S3's signed URLs)
+        size = None  # the GET tells
     else:
         raise_for_source(head, name.url)
         length = head.headers.get("Content-Length")
         size = int(length) if length and length.isdigit() else None
     file = RemoteFile(name.url, f"{name.model}.gguf", sha256.lower() if sha256 else None, size)
     return Plan([file], origin=name.url)
+
+
+def _json(reply: httpx.Response, what: str) -> Any:
+    try:
+        return reply.json()
+    except ValueError:
+        raise InferError(
+            ErrorKind.MODEL_INVALID, f"{what}: the source's answer is not JSON"
+        ) from None

@@ -125,13 +125,17 @@ class Library:
         target.mkdir(parents=True, exist_ok=True)
         manifest = self._manifest(model)
         for entry in manifest["files"]:
-            src, dst = model.path.parent / entry["name"], target / entry["name"]
-            dst.unlink(missing_ok=True)
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copy2(src, dst)
-        manifest.update(name=name.full, short=name.short, pulled=time.time())
+            for file in (entry["name"], entry["name"] + ".sha256"):  # with what it was checked by
+                src, dst = model.path.parent / file, target / file
+                if not src.exists():
+                    continue
+                dst.unlink(missing_ok=True)
+                try:
+                    os.link(src, dst)
+                except OSError:
+                    shutil.copy2(src, dst)
+        source = "local" if model.source == "folder" else manifest["source"]
+        manifest.update(name=name.full, short=name.short, source=source, pulled=time.time())
         _write_json(target / MANIFEST, manifest)
         return self._read(target)
 

@@ -1,5 +1,5 @@
 """Issue 36 §1-2: `infertui pull` from the Hub, Ollama's registry and a URL, through the real
-client code against a loopback server that speaks those protocols (tests/library/sources.py);
+client code against a loopback server that speaks those protocols (tests/library/fake_sources.py);
 the sha256 checked before a file is filed, resumes, a full disk, two pulls sharing one
 download; and the library's list, show, rm and cp."""
 
@@ -24,7 +24,7 @@ from infertui.core.library.sources import quant_of
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 from ..models import tiny_gguf
-from .sources import Sources, serve
+from .fake_sources import Blob, Sources, serve
 
 REPO = "tiny-org/Tiny-GGUF"
 
@@ -62,7 +62,10 @@ def test_names_parse_as_ollama_and_the_hub_name_them() -> None:
     hub = parse_name("hf.co/Org/Repo-GGUF")
     assert (hub.source, hub.repo, hub.tag) == ("hf", "Org/Repo-GGUF", "Q4_K_M")
     assert parse_name("https://example.com/m/Tiny-Q8_0.gguf").short == "tiny-q8_0:latest"
-    for bad in ("a/b/c/d", "bad name", "https://example.com/notes.txt", "x:ta g"):
+    assert parse_name("hf.co/Org/Repo:q8_0").tag == "Q8_0"  # as the Hub's file names spell it
+    assert parse_name("hf.co/Org/Repo:latest").tag == "Q4_K_M"  # as Ollama lists it
+    for bad in ("a/b/c/d", "bad name", "https://example.com/notes.txt", "x:ta g", "../x/y",
+                "a/../b", "..:1/x/y"):  # fmt: skip
         with pytest.raises(InferError) as caught:
             parse_name(bad)
         assert caught.value.kind is ErrorKind.INVALID_PARAMS
@@ -205,7 +208,7 @@ def test_a_pull_killed_mid_file_resumes_from_its_partial_file(
         [sys.executable, "-m", "infertui.app.cli", "pull", "hf.co/o/Big"],
         env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    partial = library.root / "hf.co/o/Big/Q4_K_M/Big-Q4_K_M.gguf.partial"
+    partial = library.root / f"hf.co/o/Big/Q4_K_M/Big-Q4_K_M.gguf.{big.sha256[:16]}.partial"
     deadline = time.monotonic() + 60
     while not (partial.exists() and partial.stat().st_size > 2 << 20):
         assert time.monotonic() < deadline and process.poll() is None
@@ -276,6 +279,8 @@ def test_copy_and_remove_by_name_and_folder_models_are_listed_not_removed(
     tiny_gguf(folder / "own-model.gguf", megabytes=0.5)
     library = Library(tmp_path / "data" / "models", [folder])
     model = pull(library, f"hf.co/{REPO}")
+    mine = library.copy("own-model", "own-model:kept")  # a folder's GGUF, filed by name
+    assert mine.removable and library.remove("own-model:kept").name == "own-model:kept"
     copied = library.copy(model.name, "team/tiny:prod")
     assert copied.name == "team/tiny:prod"
     assert copied.path.stat().st_ino == model.path.stat().st_ino  # a link, not a copy
@@ -287,3 +292,32 @@ def test_copy_and_remove_by_name_and_folder_models_are_listed_not_removed(
     assert refused.value.kind is ErrorKind.FORBIDDEN
     assert main(["rm", "nothing-here"]) == 1
     assert "no model nothing-here" in capsys.readouterr().err
+
+
+def test_a_repull_after_the_source_changed_replaces_the_file(
+    sources: tuple[Sources, str], library: Library, tmp_path: Path
+) -> None:
+    """The registry's `model.gguf` of a newer version: the file filed before is not taken for
+    it (it was verified for the old digest), and the old version's partial is never resumed."""
+    held, address = sources
+    old = tiny_gguf(tmp_path / "old.gguf", megabytes=1).read_bytes()
+    new = tiny_gguf(tmp_path / "new.gguf", megabytes=2).read_bytes()
+    name = f"{address}/library/tiny:latest"
+    held.add_manifest("library/tiny:latest", [("model", old)])
+    assert pull(library, name, insecure=True).path.read_bytes() == old
+    held.add_manifest("library/tiny:latest", [("model", new)])
+    model = pull(library, name, insecure=True)
+    assert model.path.read_bytes() == new and model.sha256 == Blob(new).sha256
+
+
+def test_a_server_that_ignores_range_is_read_whole_again(
+    sources: tuple[Sources, str], library: Library
+) -> None:
+    held, _ = sources
+    blob = held.repos[REPO]["Tiny-Q4_K_M.gguf"]
+    held.cut_after = 1 << 20
+    with pytest.raises(InferError):
+        pull(library, f"hf.co/{REPO}")
+    held.ignore_range = True
+    assert pull(library, f"hf.co/{REPO}").path.read_bytes() == blob.data
+    assert held.sent[blob.sha256] == (1 << 20) + len(blob.data)

@@ -4,7 +4,8 @@ survive: a connection cut mid-file, a corrupted byte, a gated repository.
 
     Hub       GET  /api/models/ORG/REPO/revision/main?blobs=true   files, LFS sha256s, commit
               HEAD /ORG/REPO/resolve/COMMIT/FILE   302 to /cdn/SHA256, with X-Repo-Commit,
-                                                   X-Linked-Etag and X-Linked-Size
+                                                   X-Linked-Etag and X-Linked-Size (401
+                                                   with X-Error-Code: GatedRepo where gated)
     Registry  GET  /v2/NS/MODEL/manifests/TAG      the manifest (docker v2 media type)
               GET  /v2/NS/MODEL/blobs/DIGEST       307 to /cdn/SHA256
     Both      GET  /cdn/SHA256                     the bytes, with Range
@@ -46,6 +47,7 @@ class Sources:
     cut_after: int | None = None  # the next blob response stops after so many bytes
     corrupt: bool = False  # blobs are sent with one byte changed
     throttle_s: float = 0.0  # a pause after each 64 KiB sent (a slow link)
+    ignore_range: bool = False  # as a server that cannot resume: 200 and the whole file
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_repo_file(self, repo: str, name: str, path: Path) -> Blob:
@@ -94,8 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
         return token is None or self.headers.get("Authorization") == f"Bearer {token}"
 
     def _model_info(self, src: Sources, repo: str) -> None:
-        if repo in src.gated and not self._allowed(src, repo):
-            return self._send(401, b"gated", {"X-Error-Code": "GatedRepo"})
+        """As the Hub: a gated repository's files are listed to anyone; only its resolve
+        URLs ask for the token."""
         files = src.repos.get(repo)
         if files is None:
             return self._send(401, b"repo not found", {"X-Error-Code": "RepoNotFound"})
@@ -138,7 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, b"no such blob")
         data = blob.data
         start, status = 0, 200
-        if m := re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", "")):
+        asked = "" if src.ignore_range else self.headers.get("Range", "")
+        if m := re.fullmatch(r"bytes=(\d+)-", asked):
             start, status = int(m.group(1)), 206
             if start >= len(data):
                 return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
