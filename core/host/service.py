@@ -13,12 +13,13 @@ import gc
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import paths
 from ..config import HostSettings
 from ..engine import (
     BUNDLED_MODEL_ID,
@@ -27,6 +28,7 @@ from ..engine import (
     bundled_model_path,
     engine_version,
 )
+from ..library import Library, LibraryModel, PullEvent
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.host_api import AddEngineRequest
 from ..protocol.orchestrator import Capabilities, PoolHealth
@@ -44,6 +46,7 @@ from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
 from . import reports
 from .prepare import Ask, prepare
+from .pulls import Pulls
 from .registry import EngineRegistry
 from .specs import engine_spec, model_roots, spec_from_entry, upstream_spec
 
@@ -82,6 +85,9 @@ class HostService:
         # behind it.
         self._long_prompts = ThreadPoolExecutor(1, thread_name_prefix="long-prompt")
         self._stopped = False
+        folders = [Path(folder).expanduser() for folder in self.settings.model_dirs]
+        self.library = Library(paths.data_dir() / "models", folders)
+        self._pulls = Pulls(self.library)
 
     def attach(self, transport: Transport) -> None:
         """Serve through this transport too; it starts once the engines are loaded."""
@@ -131,6 +137,7 @@ class HostService:
         self._stopped = True
         grace = self.settings.drain_on_stop_ms
         await asyncio.gather(*(pool.drain(grace) for pool in self._registry.pools()))
+        await self._pulls.cancel_all()  # their partial files stay, to resume from
         for transport in reversed(self.transports):
             await transport.stop()
         await self._registry.close()
@@ -296,6 +303,19 @@ class HostService:
         )
 
     # ---- engine operations (every face calls these) -------------------------------------------
+
+    # ---- the model library -------------------------------------------------------------
+
+    def pull_model(self, name: str, *, insecure: bool = False) -> AsyncIterator[PullEvent]:
+        """Pull `name` into the library (a pull already running for it is followed): its
+        progress as Ollama's /api/pull lines, to `success`; a failure raises InferError."""
+        return self._pulls.follow(name, insecure=insecure)
+
+    async def delete_model(self, name: str) -> LibraryModel:
+        return await asyncio.to_thread(self.library.remove, name)
+
+    async def copy_model(self, source: str, destination: str) -> LibraryModel:
+        return await asyncio.to_thread(self.library.copy, source, destination)
 
     async def add_engine(self, request: AddEngineRequest) -> EngineStatus:
         """Load a GGUF as a new engine, or connect to an upstream server as one."""

@@ -242,3 +242,47 @@ class ShowRequest(BaseModel):
     @property
     def engine_id(self) -> str:
         return (self.model or self.name or "").removesuffix(":latest")
+
+
+class PullRequest(BaseModel):
+    """POST /api/pull, as the `ollama` package sends it (`name`: older clients)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    name: str | None = None
+    insecure: bool = False
+    stream: bool = True
+
+    @property
+    def wanted(self) -> str:
+        return self.model or self.name or ""
+
+
+class DeleteRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    name: str | None = None
+
+    @property
+    def wanted(self) -> str:
+        return self.model or self.name or ""
+
+
+class CopyRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    source: str
+    destination: str
+
+
+class PullStatus(BaseModel):
+    """One line of /api/pull: `status`, and while a file comes its digest and byte counts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str
+    digest: str | None = None
+    total: int | None = None
+    completed: int | None = None

@@ -30,8 +30,12 @@ from ...protocol.ollama_api import (
     ApiEmbedRequest,
     ApiError,
     ApiGenerateRequest,
+    CopyRequest,
+    DeleteRequest,
     ModelDetails,
     ModelEntry,
+    PullRequest,
+    PullStatus,
     RunningModel,
     ShowRequest,
     final_stats,
@@ -40,6 +44,7 @@ from ...protocol.ollama_api import (
 from ...protocol.snapshots import EngineState, EngineStatus
 from ...protocol.tool_stream import may_be_a_call, parse_calls
 from ...scheduler import Job
+from .access import ADMIN_ONLY, admin_refusals
 from .deps import collect, embed_texts, service_of, submit
 from .dialects import documented_errors
 from .routing import StrictJSONRoute
@@ -241,6 +246,67 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
         + (["thinking"] if service_of(request).thinks(status.engine_id) else []),
         "modified_at": entry.modified_at,
     }
+
+
+def _library_refusals(**reasons: str) -> dict[int | str, dict[str, Any]]:
+    """An admin-only library route's refusals: the admin key's, and `reasons` by status."""
+    said: dict[int | str, dict[str, Any]] = {
+        int(code.removeprefix("s")): {"model": ApiError, "description": text}
+        for code, text in reasons.items()
+    }
+    return {**admin_refusals(ApiError), **said}
+
+
+@router.post(
+    "/pull", dependencies=ADMIN_ONLY,
+    responses=_library_refusals(
+        s502="the source sent a file whose sha256 is not the published one, or cannot be reached",
+        s507="not enough free disk for the model",
+    ),
+    summary="Fetch a model into the library: NDJSON progress unless `stream: false`",
+)  # fmt: skip
+async def pull(body: PullRequest, request: Request) -> Any:
+    progress = service_of(request).pull_model(body.wanted, insecure=body.insecure)
+    if not body.stream:
+        async for _ in progress:
+            pass
+        return PullStatus(status="success").model_dump(exclude_none=True)
+    first = await anext(progress)  # a bad name or an unknown model: an error status, not a 200
+
+    async def lines() -> AsyncIterator[str]:
+        yield json.dumps(first)
+        try:
+            async for event in progress:
+                yield json.dumps({k: v for k, v in event.items() if v is not None})
+        except InferError as err:  # after the 200: Ollama's way, an error line ends the stream
+            yield json.dumps({"error": err.message})
+
+    return ndjson_response(lines(), NDJSON)
+
+
+@router.delete(
+    "/delete", dependencies=ADMIN_ONLY,
+    responses=_library_refusals(
+        s403="a configured model folder's GGUF, not the library's to remove",
+        s404="no such model in the library",
+    ),
+    summary="Remove a model from the library",
+)  # fmt: skip
+async def delete(body: DeleteRequest, request: Request) -> dict[str, Any]:
+    await service_of(request).delete_model(body.wanted)
+    return {}
+
+
+@router.post(
+    "/copy", dependencies=ADMIN_ONLY,
+    responses=_library_refusals(
+        s404="no such model in the library", s409="the destination's name is taken"
+    ),
+    summary="File a library model under another name too",
+)  # fmt: skip
+async def copy(body: CopyRequest, request: Request) -> dict[str, Any]:
+    await service_of(request).copy_model(body.source, body.destination)
+    return {}
 
 
 @router.get("/version", summary="The Ollama release whose API this one answers as")

@@ -1,0 +1,88 @@
+"""The host's pulls: each runs on a thread of its own (library/pull.py), one per model name,
+and every request for that name follows the one pull's progress; a host that stops cancels
+them, leaving their partial files to resume from."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ..library import Library, LibraryModel, PullEvent, parse_name, pull
+from ..protocol.errors import ErrorKind, InferError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pull:
+    followers: list[asyncio.Queue[PullEvent | None]] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    last: PullEvent | None = None  # what a follower that joins late sees first
+    error: InferError | None = None
+    model: LibraryModel | None = None
+
+    def publish(self, event: PullEvent | None) -> None:
+        if event is not None:
+            self.last = event
+        for queue in self.followers:
+            queue.put_nowait(event)
+
+
+class Pulls:
+    def __init__(self, library: Library) -> None:
+        self._library = library
+        self._running: dict[str, _Pull] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def follow(self, text: str, *, insecure: bool = False) -> AsyncIterator[PullEvent]:
+        """The progress of the pull of `text` (started now, or already running), to its
+        `success`; a failure is raised after the events before it."""
+        key = parse_name(text).full  # INVALID_PARAMS before anything starts
+        running = self._running.get(key)
+        if running is None:
+            running = self._running[key] = _Pull()
+            task = asyncio.create_task(self._run(key, text, insecure, running), name="pull")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        queue: asyncio.Queue[PullEvent | None] = asyncio.Queue()
+        if running.last is not None:
+            queue.put_nowait(running.last)
+        running.followers.append(queue)
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+        finally:
+            running.followers.remove(queue)
+        if running.error is not None:
+            raise running.error
+
+    async def _run(self, key: str, text: str, insecure: bool, running: _Pull) -> None:
+        loop = asyncio.get_running_loop()
+
+        def said(event: PullEvent) -> None:  # on the pull's thread
+            loop.call_soon_threadsafe(running.publish, event)
+
+        try:
+            running.model = await asyncio.to_thread(
+                pull, self._library, text, insecure=insecure, progress=said,
+                cancel=running.cancel,
+            )  # fmt: skip
+            log.info("pulled %s into the library", running.model.name)
+        except InferError as err:
+            running.error = err
+            log.warning("pull of %s failed: %s", text, err.message)
+        except Exception as exc:  # a bug must not leave followers waiting for ever
+            log.exception("pull of %s failed", text)
+            running.error = InferError(ErrorKind.INTERNAL, f"the pull failed: {exc}")
+        finally:
+            del self._running[key]
+            running.publish(None)
+
+    async def cancel_all(self) -> None:
+        for running in self._running.values():
+            running.cancel.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
