@@ -98,7 +98,8 @@ def fetch(
             partial.unlink()  # longer than the file: not a prefix of it
             hasher, done = hashlib.sha256(), 0
         if remote.size is None or done < remote.size:
-            done, hasher = _stream(client, remote, partial, hasher, done, progress, cancel)
+            transfer = _Transfer(remote, partial, hasher, done, progress, cancel)
+            done, hasher = transfer.run(client)
         progress(done, remote.size or done)
         got = hasher.hexdigest()
         if remote.sha256 and got != remote.sha256.lower():
@@ -113,73 +114,73 @@ def fetch(
         return got
 
 
-def _stream(
-    client: httpx.Client,
-    remote: RemoteFile,
-    partial: Path,
-    hasher: hashlib._Hash,
-    done: int,
-    progress: Progress,
-    cancel: threading.Event | None,
-) -> tuple[int, hashlib._Hash]:
-    headers = {**remote.headers, "Accept-Encoding": "identity"}
-    if done:
-        headers["Range"] = f"bytes={done}-"
-    try:
-        with client.stream("GET", remote.url, headers=headers, follow_redirects=True) as response:
-            return _receive(response, remote, partial, hasher, done, progress, cancel)
-    except httpx.TransportError as err:
-        raise InferError(
-            ErrorKind.CONNECT_FAILED,
-            f"{remote.name}: the download broke off at {partial_size(partial)} bytes ({err}); "
-            "pull again to resume",
-        ) from None
+@dataclass
+class _Transfer:
+    """One GET of the rest of a file into its partial copy, hashed as it comes."""
 
+    remote: RemoteFile
+    partial: Path
+    hasher: hashlib._Hash
+    done: int
+    progress: Progress
+    cancel: threading.Event | None
 
-def _receive(
-    response: httpx.Response,
-    remote: RemoteFile,
-    partial: Path,
-    hasher: hashlib._Hash,
-    done: int,
-    progress: Progress,
-    cancel: threading.Event | None,
-) -> tuple[int, hashlib._Hash]:
-    if response.status_code == 416 and done:  # nothing past what is here, if it is all
-        if response.headers.get("Content-Range") == f"bytes */{done}":
-            return done, hasher
-        partial.unlink(missing_ok=True)  # not a prefix of the file any more
-        raise InferError(ErrorKind.CONNECT_FAILED, f"{remote.name}: the source changed; pull again")
-    raise_for_source(response, remote.name)
-    if done and response.status_code != 206:  # the range was ignored: start over
-        log.info("%s: the server does not resume here; fetching it whole", remote.name)
-        hasher, done = hashlib.sha256(), 0
-    elif done and _range_start(response) != done:
-        raise InferError(
-            ErrorKind.CONNECT_FAILED, f"{remote.name}: the source sent another range than asked"
-        )
-    total = remote.size or _length(response, done)
-    with partial.open("ab" if done else "wb") as out:
+    def run(self, client: httpx.Client) -> tuple[int, hashlib._Hash]:
+        remote = self.remote
+        headers = {**remote.headers, "Accept-Encoding": "identity"}
+        if self.done:
+            headers["Range"] = f"bytes={self.done}-"
         try:
-            for chunk in response.iter_raw(CHUNK):
-                out.write(chunk)
-                hasher.update(chunk)
-                done += len(chunk)
-                progress(done, total)
-                if cancel is not None and cancel.is_set():
-                    raise InferError(ErrorKind.ABORTED, "the pull was cancelled")
-        except OSError as err:
-            if err.errno == errno.ENOSPC:
-                raise InferError(
-                    ErrorKind.NO_SPACE, f"the disk filled up during {remote.name}"
-                ) from None
-            raise
-    if total is not None and done < total:
-        raise InferError(
-            ErrorKind.CONNECT_FAILED,
-            f"{remote.name}: the server sent {done} of {total} bytes; pull again to resume",
-        )
-    return done, hasher
+            with client.stream("GET", remote.url, headers=headers, follow_redirects=True) as got:
+                self._receive(got)
+        except httpx.TransportError as err:
+            raise InferError(
+                ErrorKind.CONNECT_FAILED,
+                f"{remote.name}: the download broke off at {partial_size(self.partial)} bytes "
+                f"({err}); pull again to resume",
+            ) from None
+        return self.done, self.hasher
+
+    def _receive(self, response: httpx.Response) -> None:
+        remote, partial = self.remote, self.partial
+        if response.status_code == 416 and self.done:  # nothing past what is here, if all
+            if response.headers.get("Content-Range") == f"bytes */{self.done}":
+                return
+            partial.unlink(missing_ok=True)  # not a prefix of the file any more
+            raise InferError(
+                ErrorKind.CONNECT_FAILED, f"{remote.name}: the source changed; pull again"
+            )
+        raise_for_source(response, remote.name)
+        if self.done and response.status_code != 206:  # the range was ignored: start over
+            log.info("%s: the server does not resume here; fetching it whole", remote.name)
+            self.hasher, self.done = hashlib.sha256(), 0
+        elif self.done and _range_start(response) != self.done:
+            raise InferError(
+                ErrorKind.CONNECT_FAILED,
+                f"{remote.name}: the source sent another range than asked",
+            )
+        total = remote.size or _length(response, self.done)
+        with partial.open("ab" if self.done else "wb") as out:
+            try:
+                for chunk in response.iter_raw(CHUNK):
+                    out.write(chunk)
+                    self.hasher.update(chunk)
+                    self.done += len(chunk)
+                    self.progress(self.done, total)
+                    if self.cancel is not None and self.cancel.is_set():
+                        raise InferError(ErrorKind.ABORTED, "the pull was cancelled")
+            except OSError as err:
+                if err.errno == errno.ENOSPC:
+                    raise InferError(
+                        ErrorKind.NO_SPACE, f"the disk filled up during {remote.name}"
+                    ) from None
+                raise
+        if total is not None and self.done < total:
+            raise InferError(
+                ErrorKind.CONNECT_FAILED,
+                f"{remote.name}: the server sent {self.done} of {total} bytes; pull again to "
+                "resume",
+            )
 
 
 def _range_start(response: httpx.Response) -> int:

@@ -244,30 +244,24 @@ class ShowRequest(BaseModel):
         return (self.model or self.name or "").removesuffix(":latest")
 
 
-class PullRequest(BaseModel):
-    """POST /api/pull, as the `ollama` package sends it (`name`: older clients)."""
+class DeleteRequest(BaseModel):
+    """DELETE /api/delete: the model by `model` (`name`: older clients)."""
 
     model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
     name: str | None = None
+
+    @property
+    def wanted(self) -> str:
+        return self.model or self.name or ""
+
+
+class PullRequest(DeleteRequest):
+    """POST /api/pull, as the `ollama` package sends it."""
+
     insecure: bool = False
     stream: bool = True
-
-    @property
-    def wanted(self) -> str:
-        return self.model or self.name or ""
-
-
-class DeleteRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    model: str | None = None
-    name: str | None = None
-
-    @property
-    def wanted(self) -> str:
-        return self.model or self.name or ""
 
 
 class CopyRequest(BaseModel):

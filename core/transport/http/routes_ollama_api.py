@@ -271,7 +271,9 @@ async def pull(body: PullRequest, request: Request) -> Any:
         async for _ in progress:
             pass
         return PullStatus(status="success").model_dump(exclude_none=True)
-    first = await anext(progress)  # a bad name or an unknown model: an error status, not a 200
+    # A bad name is an error status; a model the source lacks, an error line after the 200's
+    # first line (as Ollama's: it is known only once the manifest is asked for)
+    first = await anext(progress)
 
     async def lines() -> AsyncIterator[str]:
         yield json.dumps(first)
