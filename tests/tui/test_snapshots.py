@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import DataTable, Input
 
 from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
@@ -32,6 +32,12 @@ async def settle(pilot: Pilot[object]) -> None:
     if isinstance(screen, DashboardScreen):
         for _ in range(3):
             await screen._tick()
+    # A DataTable sizes its columns to new rows when it is next idle: wait for that (three
+    # workers on two cores once took the screenshot first, columns as wide as their labels).
+    for _ in range(200):
+        if not any(table._require_update_dimensions for table in screen.query(DataTable)):
+            break
+        await pilot.pause(0.01)
     await pilot.pause()
 
 

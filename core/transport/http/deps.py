@@ -36,9 +36,9 @@ def client_of(request: Request) -> str:
 
 
 async def submit(request: Request, ask: Ask) -> Job:
-    """One job, queued; see `let_the_burst_in`."""
+    """One job, queued; see `wait_one_loop_turn`."""
     job = await _queue(request, ask)
-    await let_the_burst_in([job])
+    await wait_one_loop_turn([job])
     return job
 
 
@@ -48,7 +48,7 @@ async def _queue(request: Request, ask: Ask) -> Job:
     return await service_of(request).submit(who)
 
 
-async def let_the_burst_in(jobs: list[Job]) -> None:
+async def wait_one_loop_turn(jobs: list[Job]) -> None:
     """Once a request's jobs are queued, wait one turn of the event loop before answering:
     the requests of a burst, read in the same turn, then all reach their engines (an
     upstream's client writes each at once) before any of them starts its reply (measured in
@@ -107,7 +107,7 @@ async def submit_all(request: Request, asks: list[Ask], param: str = "prompt") -
                     param=param,
                 ) from None
         raise
-    await let_the_burst_in(jobs)
+    await wait_one_loop_turn(jobs)
     return jobs
 
 
