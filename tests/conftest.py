@@ -77,6 +77,7 @@ MODEL_FIXTURES = frozenset(
 )  # fmt: skip
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist never calls it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (make test): a worker more than the cores, for the worker that waits on a
     socket, a timer or a subprocess leaves its core to the others (2 cores: 8:19 with three

@@ -302,8 +302,6 @@ class HostService:
             capabilities=capabilities,
         )
 
-    # ---- engine operations (every face calls these) -------------------------------------------
-
     # ---- the model library -------------------------------------------------------------
 
     def pull_model(self, name: str, *, insecure: bool = False) -> AsyncIterator[PullEvent]:
@@ -316,6 +314,8 @@ class HostService:
 
     async def copy_model(self, source: str, destination: str) -> LibraryModel:
         return await asyncio.to_thread(self.library.copy, source, destination)
+
+    # ---- engine operations (every face calls these) -------------------------------------------
 
     async def add_engine(self, request: AddEngineRequest) -> EngineStatus:
         """Load a GGUF as a new engine, or connect to an upstream server as one."""

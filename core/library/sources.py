@@ -13,6 +13,7 @@ the small layers that go with them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -172,8 +173,6 @@ def _registry_plan(client: httpx.Client, name: ModelName, *, insecure: bool) -> 
 
 
 def _small_layer(client: httpx.Client, url: str, digest: str, kind: str) -> Any:
-    import hashlib
-
     reply = client.get(url, follow_redirects=True)
     raise_for_source(reply, f"the {kind} layer")
     if hashlib.sha256(reply.content).hexdigest() != digest[7:]:

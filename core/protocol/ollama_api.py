@@ -269,14 +269,3 @@ class CopyRequest(BaseModel):
 
     source: str
     destination: str
-
-
-class PullStatus(BaseModel):
-    """One line of /api/pull: `status`, and while a file comes its digest and byte counts."""
-
-    model_config = ConfigDict(extra="allow")
-
-    status: str
-    digest: str | None = None
-    total: int | None = None
-    completed: int | None = None

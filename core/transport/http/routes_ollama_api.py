@@ -35,7 +35,6 @@ from ...protocol.ollama_api import (
     ModelDetails,
     ModelEntry,
     PullRequest,
-    PullStatus,
     RunningModel,
     ShowRequest,
     final_stats,
@@ -248,21 +247,25 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     }
 
 
-def _library_refusals(**reasons: str) -> dict[int | str, dict[str, Any]]:
+def _library_refusals(reasons: dict[int, str]) -> dict[int | str, dict[str, Any]]:
     """An admin-only library route's refusals: the admin key's, and `reasons` by status."""
     said: dict[int | str, dict[str, Any]] = {
-        int(code.removeprefix("s")): {"model": ApiError, "description": text}
-        for code, text in reasons.items()
+        code: {"model": ApiError, "description": text} for code, text in reasons.items()
     }
     return {**admin_refusals(ApiError), **said}
 
 
+def _pull_line(event: dict[str, Any]) -> str:
+    """A pull's event as Ollama's line: the fields it has (no byte counts before a file)."""
+    return json.dumps({key: value for key, value in event.items() if value is not None})
+
+
 @router.post(
     "/pull", dependencies=ADMIN_ONLY,
-    responses=_library_refusals(
-        s502="the source sent a file whose sha256 is not the published one, or cannot be reached",
-        s507="not enough free disk for the model",
-    ),
+    responses=_library_refusals({
+        502: "the source sent a file whose sha256 is not the published one, or cannot be reached",
+        507: "not enough free disk for the model",
+    }),
     summary="Fetch a model into the library: NDJSON progress unless `stream: false`",
 )  # fmt: skip
 async def pull(body: PullRequest, request: Request) -> Any:
@@ -270,16 +273,16 @@ async def pull(body: PullRequest, request: Request) -> Any:
     if not body.stream:
         async for _ in progress:
             pass
-        return PullStatus(status="success").model_dump(exclude_none=True)
+        return {"status": "success"}
     # A bad name is an error status; a model the source lacks, an error line after the 200's
     # first line (as Ollama's: it is known only once the manifest is asked for)
     first = await anext(progress)
 
     async def lines() -> AsyncIterator[str]:
-        yield json.dumps(first)
+        yield _pull_line(first)
         try:
             async for event in progress:
-                yield json.dumps({k: v for k, v in event.items() if v is not None})
+                yield _pull_line(event)
         except InferError as err:  # after the 200: Ollama's way, an error line ends the stream
             yield json.dumps({"error": err.message})
 
@@ -288,10 +291,10 @@ async def pull(body: PullRequest, request: Request) -> Any:
 
 @router.delete(
     "/delete", dependencies=ADMIN_ONLY,
-    responses=_library_refusals(
-        s403="a configured model folder's GGUF, not the library's to remove",
-        s404="no such model in the library",
-    ),
+    responses=_library_refusals({
+        403: "a configured model folder's GGUF, not the library's to remove",
+        404: "no such model in the library",
+    }),
     summary="Remove a model from the library",
 )  # fmt: skip
 async def delete(body: DeleteRequest, request: Request) -> dict[str, Any]:
@@ -301,9 +304,9 @@ async def delete(body: DeleteRequest, request: Request) -> dict[str, Any]:
 
 @router.post(
     "/copy", dependencies=ADMIN_ONLY,
-    responses=_library_refusals(
-        s404="no such model in the library", s409="the destination's name is taken"
-    ),
+    responses=_library_refusals({
+        404: "no such model in the library", 409: "the destination's name is taken"
+    }),
     summary="File a library model under another name too",
 )  # fmt: skip
 async def copy(body: CopyRequest, request: Request) -> dict[str, Any]:
