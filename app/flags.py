@@ -79,6 +79,9 @@ HOST_FLAGS: tuple[Flag, ...] = (
     Flag(("--upstream-concurrency",), "host.upstream.concurrency"),
     *engine_flags(),
     Flag(("--queue",), "host.queue"),
+    Flag(("--keep-alive",), "host.keep_alive", metavar="DURATION"),
+    Flag(("--memory-budget",), "host.memory_budget_mb", metavar="MIB"),
+    Flag(("--max-loaded",), "host.max_loaded"),
     Flag(("--http",), "host.http.listen", metavar="[HOST:]PORT", const="127.0.0.1:8080"),
     Flag(
         ("--api-key",),

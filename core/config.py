@@ -21,6 +21,7 @@ from pydantic_settings import (
 )
 
 from . import paths
+from .protocol.keep_alive import seconds_of
 from .protocol.sampling import MaxTokens, Temperature, TopP
 
 
@@ -176,6 +177,23 @@ class HostSettings(BaseModel):
         "data dir's models/ and the folders of the models given at start",
     )
     engine: EngineDefaults = EngineDefaults()
+    keep_alive: str = Field(
+        "5m",
+        description="how long a model loaded on demand (a request naming a library model) "
+        "stays after its last request, as OLLAMA_KEEP_ALIVE: 5m, 1h, 0 (unload once idle), "
+        "-1 (forever); a request's keep_alive overrides it",
+    )
+    memory_budget_mb: int | None = Field(
+        None,
+        ge=1,
+        description="memory the models loaded on demand may take, weights and KV cache, beside "
+        "the engines the host started with; unset: what is free, on the GPU when layers are "
+        "offloaded, else RAM. Idle ones are unloaded, least recently used first, to make room",
+    )
+    max_loaded: int = Field(
+        0, ge=0, description="models loaded at once, as OLLAMA_MAX_LOADED_MODELS; 0: as many "
+        "as the memory budget holds",
+    )  # fmt: skip
     upstream: UpstreamSettings = UpstreamSettings()
     queue: int = Field(64, ge=1, description="jobs that may wait per engine before QUEUE_FULL")
     host_name: str = Field(default_factory=socket.gethostname)
@@ -183,6 +201,16 @@ class HostSettings(BaseModel):
     drain_on_stop_ms: int = Field(2000, ge=0, description="grace for running jobs at shutdown")
     http: HttpSettings = HttpSettings()
     p2p: P2PSettings = P2PSettings()
+
+    @field_validator("keep_alive")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        seconds_of(value)  # a ValueError names the bad value
+        return value
+
+    @property
+    def keep_alive_s(self) -> float:
+        return seconds_of(self.keep_alive) or 0.0
 
 
 class ChatSampling(TypedDict, total=False):

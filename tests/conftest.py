@@ -355,10 +355,12 @@ class Hosts:
         host_name: str = "test-host",
         drain_ms: int = 0,
         faces: Callable[[HostService], Sequence[Transport]] | None = None,
+        more: dict[str, Any] | None = None,
     ) -> Host:
         """`public`: as bound to an address other hosts reach (no loopback trust), though it
         listens on 127.0.0.1. `limits`: the host.http settings beyond the address. `faces`:
-        more transports to attach before the start, made for the built service."""
+        more transports to attach before the start, made for the built service. `more`:
+        other host settings (`{"keep_alive": "1s"}`)."""
         options = {k: v for k, v in locals().items() if k != "self"}
         if p2p and bootstrap is None:
             bootstrap = await self._testnet.start()
@@ -379,7 +381,8 @@ class Hosts:
                                "default_max_tokens": default_max_tokens},
                       "p2p": {"enabled": p2p, "topics": list(topics),
                               "allow": [z32_encode(key) for key in allow],
-                              "admins": [z32_encode(key) for key in admins]}}}
+                              "admins": [z32_encode(key) for key in admins]},
+                      **(more or {})}}
         )  # fmt: skip
         loopback = (lambda listen: False) if public else composition.is_loopback
         with (

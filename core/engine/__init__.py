@@ -5,6 +5,7 @@ from .bundled import BUNDLED_MODEL_ID, BUNDLED_SAMPLING, bundled_model_path, is_
 from .interface import Engine, HealthHook, open_engine
 from .llama.backend import engine_version, supports_gpu_offload, system_info
 from .llama.engine import LlamaEngine
+from .llama.memory import free_memory
 from .types import (
     AnySpec,
     EngineSpec,
@@ -30,6 +31,7 @@ __all__ = [
     "bundled_model_path",
     "default_threads",
     "engine_version",
+    "free_memory",
     "is_bundled",
     "open_engine",
     "supports_gpu_offload",

@@ -49,6 +49,7 @@ class EngineSpec:
     pooling: str | None = None  # embeddings: mean, cls or last; None: the GGUF's, else mean
     # SamplingParams fields a request leaves unset, over the GGUF's `general.sampling.*` keys
     sampling: tuple[tuple[str, float], ...] = ()
+    aliases: tuple[str, ...] = ()  # other names of it: a library model's without `:latest`
 
     @property
     def slots_requested(self) -> int:
@@ -57,9 +58,10 @@ class EngineSpec:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """What a request's `model` may call this engine besides its id: the file's name."""
+        """What a request's `model` may call this engine besides its id: its aliases and
+        the file's name."""
         path = Path(self.model_path)
-        return path.name, path.stem
+        return *self.aliases, path.name, path.stem
 
     @property
     def planned(self) -> EngineParameters:

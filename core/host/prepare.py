@@ -34,6 +34,7 @@ class Ask:
     forced: Forced | None = None  # the reply must call one of `tools`
     drop_oldest: bool = False  # past the context, the oldest turns are left out (Ollama's)
     embed: bool = False  # the prompt's embedding, not a completion of it
+    keep_alive_s: float | None = None  # how long a model loaded on demand stays; None: default
     client_id: str | None = None
     client_limit: int | None = None  # jobs this client may have at once
     job_id: str | None = None

@@ -25,11 +25,12 @@ class EngineRegistry:
     async def add(self, spec: AnySpec, queue_capacity: int | None = None) -> Pool:
         """Load an engine. It is listed as loading meanwhile; if loading fails it is removed
         and the typed error is raised."""
-        if not spec.engine_id or "/" in spec.engine_id:
+        # A library model's name may hold '/' (hf.co/ORG/REPO:Q4_K_M): the routes that take
+        # an engine id take it as a path, and an admin's new engine has its own pattern.
+        if not spec.engine_id:
             raise InferError(
-                ErrorKind.INVALID_PARAMS, "engine_id must be a non-empty name without '/'",
-                param="engine_id",
-            )  # fmt: skip
+                ErrorKind.INVALID_PARAMS, "engine_id must not be empty", param="engine_id"
+            )
         async with self._lock:
             if spec.engine_id in self._pools:
                 raise InferError(

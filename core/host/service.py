@@ -48,6 +48,7 @@ from . import reports
 from .prepare import Ask, prepare
 from .pulls import Pulls
 from .registry import EngineRegistry
+from .residency import Residency
 from .specs import engine_spec, model_roots, spec_from_entry, upstream_spec
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class HostService:
         folders = [Path(folder).expanduser() for folder in self.settings.model_dirs]
         self.library = Library(paths.data_dir() / "models", folders)
         self._pulls = Pulls(self.library)
+        self._residency = Residency(self._registry, self.library, self.settings)
 
     def attach(self, transport: Transport) -> None:
         """Serve through this transport too; it starts once the engines are loaded."""
@@ -138,6 +140,7 @@ class HostService:
         grace = self.settings.drain_on_stop_ms
         await asyncio.gather(*(pool.drain(grace) for pool in self._registry.pools()))
         await self._pulls.cancel_all()  # their partial files stay, to resume from
+        await self._residency.stop()
         for transport in reversed(self.transports):
             await transport.stop()
         await self._registry.close()
@@ -157,11 +160,12 @@ class HostService:
     async def submit(self, ask: Ask) -> Job:
         """Queue what a face asks, prepared for the engine it names (prepare.py); with
         `drop_oldest`, a conversation past the context loses its oldest turns until it fits."""
-        pool = self._pool_for(ask.model, ask.pool_id)
+        pool = await self._pool_for(ask.model, ask.pool_id)
         sent = ask
         while True:
             try:
-                job = pool.submit(await self._prepared(pool, sent))
+                with self._residency.using(pool, ask.keep_alive_s):
+                    job = pool.submit(await self._prepared(pool, sent))
                 break
             except InferError as err:
                 overflow = ask.drop_oldest and err.kind is ErrorKind.CONTEXT_OVERFLOW
@@ -191,8 +195,10 @@ class HostService:
 
     def thinks(self, model: str | None) -> bool | None:
         """Whether the engine `model` names (the default one for None) can think, by its chat
-        template; None for an upstream, whose server's template is not known here."""
-        engine = self._registry.resolve(model).engine
+        template; None for an upstream, whose server's template is not known here, and for a
+        library model not loaded yet."""
+        pool = self._loaded(model)
+        engine = pool.engine if pool is not None else None
         if engine is None or engine.tokenizer is None:
             return None
         return engine.chat_format.thinks
@@ -200,26 +206,58 @@ class HostService:
     async def tokenize(self, model: str | None, text: str, *, add_special: bool) -> list[int]:
         """`text` as the tokens of the engine `model` names (the default one for None), off
         the event loop: a megabyte of text takes most of a second."""
-        pool = self._registry.resolve(model)
+        pool = await self._pool_for(model, None)
         return await asyncio.to_thread(pool.tokenize, text, add_special=add_special)
 
     def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
         return self._registry.resolve(model).detokenize(tokens)
 
     def queue_capacity(self, model: str | None) -> int:
-        """The queue bound of the engine `model` names (the default one for None)."""
-        return self._registry.resolve(model).queue_capacity
+        """The queue bound of the engine `model` names (the default one for None; a library
+        model not loaded yet will have the host's)."""
+        pool = self._loaded(model)
+        return pool.queue_capacity if pool is not None else self.settings.queue
 
     def props(self, model: str | None) -> Props:
         """llama-server's `/props` for the engine `model` names (the default one for None)."""
         return reports.llama_props(self._registry.resolve(model), self.version)
 
-    def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
-        if pool_id is None:
+    async def _pool_for(self, model: str | None, pool_id: str | None) -> Pool:
+        """The pool a request names: an engine by id or file name, or a library model, loaded
+        now if it is not (residency.py); with `pool_id`, that pool or a typed error."""
+        if pool_id is not None:
+            if pool_id in self._registry.ids():
+                return self._registry.get(pool_id)
+            raise InferError(
+                ErrorKind.INVALID_PARAMS, f"unknown pool_id '{pool_id}'", param="pool_id"
+            )
+        pool = self._loaded(model)
+        if pool is not None and not self._residency.loading(pool.id):
+            return pool
+        if model is None:  # no engine at all: NO_ENGINE, said by the registry
             return self._registry.resolve(model)
-        if pool_id in self._registry.ids():
-            return self._registry.get(pool_id)
-        raise InferError(ErrorKind.INVALID_PARAMS, f"unknown pool_id '{pool_id}'", param="pool_id")
+        return await self._residency.load(model)
+
+    def _loaded(self, model: str | None) -> Pool | None:
+        """The engine `model` names among those loaded or loading; None for another name."""
+        try:
+            return self._registry.resolve(model)
+        except InferError as err:
+            if err.kind is ErrorKind.MODEL_NOT_FOUND:
+                return None
+            raise
+
+    async def load_model(self, model: str, keep_alive_s: float | None) -> bool:
+        """What Ollama's clients send to load a model (a request with no prompt): the model
+        loaded, and kept for `keep_alive_s`; 0 unloads it now instead. Whether it was
+        unloaded."""
+        pool = self._loaded(model)
+        if pool is None:
+            if keep_alive_s == 0:  # `ollama stop` of a model not loaded: nothing to do
+                self.library.get(model)  # MODEL_NOT_FOUND for a name it does not have
+                return True
+            pool = await self._residency.load(model)
+        return await self._residency.keep(pool, keep_alive_s)
 
     def position(self, job: Job) -> tuple[int, int]:
         """(queue position, predicted start in ms) of a job now; (0, 0) once it runs."""
@@ -240,20 +278,29 @@ class HostService:
         return self._registry.ids()
 
     def engines(self) -> list[EngineStatus]:
-        return self._registry.statuses()
+        return [self._status(pool) for pool in self._registry.pools()]
 
     def engine_status(self, engine_id: str) -> EngineStatus:
-        return self._registry.status(engine_id)
+        return self._status(self._registry.get(engine_id))
+
+    def _status(self, pool: Pool) -> EngineStatus:
+        status = reports.engine_status(pool)
+        if not self._residency.on_demand(pool.id):
+            return status
+        expires = self._residency.expires_at(pool)
+        return status.model_copy(update={"on_demand": True, "expires_at": expires})
 
     def models(self) -> list[tuple[str, str]]:
-        """What a request's `model` may name, as (id, served by): every engine's id, and an
-        upstream server's own model ids, served by the engine in front of them."""
+        """What a request's `model` may name, as (id, served by): every engine's id, an
+        upstream server's own model ids, served by the engine in front of them, and the
+        library's models not loaded ("library": a request loads them)."""
         ids = self._registry.ids()
         out = [(engine_id, "infertui") for engine_id in ids]
         for pool in self._registry.pools():
             if pool.spec.kind == UpstreamSpec.kind:
                 out += [(name, pool.id) for name in pool.model_names if name not in ids]
-        return out
+        named = {name for name, _ in out}
+        return out + [(m.name, "library") for m in self.library.models() if m.name not in named]
 
     def pool_health(self, pool_id: str) -> PoolHealth:
         return reports.pool_health(self._registry.get(pool_id))
@@ -275,7 +322,15 @@ class HostService:
         return [(p.id, p.metrics.histograms()) for p in self._registry.pools()]
 
     def queues(self) -> list[QueueSnapshot]:
-        return [pool.queue() for pool in self._registry.pools()]
+        """Each engine's queue; one that loads for requests says how many and until when."""
+        out = []
+        for pool in self._registry.pools():
+            queue, loading = pool.queue(), self._residency.loading(pool.id)
+            if loading is not None:
+                waiting, left_ms = loading
+                queue = queue.model_copy(update={"loading_for": waiting, "loaded_in_ms": left_ms})
+            out.append(queue)
+        return out
 
     def metrics(self) -> list[MetricsSnapshot]:
         return [pool.metrics_snapshot() for pool in self._registry.pools()]
@@ -339,6 +394,7 @@ class HostService:
     async def remove_engine(self, engine_id: str) -> None:
         """Cancel the engine's jobs and unload it."""
         await self._registry.remove(engine_id)
+        self._residency.forget(engine_id)
 
     async def reload_engine(self, engine_id: str, model_path: str | None = None) -> EngineStatus:
         """Load the new model beside the old and switch atomically, or keep the old one and

@@ -47,6 +47,24 @@ class GgufHeader:
         length = self.get(f"{self.architecture}.context_length")
         return length if isinstance(length, int) else None
 
+    def number(self, key: str) -> int:
+        """An architecture's number (`block_count`, ...), the largest where it is per layer;
+        0 where the GGUF has none."""
+        value = self.get(f"{self.architecture}.{key}")
+        if isinstance(value, list):
+            value = max((v for v in value if isinstance(v, int)), default=0)
+        return value if isinstance(value, int) else 0
+
+    def kv_bytes(self, cells: int) -> int:
+        """An f16 KV cache of `cells` tokens over every layer; sliding-window layers counted
+        whole, so an upper bound."""
+        heads = max(1, self.number("attention.head_count"))
+        per_head = self.number("embedding_length") // heads
+        key = self.number("attention.key_length") or per_head
+        value = self.number("attention.value_length") or per_head
+        heads_kv = self.number("attention.head_count_kv") or heads
+        return cells * self.number("block_count") * heads_kv * (key + value) * 2
+
 
 def read_header(path: Path) -> GgufHeader:
     """Raises ValueError for a file that is not GGUF (or is cut short in its header)."""

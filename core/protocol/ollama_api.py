@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from .common import MAX_MESSAGES, NO_IMAGES, NO_SUFFIX, refused
+from .keep_alive import KeepAlive
 from .sampling import (
     FrequencyPenalty,
     MinP,
@@ -90,7 +91,7 @@ class _Generation(BaseModel):
     stream: bool = True  # Ollama streams unless told not to
     format: Literal["json", ""] | dict[str, Any] | None = None
     options: Options | None = None
-    keep_alive: str | int | float | None = None  # engines stay loaded: accepted, not used
+    keep_alive: KeepAlive = None  # seconds a model loaded on demand stays after this
     # true (or a level, as gpt-oss takes it) for a model that cannot think is a 400, as
     # Ollama's; for one that can, its template decides, as it would without the field
     think: bool | Literal["high", "medium", "low"] | None = None
@@ -165,7 +166,7 @@ class ApiEmbeddingsRequest(BaseModel):
 
     model: ModelName
     prompt: str = Field(min_length=1)
-    keep_alive: str | int | float | None = None
+    keep_alive: KeepAlive = None
 
 
 class ApiEmbedRequest(BaseModel):
@@ -174,7 +175,7 @@ class ApiEmbedRequest(BaseModel):
     model: ModelName
     input: str | Annotated[list[str], Field(min_length=1, max_length=256)]
     truncate: bool = True  # inputs beyond the context are refused, never cut: see the README
-    keep_alive: str | int | float | None = None
+    keep_alive: KeepAlive = None
 
     @property
     def texts(self) -> list[str]:

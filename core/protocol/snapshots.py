@@ -76,6 +76,14 @@ class EngineStatus(_Frozen):
     model_description: str | None = None
     gpu_offload: bool = False
     error: str | None = None
+    on_demand: bool = Field(
+        False, description="loaded for a request that named it; unloads after its keep_alive"
+    )
+    expires_at: float | None = Field(
+        None,
+        description="when a model loaded on demand unloads if no request comes, Unix seconds; "
+        "None: it stays loaded",
+    )
 
 
 class TimingStats(_Frozen):
@@ -161,6 +169,10 @@ class QueueSnapshot(_Frozen):
     depth: int
     waiting: tuple[QueueEntry, ...] = ()
     slots: tuple[SlotSnapshot, ...] = ()
+    loading_for: int = Field(0, description="requests waiting for the engine to load")
+    loaded_in_ms: int | None = Field(
+        None, description="while it loads for them: about how long until it is ready"
+    )
 
 
 class Percentiles(_Frozen):

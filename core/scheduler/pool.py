@@ -72,6 +72,7 @@ class Pool(PoolControl):
         self._unreachable = False  # FAILED because its upstream stopped answering
         self._idle = asyncio.Event()  # set while no job is queued or running
         self._idle.set()
+        self.idle_since: float | None = time.monotonic()  # None while it has jobs
         self._deadline_now = asyncio.Event()  # a drain's deadline was brought to now
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
@@ -210,6 +211,7 @@ class Pool(PoolControl):
                   position, start_ms)  # fmt: skip
         self._jobs[job.id] = job
         self._idle.clear()
+        self.idle_since = None
         if client_id is not None:
             self._per_client[client_id] += 1
         self._queue.push(job)
@@ -309,6 +311,7 @@ class Pool(PoolControl):
         """The engine no longer holds the job: drop it (idempotent)."""
         if self._jobs.pop(job.id, None) is not None and not self._jobs:
             self._idle.set()
+            self.idle_since = time.monotonic()
         self._retire_idle_engines()
 
     def _on_job_closed(self, job: Job, final: Finished) -> None:

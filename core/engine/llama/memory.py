@@ -44,6 +44,14 @@ def available_ram_bytes() -> int | None:
     return None
 
 
+def free_memory(offloaded: bool) -> tuple[int | None, str]:
+    """Free memory where a model's weights and KV cache would go, and where that is said to
+    be: the GPUs' when its layers are offloaded to them, else RAM (None where unknown)."""
+    if offloaded and (cards := _gpus()):
+        return sum(d.free_bytes for d in cards), "on the GPU"
+    return available_ram_bytes(), "of memory"
+
+
 def check_weights_fit(name: str, size: int, n_gpu_layers: int) -> None:
     """The weights against RAM (CPU) or against the GPUs' free memory (all layers offloaded)."""
     if n_gpu_layers == 0:

@@ -67,7 +67,7 @@ async def list_engines(request: Request) -> EngineList:
 
 
 @router.delete(
-    "/engines/{engine_id}",
+    "/engines/{engine_id:path}",
     response_model=RemoveEngineResponse,
     responses={**admin_refusals(ErrorEnvelope), **_NOT_FOUND},
     dependencies=ADMIN_ONLY,
@@ -79,7 +79,7 @@ async def remove_engine(engine_id: str, request: Request) -> RemoveEngineRespons
 
 
 @router.get(
-    "/engines/{engine_id}/status",
+    "/engines/{engine_id:path}/status",
     response_model=EngineStatus,
     responses=_NOT_FOUND,
     summary="Parameters, memory use and performance of one engine",

@@ -7,6 +7,7 @@ submit (queue, admission, cancel on disconnect) as every other face.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -18,7 +19,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from ...host import Ask
+from ...host.model_facts import ModelFacts, facts_of
 from ...host.reply import End, reply
+from ...library import LibraryModel
 from ...protocol.common import ChatMessage
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
@@ -57,14 +60,15 @@ router = APIRouter(
 log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
-NEVER = "2318-01-01T00:00:00Z"  # engines stay loaded until removed: no keep_alive expiry
+NEVER = "2318-01-01T00:00:00Z"  # Ollama's expires_at of a model that stays loaded
 
 
 @router.post("/chat", summary="Ollama's chat: NDJSON unless `stream: false`; `tools` too")
 async def chat(body: ApiChatRequest, request: Request) -> Any:
     _check_thinking(request, body.model, body.think)
-    if not body.messages:  # how Ollama's clients load a model: it is loaded
-        return _loaded_answer(request, body.model, "message", {"role": "assistant", "content": ""})
+    if not body.messages:  # how Ollama's clients load (or, keep_alive 0, unload) a model
+        empty = {"role": "assistant", "content": ""}
+        return await _loaded_answer(request, body.model, body.keep_alive, "message", empty)
     # as Ollama does, a conversation past the context loses its oldest turns
     ask = Ask(
         model=body.model,
@@ -72,6 +76,7 @@ async def chat(body: ApiChatRequest, request: Request) -> Any:
         params=body.sampling(),
         tools=body.tools or (),
         drop_oldest=True,
+        keep_alive_s=body.keep_alive,
     )
     job = await submit(request, ask)
     names = {t.function.name for t in body.tools or []}
@@ -81,16 +86,16 @@ async def chat(body: ApiChatRequest, request: Request) -> Any:
 @router.post("/generate", summary="Ollama's completion of a prompt (chat template unless raw)")
 async def generate(body: ApiGenerateRequest, request: Request) -> Any:
     _check_thinking(request, body.model, body.think)
-    if not body.prompt and not body.system:  # how Ollama's clients load a model: it is loaded
-        return _loaded_answer(request, body.model, "response", "")
+    if not body.prompt and not body.system:  # how Ollama's clients load or unload a model
+        return await _loaded_answer(request, body.model, body.keep_alive, "response", "")
+    stay = body.keep_alive
     if body.raw:
-        job = await submit(
-            request, Ask(model=body.model, prompt=body.prompt, params=body.sampling())
-        )
+        ask = Ask(model=body.model, prompt=body.prompt, params=body.sampling(), keep_alive_s=stay)
     else:
         system = [ChatMessage(role="system", content=body.system)] if body.system else []
         turns = [*system, ChatMessage(role="user", content=body.prompt)]
-        job = await submit(request, Ask(model=body.model, messages=turns, params=body.sampling()))
+        ask = Ask(model=body.model, messages=turns, params=body.sampling(), keep_alive_s=stay)
+    job = await submit(request, ask)
     return await answer(request, job, "response", stream=body.stream)
 
 
@@ -104,11 +109,14 @@ def _check_thinking(request: Request, model: str, think: bool | str | None) -> N
         )  # fmt: skip
 
 
-def _loaded_answer(request: Request, model: str, field: str, empty: object) -> dict[str, Any]:
-    """Ollama's answer to a request that only loads a model (engines here are loaded)."""
-    service_of(request).engine_status(model)  # 404 if there is no such engine
+async def _loaded_answer(
+    request: Request, model: str, keep_alive: float | None, field: str, empty: object
+) -> dict[str, Any]:
+    """Ollama's answer to a request with nothing to complete: the model loaded (a library
+    model not loaded yet is loaded now), or with `keep_alive: 0` unloaded (`ollama stop`)."""
+    unloaded = await service_of(request).load_model(model, keep_alive)
     return {"model": model, "created_at": now_rfc3339(), field: empty, "done": True,
-            "done_reason": "load"}  # fmt: skip
+            "done_reason": "unload" if unloaded else "load"}  # fmt: skip
 
 
 async def answer(
@@ -195,18 +203,32 @@ async def embeddings(body: ApiEmbeddingsRequest, request: Request) -> dict[str, 
     return {"embedding": vectors[0]}
 
 
-@router.get("/tags", summary="The engines, as Ollama lists its models")
+@router.get("/tags", summary="The library's models and the engines, as Ollama lists models")
 async def tags(request: Request) -> dict[str, list[ModelEntry]]:
-    return {"models": [_entry(s) for s in _loaded(request)]}
+    return {"models": list((await _entries(request)).values())}
 
 
-@router.get("/ps", summary="The engines in memory (all loaded engines)")
+async def _entries(request: Request) -> dict[str, ModelEntry]:
+    """Every model a request may name, by name: the library's (loaded or not), then the
+    engines that are not the library's (files the host started with, upstreams)."""
+    library = await asyncio.to_thread(_library_entries, service_of(request).library.models())
+    engines = {s.engine_id: _entry(s) for s in _loaded(request)}
+    return {**library, **{name: e for name, e in engines.items() if name not in library}}
+
+
+def _library_entries(models: list[LibraryModel]) -> dict[str, ModelEntry]:
+    return {model.name: _library_entry(model) for model in models}
+
+
+@router.get("/ps", summary="The models in memory, and until when each stays")
 async def ps(request: Request) -> dict[str, list[RunningModel]]:
+    known = await _entries(request)
     running = []
     for status in _loaded(request):
-        entry = _entry(status)
+        entry = known.get(status.engine_id) or _entry(status)
         memory = status.memory_usage
         size = int(((memory.model_size_mb + memory.context_size_mb) if memory else 0) * 2**20)
+        expires = status.expires_at
         running.append(
             RunningModel(
                 name=entry.name,
@@ -214,7 +236,7 @@ async def ps(request: Request) -> dict[str, list[RunningModel]]:
                 size=size or entry.size,
                 digest=entry.digest,
                 details=entry.details,
-                expires_at=NEVER,
+                expires_at=NEVER if expires is None else _rfc3339(expires),
                 size_vram=size if status.gpu_offload else 0,
                 context_length=status.parameters.n_ctx,
             )
@@ -222,9 +244,14 @@ async def ps(request: Request) -> dict[str, list[RunningModel]]:
     return {"models": running}
 
 
-@router.post("/show", summary="One engine's details, as Ollama shows a model")
+@router.post("/show", summary="A model's details, as Ollama shows them")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
-    status = service_of(request).engine_status(body.engine_id)
+    service = service_of(request)
+    if body.engine_id not in service.engine_ids():
+        model = await asyncio.to_thread(service.library.find, body.engine_id)
+        if model is not None:
+            return await asyncio.to_thread(_library_show, model)
+    status = service.engine_status(body.engine_id)
     entry = _entry(status)
     file = os.path.basename(status.model_path)
     return {
@@ -319,6 +346,43 @@ async def api_version() -> dict[str, str]:
     return {"version": OLLAMA_API_VERSION}  # infertui's own: `infertui --version`
 
 
+def _library_show(model: LibraryModel) -> dict[str, Any]:
+    """/api/show of a library model, loaded or not, from its GGUF's header."""
+    facts = facts_of(model)
+    params = "\n".join(f"{key} {value}" for key, value in facts.sampling.items())
+    return {
+        "license": facts.license,
+        "modelfile": f"# {model.name} in infertui's library\nFROM {model.path}\n",
+        "parameters": params,
+        "template": facts.template or "",
+        "system": str(model.layers.get("system") or ""),
+        "details": _details(facts),
+        "model_info": {"general.parameter_count": facts.parameters, **facts.metadata},
+        "capabilities": ["completion", "tools", "embedding"]
+        + (["thinking"] if facts.thinks else []),
+        "modified_at": _rfc3339(model.modified),
+    }
+
+
+def _library_entry(model: LibraryModel) -> ModelEntry:
+    return ModelEntry(
+        name=model.name, model=model.name, modified_at=_rfc3339(model.modified),
+        size=model.size, digest=model.sha256 or _file_digest(model.path.name, model.size,
+                                                             model.modified),
+        details=_details(facts_of(model)),
+    )  # fmt: skip
+
+
+def _details(facts: ModelFacts) -> ModelDetails:
+    family = facts.architecture
+    return ModelDetails(family=family, families=[family], parameter_size=facts.parameter_size,
+                        quantization_level=facts.quantization)  # fmt: skip
+
+
+def _rfc3339(when: float) -> str:
+    return dt.datetime.fromtimestamp(when, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
 def _loaded(request: Request) -> list[EngineStatus]:
     return [s for s in service_of(request).engines() if s.status is EngineState.LOADED]
 
@@ -329,10 +393,13 @@ def _entry(status: EngineStatus) -> ModelEntry:
         size, mtime = stat.st_size, stat.st_mtime
     except OSError:
         size, mtime = 0, 0.0
-    file = os.path.basename(status.model_path)
-    digest = hashlib.sha256(f"{file}:{size}:{mtime}".encode()).hexdigest()
-    modified = dt.datetime.fromtimestamp(mtime, dt.UTC).isoformat().replace("+00:00", "Z")
+    digest = _file_digest(os.path.basename(status.model_path), size, mtime)
     return ModelEntry(
-        name=status.engine_id, model=status.engine_id, modified_at=modified, size=size,
+        name=status.engine_id, model=status.engine_id, modified_at=_rfc3339(mtime), size=size,
         digest=digest, details=ModelDetails.of(status.model_description),
     )  # fmt: skip
+
+
+def _file_digest(file: str, size: int, mtime: float) -> str:
+    """A digest that names a file whose sha256 is not known (its name, size and time)."""
+    return hashlib.sha256(f"{file}:{size}:{mtime}".encode()).hexdigest()

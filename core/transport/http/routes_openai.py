@@ -303,7 +303,7 @@ async def models(request: Request) -> ModelList:
 
 
 @router.get(
-    "/v1/models/{model_id}",
+    "/v1/models/{model_id:path}",
     response_model=ModelCard,
     response_model_exclude_none=True,
     responses={404: _ERRORS[404]},

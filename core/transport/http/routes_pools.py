@@ -33,7 +33,7 @@ _ADMIN_REFUSALS = admin_refusals(OrchestratorError)
 
 
 @router.get(
-    "/v1/pools/{pool_id}/health",
+    "/v1/pools/{pool_id:path}/health",
     response_model=PoolHealth,
     responses=_NOT_FOUND,
     summary="Liveness, readiness, draining and a metrics snapshot (OC-CTRL-2001)",
@@ -43,7 +43,7 @@ async def pool_health(pool_id: str, request: Request) -> PoolHealth:
 
 
 @router.post(
-    "/v1/pools/{pool_id}/drain",
+    "/v1/pools/{pool_id:path}/drain",
     status_code=202,
     response_model=DrainResponse,
     responses={**_ADMIN_REFUSALS, **_NOT_FOUND},
@@ -62,7 +62,7 @@ async def drain(pool_id: str, body: DrainRequest, request: Request) -> DrainResp
 
 
 @router.post(
-    "/v1/pools/{pool_id}/resume",
+    "/v1/pools/{pool_id:path}/resume",
     response_model=ResumeResponse,
     dependencies=ADMIN_ONLY,
     responses={
@@ -79,7 +79,7 @@ async def resume(pool_id: str, request: Request) -> ResumeResponse:
 
 
 @router.post(
-    "/v1/pools/{pool_id}/reload",
+    "/v1/pools/{pool_id:path}/reload",
     response_model=ReloadResponse,
     dependencies=ADMIN_ONLY,
     responses={

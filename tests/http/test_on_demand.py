@@ -1,0 +1,205 @@
+"""Issue 36 §3: the host serves its library. A request naming a library model that is not
+loaded loads it, `keep_alive` unloads it again, and a memory budget unloads the least recently
+used idle model to make room, driven by the official `ollama` and `openai` packages against a
+real host. The model is the cut bundled one (tests/models.py), pulled from a loopback Hub."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import ollama
+import openai
+import pytest
+
+from infertui.core.config import HostSettings
+from infertui.core.host.residency import MIB, estimate_bytes
+from infertui.core.host.specs import engine_spec
+from infertui.core.library import LibraryModel
+from infertui.core.scheduler import Pool
+
+from ..conftest import Host
+from ..library.fake_sources import Sources, serve
+from .conftest import HostFactory
+
+REPO = "tiny-org/Cut-GGUF"
+NAME = f"hf.co/{REPO}:Q4_K_M"
+SHORT = {"num_predict": 4, "temperature": 0}
+
+
+@pytest.fixture
+def hub(cut_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
+    held = Sources()
+    held.add_repo_file(REPO, "Cut-Q4_K_M.gguf", cut_model_path)
+    address, server = serve(held)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{address}")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    yield held
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+async def ollama_client() -> AsyncIterator[Any]:
+    clients: list[ollama.AsyncClient] = []
+
+    def make(host: Host) -> ollama.AsyncClient:
+        clients.append(ollama.AsyncClient(host=host.url))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        await client._client.aclose()
+
+
+async def running(client: ollama.AsyncClient) -> dict[str, Any]:
+    return {model.model: model for model in (await client.ps()).models}
+
+
+async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unloads_it(
+    start_host: HostFactory, hub: Sources, ollama_client: Any
+) -> None:
+    host = await start_host()
+    client = ollama_client(host)
+    await client.pull(NAME)
+    pinned = host.service.engine_ids()[0]
+
+    listed = {model.model: model for model in (await client.list()).models}
+    assert set(listed) == {NAME, pinned}  # the library's model, loaded or not, and the engine
+    assert listed[NAME].details.family == "llama" and listed[NAME].size == hub_size(hub)
+    shown = await client.show(NAME)  # from the GGUF's header, before any load
+    assert shown.details.family == "llama" and shown.template
+    assert set(await running(client)) == {pinned}
+
+    before = time.time()
+    reply = await client.chat(NAME, messages=[{"role": "user", "content": "Hi"}], options=SHORT)
+    assert reply.model == NAME and reply.eval_count and reply.eval_count > 0
+    loaded = (await running(client))[NAME]
+    stays = loaded.expires_at.timestamp() - before  # the default keep_alive: 5 minutes
+    assert 290 < stays < 310, stays
+    assert (await running(client))[pinned].expires_at.year > 2300  # started with it: it stays
+
+    # `ollama stop`: a request with nothing to do and keep_alive 0
+    stopped = await client.generate(NAME, keep_alive=0)
+    assert stopped.done_reason == "unload"
+    assert set(await running(client)) == {pinned}
+    assert (await client.generate(pinned, keep_alive=0)).done_reason == "load"  # it stays
+    assert set(await running(client)) == {pinned}
+
+
+def hub_size(hub: Sources) -> int:
+    return len(hub.repos[REPO]["Cut-Q4_K_M.gguf"].data)
+
+
+async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
+    start_host: HostFactory, hub: Sources, ollama_client: Any
+) -> None:
+    host = await start_host(more={"keep_alive": "1s"})
+    client = ollama_client(host)
+    await client.pull(NAME)
+    await client.generate(NAME, prompt="Count:", options=SHORT)  # the host's default, 1 s
+    assert NAME in await running(client)
+    await asyncio.sleep(1.8)  # idle past its keep_alive, and one sweep (0.25 s)
+    assert NAME not in await running(client)
+
+    await client.generate(NAME, prompt="Count:", options=SHORT, keep_alive=-1)  # forever
+    await asyncio.sleep(1.8)
+    assert (await running(client))[NAME].expires_at.year > 2300
+    await client.generate(NAME, prompt="Count:", options=SHORT, keep_alive="1s")
+    await asyncio.sleep(1.8)
+    assert NAME not in await running(client)
+
+
+async def test_openai_clients_see_the_library_and_load_by_naming_a_model(
+    start_host: HostFactory, hub: Sources, ollama_client: Any
+) -> None:
+    host = await start_host()
+    await ollama_client(host).pull(NAME)
+    client = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="none")
+    try:
+        cards = {card.id: card.owned_by for card in (await client.models.list()).data}
+        assert cards[NAME] == "library"
+        reply = await client.chat.completions.create(
+            model=NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+        )
+        assert reply.model == NAME and reply.usage and reply.usage.completion_tokens > 0
+        cards = {card.id: card.owned_by for card in (await client.models.list()).data}
+        assert cards[NAME] == "infertui"  # loaded now: an engine of its own
+        status = (await host.client.get(f"/engines/{NAME}/status")).json()  # "/" and all
+        assert status["on_demand"] and status["expires_at"] > time.time() + 250
+        missing = await host.client.post(
+            "/v1/chat/completions", json={"model": "no-such:model", "messages": [
+                {"role": "user", "content": "Hi"}]},
+        )  # fmt: skip
+        assert missing.status_code == 404 and "infertui list" in missing.text
+    finally:
+        await client.close()
+
+
+def need_mib(path: Path, engine: dict[str, Any]) -> float:
+    """What a host with these engine settings estimates a load of this file needs, in MiB."""
+    settings = HostSettings.model_validate({"engine": engine})
+    model = LibraryModel("x", path, path.stat().st_size, 0.0)
+    return estimate_bytes(model, engine_spec("x", str(path), settings)) / MIB
+
+
+async def test_a_small_budget_unloads_the_least_recently_used_idle_model(
+    start_host: HostFactory, hub: Sources, ollama_client: Any, cut_model_path: Path
+) -> None:
+    engine = {"ctx": 1024, "parallel": 2}  # as start_host loads engines
+    need = need_mib(cut_model_path, engine)
+    host = await start_host(**engine, more={"memory_budget_mb": int(need * 2.5)})  # two fit
+    client = ollama_client(host)
+    await client.pull(NAME)
+    for name in ("a:1", "b:1", "c:1"):
+        await client.copy(NAME, name)
+
+    for name in ("a:1", "b:1", "a:1"):  # b is now the least recently used
+        await client.generate(name, prompt="Hi", options=SHORT)
+    assert {"a:1", "b:1"} <= set(await running(client))
+    await client.generate("c:1", prompt="Hi", options=SHORT)
+    loaded = set(await running(client))
+    assert {"a:1", "c:1"} <= loaded and "b:1" not in loaded
+
+    small = await start_host(**engine, more={"memory_budget_mb": int(need / 2)})  # can never fit
+    small_client = ollama_client(small)
+    await small_client.pull(NAME)
+    with pytest.raises(ollama.ResponseError) as refused:
+        await small_client.generate(NAME, prompt="Hi", options=SHORT)
+    assert refused.value.status_code == 503 and "MiB" in refused.value.error
+    pinned = small.service.engine_ids()[0]  # and the host serves on
+    assert (await small_client.generate(pinned, prompt="Hi", options=SHORT)).eval_count
+
+
+async def test_requests_that_arrive_while_a_model_loads_wait_for_one_load(
+    start_host: HostFactory, hub: Sources, ollama_client: Any
+) -> None:
+    host = await start_host()
+    client = ollama_client(host)
+    await client.pull(NAME)
+    gate, loads = asyncio.Event(), []
+    real_load = Pool.load
+
+    async def held_load(pool: Pool) -> None:  # the real load, once the test has looked
+        loads.append(pool.id)
+        await gate.wait()
+        await real_load(pool)
+
+    with mock.patch.object(Pool, "load", held_load):
+        asks = [
+            asyncio.create_task(client.generate(NAME, prompt=f"{n}+{n}=", options=SHORT))
+            for n in range(3)
+        ]
+        while not loads:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # every request has reached the host and waits
+        queue = (await host.client.get("/v1/host/queue")).json()["pools"]
+        loading = next(q for q in queue if q["pool_id"] == NAME)
+        assert loading["loading_for"] == 3 and loading["loaded_in_ms"] is not None
+        gate.set()
+        replies = await asyncio.gather(*asks)
+    assert loads == [NAME] and all(reply.eval_count for reply in replies)
