@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from infertui.core.client import connect, explain
+from infertui.core.client import Client, connect, explain
 from infertui.core.config import Settings
 from infertui.core.protocol import ChatMessage, InferError
 from infertui.core.transport.p2p.ids import load_seed
@@ -41,13 +41,7 @@ async def ask(
         out.flush()
 
     try:
-        client = await connect(
-            target,
-            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-            bootstrap=settings.bootstrap,
-            connect_timeout=settings.client.connect_timeout_s,
-            seed=load_seed(role="client"),
-        )
+        client = await connect_to(target, settings)
     except InferError as err:
         return fail(err, emit if as_json else None)
     reply = client.chat(
@@ -95,6 +89,17 @@ def _quiet(out: TextIO) -> None:
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, out.fileno())
+
+
+async def connect_to(target: str, settings: Settings) -> Client:
+    """The host TARGET names, reached as `infertui connect` reaches it."""
+    return await connect(
+        target,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        bootstrap=settings.bootstrap,
+        connect_timeout=settings.client.connect_timeout_s,
+        seed=load_seed(role="client"),
+    )
 
 
 def fail(err: InferError, emit: Any) -> int:

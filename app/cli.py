@@ -93,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     ask.add_argument("--json", action="store_true", help="print NDJSON events instead of text")
 
+    running = commands.add_parser(
+        "ps",
+        help="the models a host has in memory, and until when each stays",
+        description="List a host's loaded models: size, CPU or GPU, context, and until when "
+        "each stays (a model loaded on demand unloads after its keep_alive).",
+    )
+    add_client_flags(running)
+
     hosts = commands.add_parser(
         "hosts",
         help="list the hosts that announce on a topic",
@@ -159,13 +167,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         role: Role = "client" if args.client else "host"
         sys.stdout.write(f"{server_id(load_seed(reset=args.reset_id, role=role))}\n")
         return 0
-    if args.command in ("ask", "connect"):
+    if args.command in ("ask", "connect", "ps"):
         try:
             settings = config.load_settings(**client_overrides(args))
         except Exception as exc:  # a bad flag, config file or variable: say so, no traceback
             return settings_failed(exc, args)
         if args.command == "ask":
             return run_ask(args, settings)
+        if args.command == "ps":
+            import asyncio
+
+            from .ps import ps
+
+            configure_console(settings.log_level if args.log_level else "WARNING")
+            return asyncio.run(ps(args.target, settings))
         from infertui.tui.app import run_client_app
 
         return run_client_app(args.target, settings)

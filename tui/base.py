@@ -82,7 +82,11 @@ class InfertuiApp(App[int]):
         with contextlib.suppress(InferError):
             if await client.update_info() and self.client is client:
                 chosen = self.options.model
-                if chosen and chosen not in client.info.models:  # removed: the default answers
+                if (
+                    chosen
+                    and chosen not in client.info.models
+                    and not await in_library(client, chosen)
+                ):  # removed (not merely unloaded after its keep_alive): the default answers
                     self.options = self.options.model_copy(update={"model": None})
                     self.notify(
                         f"The host no longer serves {chosen}: chats go to {client.info.model}.",
@@ -104,3 +108,11 @@ def infertui_app(node: DOMNode) -> InfertuiApp:
     app = node.app
     assert isinstance(app, InfertuiApp), "infertui's screens run in an InfertuiApp"
     return app
+
+
+async def in_library(client: Client, name: str) -> bool:
+    """Whether the host's library has `name`: a chat naming it loads it again."""
+    try:
+        return any(entry.name == name for entry in await client.library())
+    except InferError:
+        return False

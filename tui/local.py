@@ -14,6 +14,7 @@ from infertui.core.protocol import (
     ChatMessage,
     EngineStatus,
     Finished,
+    LibraryEntry,
     LiveJob,
     MetricsSnapshot,
     QueueSnapshot,
@@ -108,6 +109,9 @@ class LocalClient(Client):
 
     async def engines(self) -> list[EngineStatus]:
         return self.service.engines()
+
+    async def library(self) -> list[LibraryEntry]:
+        return await self.service.library_entries()
 
     async def queue(self) -> list[QueueSnapshot]:
         return self.service.queues()

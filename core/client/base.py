@@ -3,7 +3,7 @@
 Client                      connected to one host (Hyperswarm or HTTP)
   .info -> HostInfo         who the host is and what it serves
   .chat(...) -> ChatReply   async iterator of text; .abort(); .stats when it ends
-  .engines() .queue() .metrics() .watch_metrics() .hosts()
+  .engines() .queue() .metrics() .watch_metrics() .hosts() .library()
   .update_info()            follow the host's engines as they change
   .add_engine() .remove_engine() .reload_engine() .drain_engine() .resume_engine()  (admin)
   .wait_closed()            returns when the connection is gone
@@ -23,6 +23,7 @@ from ..protocol.host_api import AddEngineRequest
 from ..protocol.snapshots import (
     EngineStatus,
     FinishReason,
+    LibraryEntry,
     MetricsSnapshot,
     PoolState,
     QueueSnapshot,
@@ -112,6 +113,11 @@ class Client(ABC):
         changed = (ids, default, unready) != (self.info.models, self.info.model, self.info.unready)
         self.info = dataclasses.replace(self.info, models=ids, model=default, unready=unready)
         return changed
+
+    async def library(self) -> list[LibraryEntry]:
+        """The host's library, loaded or not: a chat naming one loads it. None here: a
+        topic's hosts each have their own."""
+        return []
 
     @abstractmethod
     def chat(

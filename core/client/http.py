@@ -21,7 +21,13 @@ from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError, kind_for_openai_code, kind_for_status
 from ..protocol.finish import heard_finish
 from ..protocol.host_api import AddEngineRequest
-from ..protocol.snapshots import EngineStatus, FinishReason, MetricsSnapshot, QueueSnapshot
+from ..protocol.snapshots import (
+    EngineStatus,
+    FinishReason,
+    LibraryEntry,
+    MetricsSnapshot,
+    QueueSnapshot,
+)
 from ..protocol.sse_reader import sse_batches
 from .base import ChatReply, ChatStats, Client, HostInfo
 
@@ -265,6 +271,10 @@ class HttpHostClient(Client):
             EngineStatus.model_validate(await _get(self._http, f"/engines/{e['engine_id']}/status"))
             for e in listed.get("engines", ())
         ]
+
+    async def library(self) -> list[LibraryEntry]:
+        data = await _get(self._http, "/v1/host/library")
+        return [LibraryEntry.model_validate(m) for m in data.get("models", ())]
 
     async def queue(self) -> list[QueueSnapshot]:
         data = await _get(self._http, "/v1/host/queue")

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..protocol.common import ChatMessage
 from ..protocol.host_api import AddEngineRequest
-from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot
+from ..protocol.snapshots import EngineStatus, LibraryEntry, MetricsSnapshot, QueueSnapshot
 from ..transport.p2p.client import ChatStream, P2PClient
 from .base import ChatReply, ChatStats, Client, HostInfo
 
@@ -79,6 +79,10 @@ class P2PHostClient(Client):
     async def engines(self) -> list[EngineStatus]:
         reply = await self._peer.request("engines")
         return [EngineStatus.model_validate(e) for e in reply.get("engines", [])]
+
+    async def library(self) -> list[LibraryEntry]:
+        reply = await self._peer.request("library")
+        return [LibraryEntry.model_validate(m) for m in reply.get("models", [])]
 
     async def queue(self) -> list[QueueSnapshot]:
         reply = await self._peer.request("queue")

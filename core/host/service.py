@@ -35,6 +35,7 @@ from ..protocol.orchestrator import Capabilities, PoolHealth
 from ..protocol.p2p import ServerInfo
 from ..protocol.snapshots import (
     EngineStatus,
+    LibraryEntry,
     LiveJob,
     MetricsSnapshot,
     QueueSnapshot,
@@ -45,6 +46,7 @@ from ..protocol.tokens import Props
 from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
 from . import reports
+from .model_facts import facts_of
 from .prepare import Ask, prepare
 from .pulls import Pulls
 from .registry import EngineRegistry
@@ -358,6 +360,24 @@ class HostService:
         )
 
     # ---- the model library -------------------------------------------------------------
+
+    async def library_entries(self) -> list[LibraryEntry]:
+        """The library's models, loaded or not (headers read off the event loop)."""
+        return await asyncio.to_thread(self._library_entries)
+
+    def _library_entries(self) -> list[LibraryEntry]:
+        names = set(self._registry.ids())
+        out = []
+        for model in self.library.models():
+            facts = facts_of(model)
+            entry = LibraryEntry(
+                name=model.name, size=model.size, architecture=facts.architecture,
+                parameters=facts.parameter_size, quantization=facts.quantization,
+                context_length=facts.context_length, modified=model.modified,
+                source=model.source, loaded=model.name in names,
+            )  # fmt: skip
+            out.append(entry)
+        return out
 
     def pull_model(self, name: str, *, insecure: bool = False) -> AsyncIterator[PullEvent]:
         """Pull `name` into the library (a pull already running for it is followed): its

@@ -175,6 +175,20 @@ class QueueSnapshot(_Frozen):
     )
 
 
+class LibraryEntry(_Frozen):
+    """A model of the host's library (`infertui list`): a request naming it loads it."""
+
+    name: str
+    size: int = Field(description="bytes, all parts")
+    architecture: str = ""
+    parameters: str = Field("", description='as Ollama shows it: "135M", "1.2B"')
+    quantization: str = ""
+    context_length: int | None = None
+    modified: float = Field(0.0, description="when it was pulled (Unix seconds)")
+    source: str = Field("", description="hf, ollama, url, local, or folder (a model folder's)")
+    loaded: bool = False
+
+
 class Percentiles(_Frozen):
     p50: float | None = None
     p95: float | None = None

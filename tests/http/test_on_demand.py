@@ -6,6 +6,8 @@ real host. The model is the cut bundled one (tests/models.py), pulled from a loo
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,14 +18,15 @@ import ollama
 import openai
 import pytest
 
+from infertui.core.client import connect
 from infertui.core.config import HostSettings
 from infertui.core.host.residency import MIB, estimate_bytes
 from infertui.core.host.specs import engine_spec
 from infertui.core.library import LibraryModel
 from infertui.core.scheduler import Pool
 
-from ..conftest import Host
-from ..library.fake_sources import Sources, serve
+from ..conftest import CLIENT_SEED, Host
+from ..library.fake_sources import Sources, hub_of
 from .conftest import HostFactory
 
 REPO = "tiny-org/Cut-GGUF"
@@ -33,14 +36,8 @@ SHORT = {"num_predict": 4, "temperature": 0}
 
 @pytest.fixture
 def hub(cut_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
-    held = Sources()
-    held.add_repo_file(REPO, "Cut-Q4_K_M.gguf", cut_model_path)
-    address, server = serve(held)
-    monkeypatch.setenv("HF_ENDPOINT", f"http://{address}")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    yield held
-    server.shutdown()
-    server.server_close()
+    with hub_of(REPO, "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch) as held:
+        yield held
 
 
 @pytest.fixture
@@ -203,3 +200,41 @@ async def test_requests_that_arrive_while_a_model_loads_wait_for_one_load(
         gate.set()
         replies = await asyncio.gather(*asks)
     assert loads == [NAME] and all(reply.eval_count for reply in replies)
+
+
+async def infertui(*args: str, data: Path) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infertui.app.cli", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "INFERTUI_DATA_DIR": str(data)},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.p2p
+async def test_both_clients_list_the_library_and_infertui_ps_says_until_when(
+    start_host: HostFactory, hub: Sources, ollama_client: Any, tmp_path: Path
+) -> None:
+    host = await start_host(p2p=True)
+    pinned = host.service.engine_ids()[0]
+    await ollama_client(host).pull(NAME)
+    for transport in ("http", "p2p"):
+        async with await connect(
+            host.target(transport), bootstrap=host.bootstrap, seed=CLIENT_SEED
+        ) as client:
+            listed = {entry.name: entry for entry in await client.library()}
+            assert listed[NAME].size == hub_size(hub) and not listed[NAME].loaded
+            assert listed[NAME].architecture == "llama" and listed[NAME].source == "hf"
+
+    code, out, err = await infertui("ps", host.url, data=tmp_path)
+    assert code == 0, err
+    assert pinned in out and NAME not in out
+    await ollama_client(host).generate(NAME, prompt="Hi", options=SHORT)
+    code, out, err = await infertui(
+        "ps", host.server_id, "--bootstrap", host.bootstrap[0], data=tmp_path
+    )
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "minutes from now" in rows[NAME] and "CPU" in rows[NAME]
+    assert "stays" in rows[pinned]

@@ -13,11 +13,13 @@ survive: a connection cut mid-file, a corrupted byte, a gated repository.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -193,3 +195,18 @@ def serve(sources: Sources) -> tuple[str, _Server]:
     threading.Thread(target=server.serve_forever, daemon=True, name="sources").start()
     host, port = server.server_address[:2]
     return f"{host}:{port}", server
+
+
+@contextlib.contextmanager
+def hub_of(repo: str, file: str, path: Path, monkeypatch: Any) -> Iterator[Sources]:
+    """A loopback Hub holding one GGUF, that pulls in this test reach (HF_ENDPOINT)."""
+    held = Sources()
+    held.add_repo_file(repo, file, path)
+    address, server = serve(held)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://{address}")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    try:
+        yield held
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -4,6 +4,8 @@ multi-line prompts, the model picker, a remapped abort key."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from textual import events
 from textual.widgets import OptionList, Static
@@ -18,7 +20,8 @@ from infertui.tui.screens.model_picker import ModelPicker
 from infertui.tui.widgets.message import AssistantMessage, UserMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import CLIENT_SEED, ServedHost, SharedHost, over_p2p
+from ..conftest import CLIENT_SEED, HostFactory, ServedHost, SharedHost, over_p2p
+from ..library.fake_sources import hub_of
 from .test_client_app import SIZE, ask, stats_of, until
 
 pytestmark = pytest.mark.model
@@ -316,3 +319,35 @@ async def test_asking_again_after_scrolling_up_follows_the_new_reply(host: Serve
             if at_end():
                 break
         assert at_end()
+
+
+@pytest.mark.parametrize("transport", ["http"])
+async def test_the_picker_lists_the_library_and_the_first_message_loads_the_model(
+    start_host: HostFactory,
+    transport: str,
+    cut_model_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 36 §4: a library model that is not loaded is offered; picked, the first message
+    loads it and it answers; unloaded after its keep_alive, it stays the chat's choice."""
+    host = await start_host(p2p=False, more={"keep_alive": "1s"})
+    name = "hf.co/tiny-org/Cut-GGUF:Q4_K_M"
+    with hub_of("tiny-org/Cut-GGUF", "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch):
+        async for _ in host.service.pull_model(name):
+            pass
+    app = app_for(host, transport)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("ctrl+l")
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        picker = app.screen.query_one(OptionList)
+        assert picker.option_count == 3  # the host's default, its engine, the library model
+        assert "not loaded" in str(picker.get_option_at_index(2).prompt)
+        await pilot.press("down", "down", "enter")
+        await until(pilot, lambda: app.options.model == name)
+        view = await ask(pilot, app, "Name a colour.")
+        await until(pilot, lambda: "tokens" in stats_of(view), 60)
+        assert stats_of(view).startswith(f"{name} · "), stats_of(view)
+        await until(pilot, lambda: name not in host.service.engine_ids(), 10)  # keep_alive
+        await app.update_host_info()
+        assert app.options.model == name  # unloaded, not gone: the next message loads it

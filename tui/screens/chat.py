@@ -314,7 +314,15 @@ class ChatScreen(Screen[None]):
         status = self.query_one("#reply-status", Static)
         # the asked engine's queue alone, where the chat names one (the host's default is
         # resolved on the host, so then every engine's queue counts)
-        asked = [q for q in queues if q.pool_id == infertui_app(self).options.model]
+        model = infertui_app(self).options.model
+        asked = [q for q in queues if model in (q.pool_id, q.pool_id.removesuffix(":latest"))]
+        loading = next((q for q in asked if q.loaded_in_ms is not None), None)
+        if loading is not None:  # a library model, loaded for this question
+            status.update(
+                f"Loading {loading.pool_id} · ready in ≈ {(loading.loaded_in_ms or 0) / 1000:.1f}"
+                " s · Esc cancels"
+            )
+            return
         queues = asked or queues
         where = f"on {asked[0].pool_id}" if asked else "on the host"
         entries = [e for q in queues for e in q.waiting]
@@ -387,12 +395,16 @@ class ChatScreen(Screen[None]):
         else:
             transcript.scroll_page_down()
 
-    def action_pick_model(self) -> None:
+    async def action_pick_model(self) -> None:
         app = infertui_app(self)
         client = app.client
         if client is None:
             self.notify(app.not_connected(), severity="warning")
             return
+        try:
+            library = await client.library()
+        except InferError:  # an older host: its engines alone
+            library = []
 
         def chosen(choice: ModelChoice | None) -> None:
             if choice is None:
@@ -402,7 +414,7 @@ class ChatScreen(Screen[None]):
             asked = choice.model or "the host's default"
             self.notify(f"Asking {asked} from the next message.")
 
-        picker = ModelPicker(client.info.models, client.info.model, app.options.model)
+        picker = ModelPicker(client.info.models, client.info.model, app.options.model, library)
         self.app.push_screen(picker, chosen)
 
     async def action_new_chat(self) -> None:

@@ -1,7 +1,9 @@
-"""Which of the host's engines the chat asks: the host's default, or one by name."""
+"""Which model the chat asks: the host's default, one of its engines, or a model of its library
+that is not loaded (the first message loads it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from textual import on
@@ -9,6 +11,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
+
+from infertui.core.protocol import LibraryEntry
 
 from .forms import FormModal
 
@@ -23,17 +27,26 @@ class ModelChoice:
 
 
 class ModelPicker(FormModal[ModelChoice | None]):
-    """Lists the host's engines; Enter picks one, Escape keeps the current choice (None)."""
+    """Lists the host's engines, then its library's models that are not loaded; Enter picks
+    one, Escape keeps the current choice (None)."""
 
-    def __init__(self, models: tuple[str, ...], default: str, current: str | None) -> None:
+    def __init__(
+        self,
+        models: tuple[str, ...],
+        default: str,
+        current: str | None,
+        library: Sequence[LibraryEntry] = (),
+    ) -> None:
         super().__init__()
         self.models, self.default, self.current = models, default, current
+        self.library = [entry for entry in library if entry.name not in models]
 
     def compose(self) -> ComposeResult:
         options = [Option(f"The host's default ({self.default or 'none loaded'})", id=DEFAULT)]
         options += [Option(model, id=model) for model in self.models]
+        options += [Option(_unloaded(entry), id=entry.name) for entry in self.library]
         picker = OptionList(*options, id="models", compact=True)
-        ids = [DEFAULT, *self.models]
+        ids = [DEFAULT, *self.models, *(entry.name for entry in self.library)]
         picker.highlighted = ids.index(self.current) if self.current in ids else 0
         with Vertical(id="dialog"):
             yield Label("Ask which model?", classes="title")
@@ -42,3 +55,11 @@ class ModelPicker(FormModal[ModelChoice | None]):
     @on(OptionList.OptionSelected, "#models")
     def pick(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(ModelChoice(event.option.id or None))
+
+
+def _unloaded(entry: LibraryEntry) -> str:
+    """A library model not in memory: its name, size, and that the first message loads it."""
+    size = entry.size / 1e9
+    said = f"{size:.1f} GB" if size >= 1 else f"{entry.size / 1e6:.0f} MB"
+    details = " ".join(part for part in (entry.parameters, entry.quantization) if part)
+    return f"{entry.name}  [dim]{details} · {said} · not loaded: the first message loads it[/]"

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 
 from ...protocol.p2p import ServerInfo
-from ...protocol.snapshots import SnapshotKind
+from ...protocol.snapshots import LibraryEntry, SnapshotKind
 from .access import access_of
 from .deps import service_of
 from .routing import StrictJSONRoute
@@ -38,6 +38,11 @@ async def host_info(request: Request) -> ServerInfo:
 @router.get("/v1/host/queue", summary="Per engine: waiting jobs with predicted starts, slots")
 async def host_queue(request: Request) -> dict[str, Any]:
     return service_of(request).snapshot(SnapshotKind.QUEUE)
+
+
+@router.get("/v1/host/library", summary="The library's models, loaded or not (infertui list)")
+async def host_library(request: Request) -> dict[str, list[LibraryEntry]]:
+    return {"models": await service_of(request).library_entries()}
 
 
 @router.get("/v1/host/metrics", summary="Per engine: counters, rates and latency percentiles")

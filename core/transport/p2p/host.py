@@ -150,7 +150,7 @@ class P2PServer:
         capabilities = {
             "max_prompt_bytes": p2p.MAX_PROMPT_BYTES,
             "peer_job_limit": self.peer_job_limit,
-            "additive_types": [*SNAPSHOT_TYPES, "metrics_subscribe", *ADMIN_TYPES],
+            "additive_types": [*SNAPSHOT_TYPES, "library", "metrics_subscribe", *ADMIN_TYPES],
             "admin": admin,
         }
         return self.service.server_info(capabilities, server_id=self.describe())
@@ -292,6 +292,8 @@ class PeerSession:
             elif envelope.type in SNAPSHOT_TYPES:
                 kind = SnapshotKind(envelope.type)
                 self.send(kind, self.server.service.snapshot(kind), rid)
+            elif envelope.type == "library":
+                self.spawn(f"library:{rid}", self.send_library(rid))
             elif envelope.type == "metrics_subscribe":
                 self.subscribe(rid or "", Subscription.model_validate(envelope.payload))
             elif envelope.type == "unsubscribe":
@@ -324,6 +326,10 @@ class PeerSession:
 
         self.cancel_task(rid)
         self.spawn(rid, push())
+
+    async def send_library(self, rid: str | None) -> None:
+        entries = await self.server.service.library_entries()
+        self.send("library", {"models": [e.model_dump(mode="json") for e in entries]}, rid)
 
     def admin_operation(self, kind: str, payload: dict[str, Any], rid: str | None) -> None:
         if not self.admin:
