@@ -46,7 +46,7 @@ def pull(
         for remote in plan.files:
             status = f"pulling {remote.sha256[:12] if remote.sha256 else remote.name}"
             said = partial(_fetching, progress, status, remote.digest)
-            hashes.append(fetch(http, remote, folder / remote.name, progress=said, cancel=cancel))
+            hashes.append(fetch(remote, folder / remote.name, progress=said, cancel=cancel))
         progress({"status": "verifying sha256 digest"})
         progress({"status": "writing manifest"})
         model = library.record(name, plan, hashes)

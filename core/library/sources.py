@@ -93,7 +93,7 @@ def _hub_plan(client: httpx.Client, name: ModelName) -> Plan:
             f"hf.co/{repo} is not on the Hub"
             + ("" if hub_headers() else " (or it is private: set HF_TOKEN)"),
         )
-    raise_for_source(info, f"hf.co/{repo}")
+    raise_for_source(info.status_code, info.headers, f"hf.co/{repo}")
     body = _json(info, f"hf.co/{repo}")
     commit = body.get("sha") or "main"
     ggufs = {
@@ -123,7 +123,7 @@ def _hub_plan(client: httpx.Client, name: ModelName) -> Plan:
     for path in chosen:
         url = f"{base}/{repo}/resolve/{commit}/{path}"
         head = client.head(url, headers=hub_headers(), follow_redirects=False)
-        raise_for_source(head, path)
+        raise_for_source(head.status_code, head.headers, path)
         lfs = ggufs[path].get("lfs") or {}
         linked = head.headers.get("X-Linked-Etag", "").strip('"')
         sha = lfs.get("sha256") or (linked if len(linked) == 64 else None)
@@ -153,7 +153,7 @@ def _registry_plan(client: httpx.Client, name: ModelName, *, insecure: bool) -> 
         raise InferError(
             ErrorKind.MODEL_NOT_FOUND, f"{name.short} is not in the registry at {name.host}"
         )
-    raise_for_source(reply, name.short)
+    raise_for_source(reply.status_code, reply.headers, name.short)
     manifest = _json(reply, name.short)
     files: list[RemoteFile] = []
     layers: dict[str, Any] = {}
@@ -174,7 +174,7 @@ def _registry_plan(client: httpx.Client, name: ModelName, *, insecure: bool) -> 
 
 def _small_layer(client: httpx.Client, url: str, digest: str, kind: str) -> Any:
     reply = client.get(url, follow_redirects=True)
-    raise_for_source(reply, f"the {kind} layer")
+    raise_for_source(reply.status_code, reply.headers, f"the {kind} layer")
     if hashlib.sha256(reply.content).hexdigest() != digest[7:]:
         raise InferError(ErrorKind.DIGEST_MISMATCH, f"the {kind} layer is not {digest}")
     text = reply.content.decode("utf-8", errors="replace")
@@ -190,7 +190,7 @@ def _url_plan(client: httpx.Client, name: ModelName, sha256: str | None) -> Plan
     if head.status_code >= 400 and head.status_code != 404:  # no HEAD (S3's signed URLs)
         size = None  # the GET tells
     else:
-        raise_for_source(head, name.url)
+        raise_for_source(head.status_code, head.headers, name.url)
         length = head.headers.get("Content-Length")
         size = int(length) if length and length.isdigit() else None
     file = RemoteFile(name.url, f"{name.model}.gguf", sha256.lower() if sha256 else None, size)
