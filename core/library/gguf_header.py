@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 # llama.cpp's LLAMA_FTYPE_* values, as `general.file_type` stores them
 FILE_TYPES = {
@@ -21,6 +22,7 @@ FILE_TYPES = {
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
 _STRING, _ARRAY = 8, 9
+_LENGTH = struct.Struct("<Q")  # a string's
 _LONG_ARRAY = 64  # a tokenizer's vocabulary is read past, not kept
 
 
@@ -69,46 +71,80 @@ class GgufHeader:
 def read_header(path: Path) -> GgufHeader:
     """Raises ValueError for a file that is not GGUF (or is cut short in its header)."""
     with path.open("rb") as f:
-        if f.read(4) != b"GGUF":
+        try:
+            view = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file
+            raise ValueError(f"{path.name} is not a GGUF file") from None
+    with view:
+        if view[:4] != b"GGUF":
             raise ValueError(f"{path.name} is not a GGUF file")
-        version, n_tensors, n_kv = struct.unpack("<IQQ", _exact(f, 20))
+        reader = _Reader(view, 4)
+        version, n_tensors, n_kv = reader.unpack("<IQQ")
         if version < 2:
             raise ValueError(f"{path.name} is GGUF version {version}, too old")
         header = GgufHeader()
         for _ in range(n_kv):
-            key = _string(f)
-            header.metadata[key] = _value(f, struct.unpack("<I", _exact(f, 4))[0])
+            key = reader.string()
+            header.metadata[key] = reader.value(reader.unpack("<I")[0])
         for _ in range(n_tensors):
-            _string(f)
-            (n_dims,) = struct.unpack("<I", _exact(f, 4))
+            reader.skip_string()
+            (n_dims,) = reader.unpack("<I")
             count = 1
-            for dim in struct.unpack(f"<{n_dims}Q", _exact(f, 8 * n_dims)):
+            for dim in reader.unpack(f"<{n_dims}Q"):
                 count *= dim
-            _exact(f, 12)  # type, offset
+            reader.at += 12  # type, offset
             header.parameters += count
         return header
 
 
-def _exact(f: BinaryIO, n: int) -> bytes:
-    data = f.read(n)
-    if len(data) != n:
-        raise ValueError("the GGUF header is cut short")
-    return data
+class _Reader:
+    """Values read at an offset of the mapped file; a long array (a vocabulary) is stepped
+    over, never decoded: reading SmolLM2's 49k tokens one by one took 0.17 s."""
 
+    def __init__(self, view: mmap.mmap, at: int) -> None:
+        self.view, self.at = view, at
 
-def _string(f: BinaryIO) -> str:
-    (n,) = struct.unpack("<Q", _exact(f, 8))
-    return _exact(f, n).decode("utf-8", errors="replace")
+    def unpack(self, fmt: str) -> tuple[Any, ...]:
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.view):
+            raise ValueError("the GGUF header is cut short")
+        values = struct.unpack_from(fmt, self.view, self.at)
+        self.at += size
+        return values
 
+    def string(self) -> str:
+        start = self.skip_string()
+        return bytes(self.view[start : self.at]).decode("utf-8", errors="replace")
 
-def _value(f: BinaryIO, kind: int) -> Any:
-    if kind in _SCALARS:
-        fmt = _SCALARS[kind]
-        return struct.unpack(fmt, _exact(f, struct.calcsize(fmt)))[0]
-    if kind == _STRING:
-        return _string(f)
-    if kind == _ARRAY:
-        item_kind, n = struct.unpack("<IQ", _exact(f, 12))
-        items = [_value(f, item_kind) for _ in range(n)]
-        return items if n <= _LONG_ARRAY else f"[{n} items]"
-    raise ValueError(f"unknown GGUF value type {kind}")
+    def skip_string(self) -> int:
+        """Past a string; where its bytes start."""
+        (n,) = self.unpack("<Q")
+        start, self.at = self.at, self.at + n
+        if self.at > len(self.view):
+            raise ValueError("the GGUF header is cut short")
+        return start
+
+    def value(self, kind: int) -> Any:
+        if kind in _SCALARS:
+            return self.unpack(_SCALARS[kind])[0]
+        if kind == _STRING:
+            return self.string()
+        if kind != _ARRAY:
+            raise ValueError(f"unknown GGUF value type {kind}")
+        item_kind, n = self.unpack("<IQ")
+        if n <= _LONG_ARRAY:
+            return [self.value(item_kind) for _ in range(n)]
+        if item_kind in _SCALARS:
+            self.at += n * struct.calcsize(_SCALARS[item_kind])
+        elif item_kind == _STRING:  # the hot loop: a vocabulary's 50-250k strings
+            view, at, length = self.view, self.at, _LENGTH.unpack_from
+            try:
+                for _ in range(n):
+                    at += 8 + length(view, at)[0]
+            except struct.error:
+                raise ValueError("the GGUF header is cut short") from None
+            self.at = at
+        else:
+            for _ in range(n):
+                self.value(item_kind)
+        return f"[{n} items]"
