@@ -127,6 +127,21 @@ class LocalClient(Client):
         await self.service.remove_engine(engine_id)
         self.refresh_info()
 
+    async def pull_model(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        async for event in self.service.pull_model(name):
+            yield event
+
+    async def delete_model(self, name: str) -> None:
+        await self.service.delete_model(name)
+
+    async def load_model(self, name: str) -> None:
+        await self.service.load_model(name, None)
+        self.refresh_info()
+
+    async def unload_model(self, name: str) -> None:
+        await self.service.load_model(name, 0)
+        self.refresh_info()
+
     async def reload_engine(self, engine_id: str, model_path: str | None = None) -> None:
         await self.service.reload_engine(engine_id, model_path)
 

@@ -6,6 +6,7 @@ Client                      connected to one host (Hyperswarm or HTTP)
   .engines() .queue() .metrics() .watch_metrics() .hosts() .library()
   .update_info()            follow the host's engines as they change
   .add_engine() .remove_engine() .reload_engine() .drain_engine() .resume_engine()  (admin)
+  .pull_model() .delete_model() .load_model() .unload_model()  (admin: the library)
   .wait_closed()            returns when the connection is gone
 """
 
@@ -160,6 +161,23 @@ class Client(ABC):
     @abstractmethod
     async def resume_engine(self, engine_id: str) -> None:
         """Admit jobs again after a drain."""
+
+    # The library (admin): Ollama's pull, delete, load (an empty request) and unload (keep_alive 0)
+
+    @abstractmethod
+    def pull_model(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        """Pull `name` into the host's library: Ollama's /api/pull events (`status`, and while
+        a file comes `digest`, `total`, `completed`), to `success`; a failure raises."""
+
+    @abstractmethod
+    async def delete_model(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def load_model(self, name: str) -> None:
+        """Load a library model now (it stays for the host's keep_alive)."""
+
+    @abstractmethod
+    async def unload_model(self, name: str) -> None: ...
 
     @abstractmethod
     async def wait_closed(self) -> None:

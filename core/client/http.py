@@ -45,6 +45,8 @@ def error_from_response(status: int, body: bytes, headers: httpx.Headers) -> Inf
     if isinstance(inner, dict):  # spec 004 (and spec 001's `code`)
         kind = kind_for_openai_code(inner.get("code"))
         message = str(inner.get("message") or f"HTTP {status}")
+    elif isinstance(inner, str) and inner:  # Ollama's /api: the status says the kind
+        kind, message = ErrorKind.INTERNAL, inner
     else:  # spec 002 or a proxy's page
         kind = ErrorKind.INTERNAL
         said = data.get("message") if isinstance(data, dict) else None
@@ -302,6 +304,33 @@ class HttpHostClient(Client):
     async def resume_engine(self, engine_id: str) -> None:
         await _call(self._http, "POST", f"/v1/pools/{engine_id}/resume")
 
+    async def pull_model(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async with self._http.stream(
+                "POST", "/api/pull", json={"model": name}, timeout=httpx.Timeout(10, read=None)
+            ) as response:
+                if response.status_code >= 400:
+                    body = await response.aread()
+                    raise error_from_response(response.status_code, body, response.headers)
+                async for line in response.aiter_lines():
+                    event = json.loads(line) if line.strip() else {}
+                    if "error" in event:  # after the 200, as Ollama says a failure
+                        kind = event.get("kind", ErrorKind.CONNECT_FAILED.value)
+                        raise InferError(ErrorKind(kind), str(event["error"]))
+                    if event:
+                        yield event
+        except httpx.HTTPError as err:
+            raise error_from_exception(err) from None
+
+    async def delete_model(self, name: str) -> None:
+        await _ollama_call(self._http, "DELETE", "/api/delete", {"model": name})
+
+    async def load_model(self, name: str) -> None:
+        await _ollama_call(self._http, "POST", "/api/generate", {"model": name}, slow=True)
+
+    async def unload_model(self, name: str) -> None:
+        await _ollama_call(self._http, "POST", "/api/generate", {"model": name, "keep_alive": 0})
+
     async def wait_closed(self) -> None:
         """HTTP has no session: the host counts as gone when its health check fails."""
         while True:
@@ -316,6 +345,18 @@ class HttpHostClient(Client):
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self._http.aclose()
+
+
+async def _ollama_call(
+    http: httpx.AsyncClient, method: str, path: str, body: dict[str, Any], *, slow: bool = False
+) -> dict[str, Any]:
+    """A call to Ollama's /api, whose errors say no kind: a 404 there is a model not found."""
+    try:
+        return await _call(http, method, path, body, slow=slow)
+    except InferError as err:
+        if err.kind is ErrorKind.NOT_FOUND:
+            raise InferError(ErrorKind.MODEL_NOT_FOUND, err.message) from None
+        raise
 
 
 async def _get(http: httpx.AsyncClient, path: str) -> dict[str, Any]:

@@ -114,6 +114,19 @@ class P2PHostClient(Client):
     async def resume_engine(self, engine_id: str) -> None:
         await self._peer.request("engine_resume", {"engine_id": engine_id})
 
+    async def pull_model(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        async for event in self._peer.pull(name):
+            yield event
+
+    async def delete_model(self, name: str) -> None:
+        await self._peer.request("model_delete", {"name": name})
+
+    async def load_model(self, name: str) -> None:
+        await self._peer.request("model_load", {"name": name}, wait_s=None)
+
+    async def unload_model(self, name: str) -> None:
+        await self._peer.request("model_unload", {"name": name})
+
     async def wait_closed(self) -> None:
         await self._peer.wait_closed()
 

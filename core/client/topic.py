@@ -367,6 +367,19 @@ class TopicClient(Client):
     async def resume_engine(self, engine_id: str) -> None:
         raise self._one_host_only()
 
+    async def pull_model(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        raise self._one_host_only()
+        yield {}  # an async generator, as the others are
+
+    async def delete_model(self, name: str) -> None:
+        raise self._one_host_only()
+
+    async def load_model(self, name: str) -> None:
+        raise self._one_host_only()
+
+    async def unload_model(self, name: str) -> None:
+        raise self._one_host_only()
+
     async def wait_closed(self) -> None:
         await self._closed.wait()
 

@@ -14,6 +14,7 @@ from infertui.core.protocol.snapshots import (
     EngineParameters,
     EngineState,
     EngineStatus,
+    LibraryEntry,
     LiveJob,
     MemoryUsage,
     MetricsSnapshot,
@@ -122,6 +123,29 @@ class ScriptedClient(Client):
         pass
 
     async def resume_engine(self, engine_id: str) -> None:
+        pass
+
+    async def library(self) -> list[LibraryEntry]:
+        return [
+            LibraryEntry(name="gemma-3-270m", size=253_000_000, architecture="gemma3",
+                         parameters="268M", quantization="Q4_K_M", context_length=32768,
+                         source="folder", loaded=True),
+            LibraryEntry(name="llama3.2:1b", size=1_321_000_000, architecture="llama",
+                         parameters="1.24B", quantization="Q8_0", context_length=131072,
+                         source="ollama"),
+        ]  # fmt: skip
+
+    async def pull_model(self, name: str) -> AsyncIterator[dict[str, Any]]:
+        yield {"status": "pulling manifest"}
+        yield {"status": "success"}
+
+    async def delete_model(self, name: str) -> None:
+        pass
+
+    async def load_model(self, name: str) -> None:
+        pass
+
+    async def unload_model(self, name: str) -> None:
         pass
 
     async def wait_closed(self) -> None:

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 from textual import events
-from textual.widgets import OptionList, Static
+from textual.widgets import DataTable, Input, OptionList, Static
 
 from infertui.core.config import Settings
 from infertui.core.engine import bundled_model_path
 from infertui.core.protocol import AddEngineRequest
 from infertui.tui.app import ClientApp
 from infertui.tui.screens.chat import ChatScreen
+from infertui.tui.screens.engines import EnginesScreen
 from infertui.tui.screens.forms import ConfirmModal
+from infertui.tui.screens.library_pane import PullModal
 from infertui.tui.screens.model_picker import ModelPicker
 from infertui.tui.widgets.message import AssistantMessage, UserMessage
 from infertui.tui.widgets.prompt import PromptArea
@@ -351,3 +353,39 @@ async def test_the_picker_lists_the_library_and_the_first_message_loads_the_mode
         await until(pilot, lambda: name not in host.service.engine_ids(), 10)  # keep_alive
         await app.update_host_info()
         assert app.options.model == name  # unloaded, not gone: the next message loads it
+
+
+async def test_the_engine_manager_pulls_loads_unloads_and_deletes_library_models(
+    start_host: HostFactory, cut_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 §4: the library under the engines, its keys acting on the model under the
+    cursor; a pull shows its progress and its end."""
+    host = await start_host(p2p=False)
+    name = "hf.co/tiny-org/Cut-GGUF:Q4_K_M"
+    app = app_for(host, "http")
+    with hub_of("tiny-org/Cut-GGUF", "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch):
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.client is not None)
+            await pilot.press("f5")
+            await until(pilot, lambda: isinstance(app.screen, EnginesScreen))
+            library = app.screen.query_one("#library", DataTable)
+            await pilot.press("tab")  # into the library
+            await pilot.press("p")
+            await until(pilot, lambda: isinstance(app.screen, PullModal))
+            app.screen.query_one("#name", Input).value = name
+            await pilot.press("enter")
+            status = app.screen.query_one("#pull-status", Static)
+            await until(pilot, lambda: "Pulled" in str(status.render()), 30)
+            await until(pilot, lambda: library.row_count == 1)
+            assert library.get_row_at(0)[0] == name and library.get_row_at(0)[5] == "–"
+
+            library.focus()
+            await pilot.press("l")  # load
+            await until(pilot, lambda: "left" in str(library.get_row_at(0)[5]), 30)
+            assert name in host.service.engine_ids()
+            await pilot.press("o")  # unload
+            await until(pilot, lambda: library.get_row_at(0)[5] == "–", 30)
+            assert name not in host.service.engine_ids()
+            await pilot.press("delete", "y")
+            await until(pilot, lambda: library.row_count == 0, 30)
+            assert host.service.library.find(name) is None

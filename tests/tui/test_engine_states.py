@@ -118,3 +118,25 @@ async def test_an_empty_add_form_names_the_fields_to_fill_in() -> None:
         await pilot.click("#load")
         error = str(app.screen.query_one("#form-error", Static).render())
         assert error == "Fill in: engine id, GGUF path or server URL."
+
+
+class LoadingForAChat(ScriptedClient):
+    """llama3.2:1b, a library model, loads for two requests, this chat's among them."""
+
+    async def queue(self) -> list[QueueSnapshot]:
+        return [QueueSnapshot(pool_id="llama3.2:1b", capacity=8, depth=0, loading_for=2,
+                              loaded_in_ms=2300)]  # fmt: skip
+
+
+async def test_a_chat_that_names_a_model_not_loaded_says_it_loads() -> None:
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.client = LoadingForAChat()
+        app.options = app.options.model_copy(update={"model": "llama3.2:1b"})
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        screen.reply = ScriptedReply()
+        await screen.show_queue_position()
+        await pilot.pause()
+        status = str(screen.query_one("#reply-status", Static).render())
+        assert status == "Loading llama3.2:1b · ready in ≈ 2.3 s · Esc cancels"

@@ -1,4 +1,5 @@
-"""The engine manager: every engine with its state and memory; add, remove, reload, drain.
+"""The engine manager: every engine with its state and memory; add, remove, reload, drain;
+and under it the host's library (library_pane.py): pull, load, unload, delete.
 
 Long operations run in workers; their outcome (or error, in plain words) shows in place."""
 
@@ -22,6 +23,7 @@ from ..widgets.host_bar import HostBar
 from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
 from .forms import ConfirmModal, FormModal
+from .library_pane import LibraryPane
 
 DONE_FADES_S = 10.0  # an operation's "done" stays this long; a failure until the next one
 REQUIRED = {"engine_id": "engine id", "model_path": "GGUF path or server URL"}  # form labels
@@ -43,6 +45,7 @@ class EnginesScreen(DashboardScreen):
         yield DataTable(id="engines", cursor_type="row", zebra_stripes=True)
         yield Static("", id="detail", markup=False)
         yield Static("", id="outcome", markup=False)
+        yield LibraryPane(self.operate, id="library-pane")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -70,6 +73,7 @@ class EnginesScreen(DashboardScreen):
                 e.engine_id, status, p.n_ctx or "?", p.n_parallel, _gpu(p.n_gpu_layers, m), memory,
                 f"{perf.last_inference_tps:.1f}", perf.total_requests, key=e.engine_id,
             )  # fmt: skip
+        await self.query_one(LibraryPane).refresh_from(client, engines)
         self.files = {e.engine_id: _source(e.model_path) for e in engines}
         self.errors = {e.engine_id: e.error for e in engines if e.error}
         if table.row_count:

@@ -14,6 +14,7 @@ from textual.widgets.option_list import Option
 
 from infertui.core.protocol import LibraryEntry
 
+from ..widgets.tables import said_size
 from .forms import FormModal
 
 DEFAULT = ""  # the option id of "whatever the host's default is"
@@ -59,7 +60,6 @@ class ModelPicker(FormModal[ModelChoice | None]):
 
 def _unloaded(entry: LibraryEntry) -> str:
     """A library model not in memory: its name, size, and that the first message loads it."""
-    size = entry.size / 1e9
-    said = f"{size:.1f} GB" if size >= 1 else f"{entry.size / 1e6:.0f} MB"
     details = " ".join(part for part in (entry.parameters, entry.quantization) if part)
-    return f"{entry.name}  [dim]{details} · {said} · not loaded: the first message loads it[/]"
+    size = said_size(entry.size)
+    return f"{entry.name}  [dim]{details} · {size} · not loaded: the first message loads it[/]"

@@ -25,3 +25,8 @@ def tail_cells(text: str, cells: int) -> str:
         if width > cells:
             return text[start + 1 :]
     return text
+
+
+def said_size(n: int) -> str:
+    """Bytes as a table shows them: "94 MB", "1.3 GB"."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"

@@ -311,7 +311,7 @@ async def pull(body: PullRequest, request: Request) -> Any:
             async for event in progress:
                 yield _pull_line(event)
         except InferError as err:  # after the 200: Ollama's way, an error line ends the stream
-            yield json.dumps({"error": err.message})
+            yield json.dumps({"error": err.message, "kind": err.kind.value})
 
     return ndjson_response(lines(), NDJSON)
 

@@ -96,7 +96,8 @@ class P2PClient:
         self._ids = itertools.count(1)
         self._streams: dict[str, ChatStream] = {}
         self._replies: dict[str, asyncio.Future[tuple[p2p.Envelope, Any]]] = {}
-        self._subscriptions: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        # pushed replies (metrics, a pull's progress): payloads, an error, or _GONE
+        self._subscriptions: dict[str, asyncio.Queue[Any]] = {}
         self._info: asyncio.Future[p2p.ServerInfo] = asyncio.get_running_loop().create_future()
         self.server_info: p2p.ServerInfo | None = None
         self._reader = asyncio.create_task(self._read(), name="p2p-client-reader")
@@ -218,10 +219,26 @@ class P2PClient:
         self._send("metrics_subscribe", {"interval_ms": interval_ms}, request_id)
         try:
             while True:
-                yield await queue.get()
+                yield _pushed(await queue.get())
         finally:
             self._subscriptions.pop(request_id, None)
             self._send("unsubscribe", {}, request_id)
+
+    async def pull(self, name: str, *, insecure: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """An admin's pull into the host's library: its progress events, as Ollama's /api/pull
+        lines, to `{"status": "success"}`; a failure raises."""
+        request_id = f"p{next(self._ids)}"
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._subscriptions[request_id] = queue
+        self._send("model_pull", {"name": name, "insecure": insecure}, request_id)
+        try:
+            while True:
+                event = _pushed(await queue.get())
+                yield event
+                if event.get("status") == "success":
+                    return
+        finally:
+            self._subscriptions.pop(request_id, None)
 
     async def _read(self) -> None:
         try:
@@ -241,6 +258,8 @@ class P2PClient:
         finally:
             for stream in self._streams.values():
                 stream._queue.put_nowait(_GONE)
+            for pushed in self._subscriptions.values():
+                pushed.put_nowait(_GONE)
             for future in self._replies.values():
                 if not future.done():
                     future.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
@@ -272,7 +291,8 @@ class P2PClient:
         elif rid in self._streams:
             self._streams[rid]._queue.put_nowait((envelope, payload))
         elif rid in self._subscriptions:
-            self._subscriptions[rid].put_nowait(envelope.payload)
+            error = isinstance(payload, p2p.ErrorPayload)
+            self._subscriptions[rid].put_nowait(payload if error else envelope.payload)
         elif rid in self._replies:
             future = self._replies[rid]
             if not future.done():
@@ -289,3 +309,13 @@ class P2PClient:
             await self._reader
         if self._owns_bridge:
             await self._bridge.close()
+
+
+def _pushed(item: Any) -> dict[str, Any]:
+    """A pushed reply's payload; the host's error, or its going away, raised."""
+    if item is _GONE:
+        raise InferError(ErrorKind.HOST_DISCONNECTED, "host went away")
+    if isinstance(item, p2p.ErrorPayload):
+        raise error_from(item)
+    payload: dict[str, Any] = item
+    return payload

@@ -31,7 +31,15 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import TokenText
 from ...protocol.snapshots import SnapshotKind
 from ...scheduler import Job
-from .admin import ADMIN_TYPES, SNAPSHOT_TYPES, Subscription, run_admin
+from .admin import (
+    ADMIN_TYPES,
+    OPEN_TYPES,
+    PULL_TYPE,
+    SNAPSHOT_TYPES,
+    ModelTarget,
+    Subscription,
+    run_admin,
+)
 from .bridge import Bridge, PeerConnection
 from .ids import server_id, topic_key
 
@@ -150,7 +158,13 @@ class P2PServer:
         capabilities = {
             "max_prompt_bytes": p2p.MAX_PROMPT_BYTES,
             "peer_job_limit": self.peer_job_limit,
-            "additive_types": [*SNAPSHOT_TYPES, "library", "metrics_subscribe", *ADMIN_TYPES],
+            "additive_types": [
+                *SNAPSHOT_TYPES,
+                "library",
+                "metrics_subscribe",
+                *ADMIN_TYPES,
+                PULL_TYPE,
+            ],
             "admin": admin,
         }
         return self.service.server_info(capabilities, server_id=self.describe())
@@ -300,6 +314,8 @@ class PeerSession:
                 self.cancel_task(rid or "")
             elif envelope.type in ADMIN_TYPES:
                 self.admin_operation(envelope.type, envelope.payload, rid)
+            elif envelope.type == PULL_TYPE:
+                self.pull(envelope.payload, rid)
             elif payload is None:
                 raise InferError(ErrorKind.BAD_MESSAGE, f"unknown message type '{envelope.type}'")
         except InferError as err:
@@ -332,10 +348,8 @@ class PeerSession:
         self.send("library", {"models": [e.model_dump(mode="json") for e in entries]}, rid)
 
     def admin_operation(self, kind: str, payload: dict[str, Any], rid: str | None) -> None:
-        if not self.admin:
-            raise InferError(
-                ErrorKind.FORBIDDEN, f"'{kind}' needs this peer's key in the host's --admin list"
-            )
+        if kind not in OPEN_TYPES:
+            self.check_admin(kind)
 
         async def run() -> None:
             try:
@@ -348,6 +362,29 @@ class PeerSession:
         engine = str(payload.get("engine_id", ""))[:128]  # not validated yet: a bounded excerpt
         log.info("peer %s (admin): %s %s", self.peer, kind, engine)
         self.spawn(f"admin:{rid}", run())
+
+    def pull(self, payload: dict[str, Any], rid: str | None) -> None:
+        """An admin's pull into the host's library: its progress as it comes."""
+        self.check_admin(PULL_TYPE)
+        model = ModelTarget.model_validate(payload)
+        log.info("peer %s (admin): %s %s", self.peer, PULL_TYPE, model.name)
+
+        async def run() -> None:
+            try:
+                async for event in self.server.service.pull_model(
+                    model.name, insecure=model.insecure
+                ):
+                    self.send(PULL_TYPE, event, rid)
+            except InferError as err:
+                self.send_error(err, rid)
+
+        self.spawn(f"pull:{rid}", run())
+
+    def check_admin(self, kind: str) -> None:
+        if not self.admin:
+            raise InferError(
+                ErrorKind.FORBIDDEN, f"'{kind}' needs this peer's key in the host's --admin list"
+            )
 
     def start_chat(self, rid: str, start: p2p.ChatStart) -> None:
         wanted = start.protocol_version
