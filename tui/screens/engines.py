@@ -60,6 +60,9 @@ class EnginesScreen(DashboardScreen):
 
     async def refresh_data(self, client: Client) -> None:
         engines = await client.engines()
+        pane = self.query_one(LibraryPane)
+        library = await pane.fetch(client)  # both read before either table changes: no await
+        # between a table's clearing and its cursor's return, where a key press would land
         table = self.query_one("#engines", DataTable)
         row = table.cursor_row
         cleared(table)
@@ -73,7 +76,7 @@ class EnginesScreen(DashboardScreen):
                 e.engine_id, status, p.n_ctx or "?", p.n_parallel, _gpu(p.n_gpu_layers, m), memory,
                 f"{perf.last_inference_tps:.1f}", perf.total_requests, key=e.engine_id,
             )  # fmt: skip
-        await self.query_one(LibraryPane).refresh_from(client, engines)
+        pane.show(library, engines)
         self.files = {e.engine_id: _source(e.model_path) for e in engines}
         self.errors = {e.engine_id: e.error for e in engines if e.error}
         if table.row_count:

@@ -131,13 +131,13 @@ class LibraryPane(Vertical):
         status.remove_class("error")
         status.update(f"Pulled {name}: it is in the library; a request naming it loads it.")
 
-    async def refresh_from(self, client: Client, engines: Sequence[EngineStatus]) -> None:
+    async def fetch(self, client: Client) -> list[LibraryEntry]:
         try:
             entries = await client.library()
         except InferError:  # an older host, without a library: the engines alone
             entries = []
         self.display = bool(entries) or client.info.admin
-        self.show(entries, engines)
+        return entries
 
 
 def _in_memory(engine: EngineStatus | None) -> str:
