@@ -102,6 +102,7 @@ HOST_FLAGS: tuple[Flag, ...] = (
     Flag(("--allow",), "host.p2p.allow", metavar="SERVER_ID"),
     Flag(("--allow-file",), "host.p2p.allow_file", metavar="PATH"),
     Flag(("--admin",), "host.p2p.admins", metavar="SERVER_ID"),
+    Flag(("--share",), "host.p2p.share", metavar="SERVER_ID"),
 )
 
 CLIENT_FLAGS: tuple[Flag, ...] = (

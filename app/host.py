@@ -17,6 +17,7 @@ from infertui.core.protocol import InferError
 from infertui.core.transport.http import Access, HttpServer, create_app, is_loopback
 from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import load_seed, parse_server_id, read_allow_file
+from infertui.core.transport.p2p.peer_pull import PeerPulls
 
 log = logging.getLogger("infertui.host")
 
@@ -26,15 +27,18 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
     service = HostService(settings.host)
     p2p = settings.host.p2p
     if p2p.enabled:
+        seed = load_seed(reset=reset_id)
+        service.pull_from_peers(PeerPulls(bootstrap=settings.bootstrap, seed=seed))
         service.attach(
             P2PServer(
                 service,
-                seed=load_seed(reset=reset_id),
+                seed=seed,
                 bootstrap=settings.bootstrap,
                 topics=p2p.topics,
                 allow=[parse_server_id(key) for key in p2p.allow]
                 + (read_allow_file(Path(p2p.allow_file)) if p2p.allow_file else []),
                 admins=[parse_server_id(key) for key in p2p.admins],
+                sharers=[parse_server_id(key) for key in p2p.share],
                 peer_job_limit=settings.host.peer_job_limit,
             )
         )

@@ -4,15 +4,19 @@ command line, with a progress bar for pulls."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from infertui.core import config, paths
-from infertui.core.library import Library, LibraryModel, PullEvent, pull
+from infertui.core.library import Library, LibraryModel, PullEvent, pull, split_peer
 from infertui.core.library.gguf_header import read_header
 from infertui.core.protocol import InferError
+
+from . import flags
 
 
 def add_model_commands(commands: Any) -> None:
@@ -23,13 +27,16 @@ def add_model_commands(commands: Any) -> None:
         description="Fetch a model into the library, checked by its sha256 and resumed where "
         "an earlier pull stopped. NAME is hf.co/ORG/REPO[:QUANT] (default Q4_K_M), an Ollama "
         "name (llama3.2:1b, NAMESPACE/NAME:TAG, HOST:PORT/NAMESPACE/NAME:TAG) or "
-        "https://…/FILE.gguf. HF_ENDPOINT and HF_TOKEN are honoured.",
+        "https://…/FILE.gguf, or peer:SERVER_ID/NAME for a model of another infertui host (which "
+        "lists this machine's `infertui id --client` in host.p2p.share). HF_ENDPOINT and "
+        "HF_TOKEN are honoured.",
     )
     pulling.add_argument("name", metavar="NAME")
     pulling.add_argument(
         "--insecure", action="store_true", help="reach a registry over plain http (a LAN mirror)"
     )
     pulling.add_argument("--sha256", metavar="HEX", help="the sha256 a URL's file must have")
+    flags.add_flags(pulling, PULL_FLAGS)
     commands.add_parser("list", aliases=["ls"], help="list the models in the library")
     showing = commands.add_parser("show", help="a library model's metadata")
     showing.add_argument("name", metavar="NAME")
@@ -41,6 +48,7 @@ def add_model_commands(commands: Any) -> None:
 
 
 MODEL_COMMANDS = ("pull", "list", "ls", "show", "rm", "cp")
+PULL_FLAGS = (flags.Flag(("--bootstrap",), "bootstrap", metavar="HOST:PORT"),)  # peer: pulls
 
 
 def run_model_command(args: argparse.Namespace) -> int:
@@ -100,13 +108,29 @@ def run_pull(library: Library, args: argparse.Namespace) -> int:
 
     try:
         with bars:
-            model = pull(library, args.name, insecure=args.insecure, sha256=args.sha256,
-                         progress=show)  # fmt: skip
+            if split_peer(args.name):
+                settings = config.load_settings(**flags.overrides(args, PULL_FLAGS))
+                model = asyncio.run(_from_peer(library, args.name, settings.bootstrap, show))
+            else:
+                model = pull(library, args.name, insecure=args.insecure, sha256=args.sha256,
+                             progress=show)  # fmt: skip
     except KeyboardInterrupt:
         sys.stderr.write("infertui: pull stopped; pull again to resume where it stopped\n")
         return 130
     sys.stdout.write(f"pulled {model.name} ({_bytes(model.size)}), sha256 {model.sha256}\n")
     return 0
+
+
+async def _from_peer(
+    library: Library, name: str, bootstrap: list[str], progress: Callable[[PullEvent], None]
+) -> LibraryModel:
+    """A model of another host's library, over Hyperswarm, as this machine's client key (the
+    serving host lists it in host.p2p.share: `infertui id --client` prints it)."""
+    from infertui.core.transport.p2p.ids import load_seed
+    from infertui.core.transport.p2p.peer_pull import PeerPulls
+
+    peers = PeerPulls(bootstrap=bootstrap, seed=load_seed(role="client"))
+    return await peers.pull(library, name, progress=progress)
 
 
 def write_table(models: list[LibraryModel]) -> None:

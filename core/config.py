@@ -139,6 +139,11 @@ class P2PSettings(BaseModel):
         default_factory=list,
         description="let the peers of these server IDs add, remove, reload and drain engines",
     )
+    share: list[str] = Field(
+        default_factory=list,
+        description="let the hosts or clients of these server IDs pull this host's models "
+        "(infertui pull peer:ID/NAME); admins may too",
+    )
 
 
 class UpstreamSettings(BaseModel):

@@ -341,6 +341,7 @@ class Hosts:
         topics: Sequence[str] = (),
         allow: Sequence[bytes] = (),
         admins: Sequence[bytes] = (public_key(CLIENT_SEED),),
+        share: Sequence[bytes] = (),
         api_key: str | None = None,
         api_keys: Sequence[str] = (),
         admin_key: str | None = None,
@@ -381,7 +382,8 @@ class Hosts:
                                "default_max_tokens": default_max_tokens},
                       "p2p": {"enabled": p2p, "topics": list(topics),
                               "allow": [z32_encode(key) for key in allow],
-                              "admins": [z32_encode(key) for key in admins]},
+                              "admins": [z32_encode(key) for key in admins],
+                              "share": [z32_encode(key) for key in share]},
                       **(more or {})}}
         )  # fmt: skip
         loopback = (lambda listen: False) if public else composition.is_loopback

@@ -1,16 +1,18 @@
 """The host's pulls: each runs on a thread of its own (library/pull.py), one per model name,
 and every request for that name follows the one pull's progress; a host that stops cancels
-them, leaving their partial files to resume from."""
+them, leaving their partial files to resume from. A `peer:<server-id>/<name>` comes from
+another host over Hyperswarm, by the PeerSource the host is given (transport/p2p/peer_pull.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ..library import Library, LibraryModel, PullEvent, parse_name, pull
+from ..library import Library, LibraryModel, PullEvent, parse_name, pull, split_peer
 from ..protocol.errors import ErrorKind, InferError
 
 log = logging.getLogger(__name__)
@@ -31,16 +33,25 @@ class _Pull:
             queue.put_nowait(event)
 
 
+class PeerSource(Protocol):
+    async def pull(
+        self, library: Library, text: str, *, progress: Callable[[PullEvent], None],
+        cancel: threading.Event | None = None,
+    ) -> LibraryModel: ...  # fmt: skip
+
+
 class Pulls:
     def __init__(self, library: Library) -> None:
         self._library = library
+        self.peers: PeerSource | None = None  # given where Hyperswarm is on
         self._running: dict[str, _Pull] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def follow(self, text: str, *, insecure: bool = False) -> AsyncIterator[PullEvent]:
         """The progress of the pull of `text` (started now, or already running), to its
         `success`; a failure is raised after the events before it."""
-        key = parse_name(text).full  # INVALID_PARAMS before anything starts
+        # INVALID_PARAMS before anything starts; a peer's model is named once it answers
+        key = text if split_peer(text) else parse_name(text).full
         running = self._running.get(key)
         if running is None:
             running = self._running[key] = _Pull()
@@ -66,10 +77,13 @@ class Pulls:
             loop.call_soon_threadsafe(running.publish, event)
 
         try:
-            running.model = await asyncio.to_thread(
-                pull, self._library, text, insecure=insecure, progress=said,
-                cancel=running.cancel,
-            )  # fmt: skip
+            if split_peer(text):
+                running.model = await self._from_peer(text, said, running.cancel)
+            else:
+                running.model = await asyncio.to_thread(
+                    pull, self._library, text, insecure=insecure, progress=said,
+                    cancel=running.cancel,
+                )  # fmt: skip
             log.info("pulled %s into the library", running.model.name)
         except InferError as err:
             running.error = err
@@ -80,6 +94,16 @@ class Pulls:
         finally:
             del self._running[key]
             running.publish(None)
+
+    async def _from_peer(
+        self, text: str, said: Callable[[PullEvent], None], cancel: threading.Event
+    ) -> LibraryModel:
+        if self.peers is None:
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                "this host pulls from other hosts over Hyperswarm, which is off here (--no-p2p)",
+            )
+        return await self.peers.pull(self._library, text, progress=said, cancel=cancel)
 
     async def cancel_all(self) -> None:
         for running in self._running.values():

@@ -48,7 +48,7 @@ from ..scheduler.metrics import Histogram
 from . import reports
 from .model_facts import facts_of
 from .prepare import Ask, prepare
-from .pulls import Pulls
+from .pulls import PeerSource, Pulls
 from .registry import EngineRegistry
 from .residency import Residency
 from .specs import engine_spec, model_roots, spec_from_entry, upstream_spec
@@ -378,6 +378,10 @@ class HostService:
             )  # fmt: skip
             out.append(entry)
         return out
+
+    def pull_from_peers(self, peers: PeerSource) -> None:
+        """Let `peer:<server-id>/<name>` pulls reach other hosts through `peers`."""
+        self._pulls.peers = peers
 
     def pull_model(self, name: str, *, insecure: bool = False) -> AsyncIterator[PullEvent]:
         """Pull `name` into the library (a pull already running for it is followed): its

@@ -21,9 +21,10 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from email.message import Message
 from http.client import HTTPMessage
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, BinaryIO, Protocol
 from urllib.parse import urlsplit
 
 import certifi
@@ -37,7 +38,10 @@ RING = 4  # buffers in flight between the socket, the disk and sha256
 READ_TIMEOUT_S = 120.0  # a source silent this long is taken as gone (the pull resumes later)
 SPARE_BYTES = 64 << 20  # left free beyond a download, for the library's own small files
 
-Progress = Callable[[int, int | None], None]  # bytes so far, and of how many (None: unknown)
+Progress = Callable[[int, int | None], None]
+Headers = (
+    Mapping[str, str] | Message
+)  # httpx's, or http.client's  # bytes so far, and of how many (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,11 @@ def fetch(
     *,
     progress: Progress = lambda done, total: None,
     cancel: threading.Event | None = None,
+    opener: Opener | None = None,
 ) -> str:
     """`remote` at `dest`, verified; returns its sha256. A cancel (or Ctrl-C) leaves the
-    partial file to resume from; a wrong sha256 leaves nothing."""
+    partial file to resume from; a wrong sha256 leaves nothing. `opener` gives the bytes:
+    over HTTP (http_body, the default), or from another host over Hyperswarm."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _locked(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)  # a refused pull may have taken it
@@ -107,7 +113,9 @@ def fetch(
             partial.unlink()  # longer than the file: not a prefix of it
             hasher, done = hashlib.sha256(), 0
         if remote.size is None or done < remote.size:
-            transfer = _Transfer(remote, partial, hasher, done, progress, cancel)
+            transfer = _Transfer(
+                remote, partial, hasher, done, progress, cancel, opener or http_body
+            )
             done, hasher = transfer.run()
         progress(done, remote.size or done)
         got = hasher.hexdigest()
@@ -148,6 +156,34 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_Redirects, urllib.request.HTTPSHandler(context=context))
 
 
+class Body(Protocol):
+    """A file's bytes from an offset on, as an HTTP response gives them: its status (206 for
+    a range), its headers, and `readinto`, which gives 0 at the end."""
+
+    @property
+    def status(self) -> int | None: ...
+    @property
+    def headers(self) -> Headers: ...
+    def readinto(self, buffer: bytearray) -> int: ...
+    def close(self) -> None: ...
+
+
+Opener = Callable[[RemoteFile, int], Body]  # the file from this byte on (0: all of it)
+
+
+def http_body(remote: RemoteFile, offset: int) -> Body:
+    """A GET of `remote.url` from `offset` (a Range), 4xx and 5xx answers included."""
+    headers = {**remote.headers, "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    request = urllib.request.Request(remote.url, headers=headers)
+    try:
+        response: Body = _opener().open(request, timeout=READ_TIMEOUT_S)
+    except urllib.error.HTTPError as refused:  # 4xx and 5xx come as this
+        response = refused
+    return response
+
+
 @dataclass
 class _Transfer:
     """One GET of the rest of a file into its partial copy, hashed as it comes."""
@@ -158,20 +194,16 @@ class _Transfer:
     done: int
     progress: Progress
     cancel: threading.Event | None
+    opener: Opener
 
     def run(self) -> tuple[int, hashlib._Hash]:
         remote = self.remote
-        headers = {**remote.headers, "Accept-Encoding": "identity"}
-        if self.done:
-            headers["Range"] = f"bytes={self.done}-"
         try:
+            response = self.opener(remote, self.done)
             try:
-                response = _opener().open(urllib.request.Request(remote.url, headers=headers),
-                                          timeout=READ_TIMEOUT_S)  # fmt: skip
-            except urllib.error.HTTPError as refused:  # 4xx and 5xx come as this
-                response = refused
-            with response:
                 self._receive(response)
+            finally:
+                response.close()
         except (urllib.error.URLError, OSError) as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise InferError(
@@ -184,7 +216,7 @@ class _Transfer:
             ) from None
         return self.done, self.hasher
 
-    def _receive(self, response: Any) -> None:
+    def _receive(self, response: Body) -> None:
         remote, partial = self.remote, self.partial
         status, headers = response.status, response.headers
         if status == 416 and self.done:  # nothing past what is here, if all
@@ -213,7 +245,7 @@ class _Transfer:
                 "resume",
             )
 
-    def _copy(self, response: Any, out: BinaryIO, total: int | None) -> None:
+    def _copy(self, response: Body, out: BinaryIO, total: int | None) -> None:
         """A pipeline over a ring of buffers: this thread reads the socket, one thread writes
         the disk and one hashes, each in order, each on a core of its own where there is one.
         One thread doing all three reached half of curl's rate; sha256 alone runs at 1.5
@@ -277,7 +309,7 @@ class _Stage(threading.Thread):
             self.after.inbox.put(None)
 
 
-def _range_start(headers: Mapping[str, str]) -> int:
+def _range_start(headers: Headers) -> int:
     """Where a 206's bytes start (`Content-Range: bytes START-END/SIZE`); -1 if it does not say."""
     start = headers.get("Content-Range", "").removeprefix("bytes ").split("-")[0]
     return int(start) if start.isdigit() else -1
@@ -287,14 +319,14 @@ def partial_size(partial: Path) -> int:
     return partial.stat().st_size if partial.exists() else 0
 
 
-def _length(headers: Mapping[str, str], done: int) -> int | None:
+def _length(headers: Headers, done: int) -> int | None:
     length = headers.get("Content-Length")
     return done + int(length) if length and length.isdigit() else None
 
 
-def raise_for_source(status: int, headers: Mapping[str, str], what: str) -> None:
+def raise_for_source(status: int | None, headers: Headers, what: str) -> None:
     """A source's refusal as the cause a person can act on."""
-    if status < 400:
+    if status is None or status < 400:
         return
     if headers.get("X-Error-Code") == "GatedRepo":  # the Hub's word for it
         raise InferError(

@@ -5,6 +5,8 @@
     [HOST[:PORT]/][NAMESPACE/]NAME[:TAG]  Ollama's registry (registry.ollama.ai, library,
                                         latest), e.g. llama3.2:1b
     https://…/FILE.gguf                 a plain file, served as FILE:latest
+    peer:<server-id>/NAME               another infertui host's model, over Hyperswarm, served
+                                        as NAME (transport/p2p/peer_pull.py fetches it)
 
 Every name has one full form, `host/namespace/model:tag`, that the library files it under;
 `short` is how Ollama shows it (its defaults left out).
@@ -62,6 +64,20 @@ class ModelName:
 
     def with_tag(self, tag: str) -> ModelName:
         return ModelName(self.source, self.host, self.namespace, self.model, tag, self.url)
+
+
+PEER = "peer:"
+
+
+def split_peer(text: str) -> tuple[str, str] | None:
+    """`peer:<server-id>/<name>` (a model of another infertui host's library) as (server ID,
+    name); None for any other name."""
+    if not text.startswith(PEER):
+        return None
+    server_id, slash, name = text.removeprefix(PEER).partition("/")
+    if not slash or not server_id or not name:
+        raise _bad(text, "a peer's model is peer:<server-id>/<name>")
+    return server_id, name
 
 
 def parse_name(text: str) -> ModelName:

@@ -13,8 +13,9 @@ from typing import Any
 import httpx
 
 from ..protocol.errors import ErrorKind, InferError
-from .download import check_space, fetch, partial_of
-from .names import parse_name
+from .download import Opener, check_space, fetch, partial_of
+from .names import ModelName, parse_name
+from .sources import Plan
 from .sources import plan as plan_of
 from .store import Library, LibraryModel
 
@@ -37,16 +38,35 @@ def pull(
     progress({"status": "pulling manifest"})
     own = client is None
     http = client or httpx.Client(timeout=TIMEOUT)
-    folder = library.folder_of(name)
     try:
         plan = plan_of(http, name, insecure=insecure, sha256=sha256)
+    finally:
+        if own:
+            http.close()
+    return pull_plan(library, name, plan, progress=progress, cancel=cancel)
+
+
+def pull_plan(
+    library: Library,
+    name: ModelName,
+    plan: Plan,
+    *,
+    progress: Callable[[PullEvent], None] = lambda event: None,
+    cancel: threading.Event | None = None,
+    opener: Opener | None = None,
+) -> LibraryModel:
+    """The plan's files fetched (by `opener`: HTTP unless another host's), checked, and filed
+    under `name`. Blocking, as `pull`."""
+    folder = library.folder_of(name)
+    try:
         have = sum(_bytes_here(folder / f.name, f.sha256) for f in plan.files)
         check_space(folder, max(0, plan.size - have))
         hashes = []
         for remote in plan.files:
             status = f"pulling {remote.sha256[:12] if remote.sha256 else remote.name}"
             said = partial(_fetching, progress, status, remote.digest)
-            hashes.append(fetch(remote, folder / remote.name, progress=said, cancel=cancel))
+            dest = folder / remote.name
+            hashes.append(fetch(remote, dest, progress=said, cancel=cancel, opener=opener))
         progress({"status": "verifying sha256 digest"})
         progress({"status": "writing manifest"})
         model = library.record(name, plan, hashes)
@@ -57,9 +77,6 @@ def pull(
         if refused and folder.is_dir() and not any(folder.glob("*.sha256")):
             library.discard(folder)  # nothing verified in it (a split's good part 1 stays)
         raise
-    finally:
-        if own:
-            http.close()
     progress({"status": "success"})
     return model
 

@@ -123,7 +123,7 @@ class Library:
         if (target / MANIFEST).exists():
             raise InferError(ErrorKind.CONFLICT, f"{name.short} is already in the library")
         target.mkdir(parents=True, exist_ok=True)
-        manifest = self._manifest(model)
+        manifest = self.manifest(model)
         for entry in manifest["files"]:
             for file in (entry["name"], entry["name"] + ".sha256"):  # with what it was checked by
                 src, dst = model.path.parent / file, target / file
@@ -139,7 +139,8 @@ class Library:
         _write_json(target / MANIFEST, manifest)
         return self._read(target)
 
-    def _manifest(self, model: LibraryModel) -> dict[str, Any]:
+    def manifest(self, model: LibraryModel) -> dict[str, Any]:
+        """What the model was filed with: its files (name, sha256, size), source and layers."""
         if model.source != "folder":
             return dict(json.loads((model.path.parent / MANIFEST).read_text("utf-8")))
         return {"files": [{"name": model.path.name, "sha256": None, "size": model.size}],

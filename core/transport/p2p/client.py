@@ -10,6 +10,7 @@ Requests are multiplexed on one connection by request_id.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -239,6 +240,23 @@ class P2PClient:
                     return
         finally:
             self._subscriptions.pop(request_id, None)
+
+    async def read(self, name: str, file: str, offset: int) -> AsyncIterator[bytes]:
+        """One file of a model the host shares (sharing.py), from `offset`, a piece at a time;
+        leaving early stops the host's reading."""
+        request_id = f"b{next(self._ids)}"
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._subscriptions[request_id] = queue
+        self._send("model_read", {"name": name, "file": file, "offset": offset}, request_id)
+        whole = False
+        try:
+            while not (event := _pushed(await queue.get())).get("done"):
+                yield base64.b64decode(event["data"])
+            whole = True
+        finally:
+            self._subscriptions.pop(request_id, None)
+            if not whole and not self._reader.done():
+                self._send("unsubscribe", {}, request_id)
 
     async def _read(self) -> None:
         try:

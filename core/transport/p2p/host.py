@@ -42,6 +42,7 @@ from .admin import (
 )
 from .bridge import Bridge, PeerConnection
 from .ids import server_id, topic_key
+from .sharing import SHARE_TYPES, ShareRequest, Sharing, encoded
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class P2PServer:
         topics: Iterable[str] = (),
         allow: Iterable[bytes] = (),
         admins: Iterable[bytes] = (),
+        sharers: Iterable[bytes] = (),
         peer_job_limit: int = 1,
     ) -> None:
         self.service = service
@@ -77,6 +79,8 @@ class P2PServer:
         self.topics = list(topics)
         self.allow = frozenset(allow)
         self.admins = frozenset(admins)
+        self.sharers = frozenset(sharers)  # may pull this host's models, as admins may
+        self.sharing = Sharing(service.library)
         self.peer_job_limit = peer_job_limit
         self.bridge: Bridge | None = None
         self.server_id = server_id(seed)
@@ -164,6 +168,7 @@ class P2PServer:
                 "metrics_subscribe",
                 *ADMIN_TYPES,
                 PULL_TYPE,
+                *SHARE_TYPES,
             ],
             "admin": admin,
         }
@@ -316,6 +321,8 @@ class PeerSession:
                 self.admin_operation(envelope.type, envelope.payload, rid)
             elif envelope.type == PULL_TYPE:
                 self.pull(envelope.payload, rid)
+            elif envelope.type in SHARE_TYPES:
+                self.share(envelope.type, envelope.payload, rid)
             elif payload is None:
                 raise InferError(ErrorKind.BAD_MESSAGE, f"unknown message type '{envelope.type}'")
         except InferError as err:
@@ -379,6 +386,33 @@ class PeerSession:
                 self.send_error(err, rid)
 
         self.spawn(f"pull:{rid}", run())
+
+    def share(self, kind: str, payload: dict[str, Any], rid: str | None) -> None:
+        """Another host pulls one of this host's models (sharing.py)."""
+        if not (self.admin or self.conn.remote_key in self.server.sharers):
+            raise InferError(
+                ErrorKind.FORBIDDEN,
+                "this host does not share its models with your key (its host.p2p.share)",
+            )
+        asked = ShareRequest.model_validate(payload)
+        sharing = self.server.sharing
+
+        async def run() -> None:
+            try:
+                if kind == "model_share":
+                    self.send(kind, await sharing.manifest(asked.name), rid)
+                    return
+                log.info("peer %s pulls %s/%s from byte %d", self.peer, asked.name,
+                         asked.file, asked.offset)  # fmt: skip
+                async for piece in sharing.pieces(asked.name, asked.file or "", asked.offset):
+                    self.send(kind, encoded(piece), rid)
+                    self.flush()
+                    await self.conn.drain()  # at the link's pace, not the disk's
+                self.send(kind, {"done": True}, rid)
+            except InferError as err:
+                self.send_error(err, rid)
+
+        self.spawn(rid or "", run())  # by its request id: `unsubscribe` stops a read
 
     def check_admin(self, kind: str) -> None:
         if not self.admin:

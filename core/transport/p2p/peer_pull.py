@@ -1,0 +1,143 @@
+"""`infertui pull peer:<server-id>/<name>`: a model from another infertui host's library, over
+Hyperswarm (the serving side: sharing.py). The files come as any pull's do (library/pull.py):
+into a partial file, resumed from where a cut pull stopped, hashed as they come and filed only
+once each sha256 is the one the serving host published. The model is filed under the name it
+has there.
+
+The pull's thread writes and hashes; the event loop reads the pieces off the connection and
+hands them over through a bounded queue, so that a slow disk holds the reading back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from ...library import (
+    Library,
+    LibraryModel,
+    ModelName,
+    PullEvent,
+    parse_name,
+    pull_plan,
+    split_peer,
+)
+from ...library.download import READ_TIMEOUT_S, RemoteFile
+from ...library.sources import Plan
+from ...protocol.errors import ErrorKind, InferError
+from .client import P2PClient
+
+PIECES_HELD = 64  # pieces between the connection and the disk: 12 MiB
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")  # a file in a model's folder
+
+
+class PeerPulls:
+    """Pulls from other hosts, as this host (or client) is known to them: by `seed`'s key,
+    which the serving host must list in its host.p2p.share (or --admin)."""
+
+    def __init__(self, *, bootstrap: Sequence[str] = (), seed: bytes | None = None) -> None:
+        self.bootstrap, self.seed = list(bootstrap), seed
+
+    async def pull(
+        self,
+        library: Library,
+        text: str,
+        *,
+        progress: Callable[[PullEvent], None] = lambda event: None,
+        cancel: threading.Event | None = None,
+    ) -> LibraryModel:
+        peer = split_peer(text)
+        if peer is None:
+            raise InferError(ErrorKind.INVALID_PARAMS, f"'{text}' names no peer's model")
+        server_id, wanted = peer
+        progress({"status": "pulling manifest"})
+        client = await P2PClient.connect(server_id, bootstrap=self.bootstrap, seed=self.seed)
+        try:
+            manifest = await client.request("model_share", {"name": wanted}, wait_s=None)
+            name, plan = _plan(server_id, manifest)
+            there = str(manifest["name"])  # as the serving host names it
+            loop = asyncio.get_running_loop()
+
+            def opener(remote: RemoteFile, offset: int) -> _PeerBody:
+                return _PeerBody(client, there, remote.name, offset, loop)
+
+            return await asyncio.to_thread(
+                pull_plan, library, name, plan, progress=progress, cancel=cancel, opener=opener
+            )
+        finally:
+            await client.close()
+
+
+def _plan(server_id: str, manifest: dict[str, Any]) -> tuple[ModelName, Plan]:
+    """The serving host's manifest as a pull's plan, every name in it checked: a host could
+    send a path for a file name."""
+    name = parse_name(str(manifest.get("name", "")))
+    files = []
+    for entry in manifest.get("files") or []:
+        file, size, sha = entry.get("name"), entry.get("size"), entry.get("sha256")
+        if not isinstance(file, str) or not _FILE_NAME.match(file) or ".." in file:
+            raise InferError(ErrorKind.BAD_MESSAGE, f"the host sent a bad file name: {file!r}")
+        if not isinstance(size, int) or not isinstance(sha, str) or len(sha) != 64:
+            raise InferError(ErrorKind.BAD_MESSAGE, f"the host sent no size or sha256 for {file}")
+        files.append(RemoteFile(url=f"peer:{server_id}", name=file, sha256=sha, size=size))
+    if not files:
+        raise InferError(ErrorKind.BAD_MESSAGE, f"the host lists no files for {name.short}")
+    layers = manifest.get("layers") if isinstance(manifest.get("layers"), dict) else {}
+    return name, Plan(files, origin=f"peer:{server_id}/{name.short}", layers=layers or {})
+
+
+class _PeerBody:
+    """A file from a peer, from `offset`, as download.fetch reads a response: `readinto` on
+    the pull's thread, fed by a task on the event loop."""
+
+    def __init__(
+        self, client: P2PClient, name: str, file: str, offset: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:  # fmt: skip
+        self.status = 206 if offset else 200
+        self.headers = {"Content-Range": f"bytes {offset}-*/*"} if offset else {}
+        self._pieces: queue.Queue[bytes | InferError | None] = queue.Queue(PIECES_HELD)
+        self._rest = memoryview(b"")
+        self._feeding: Future[None] = asyncio.run_coroutine_threadsafe(
+            self._feed(client, name, file, offset), loop
+        )
+
+    async def _feed(self, client: P2PClient, name: str, file: str, offset: int) -> None:
+        end: InferError | None = None
+        try:
+            async for piece in client.read(name, file, offset):
+                await asyncio.to_thread(self._pieces.put, piece)  # held back while it is full
+        except InferError as err:
+            end = err
+        await asyncio.to_thread(self._pieces.put, end)
+
+    def readinto(self, buffer: bytearray) -> int:
+        if not self._rest:
+            try:
+                piece = self._pieces.get(timeout=READ_TIMEOUT_S)
+            except queue.Empty:
+                raise InferError(
+                    ErrorKind.CONNECT_FAILED, "the host stopped sending; pull again to resume"
+                ) from None
+            if isinstance(piece, InferError):
+                raise piece
+            if piece is None:
+                return 0
+            self._rest = memoryview(piece)
+        n = min(len(buffer), len(self._rest))
+        buffer[:n] = self._rest[:n]
+        self._rest = self._rest[n:]
+        return n
+
+    def close(self) -> None:
+        self._feeding.cancel()  # a pull that stops early stops the host's reading too
+        while True:  # and a put waiting for room (on a thread of its own) is let go
+            try:
+                self._pieces.get_nowait()
+            except queue.Empty:
+                break
