@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from infertui.core import config, paths
+from infertui.core.host.model_facts import facts_of
 from infertui.core.library import Library, LibraryModel, PullEvent, pull, split_peer
-from infertui.core.library.gguf_header import read_header
 from infertui.core.protocol import InferError
 
 from . import flags
@@ -136,12 +136,11 @@ async def _from_peer(
 def write_table(models: list[LibraryModel]) -> None:
     rows = [("NAME", "SIZE", "QUANT", "PARAMS", "CONTEXT", "MODIFIED")]
     for model in models:
-        header = _header(model)
+        facts = facts_of(model)
         rows.append((
-            model.name, _bytes(model.size),
-            (header.quantization if header else None) or "?",
-            _count(header.parameters) if header else "?",
-            str(header.context_length or "?") if header else "?", _ago(model.modified),
+            model.name, _bytes(model.size), facts.quantization or "?",
+            facts.parameter_size if facts.readable else "?",
+            str(facts.context_length or "?"), _ago(model.modified),
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -150,47 +149,27 @@ def write_table(models: list[LibraryModel]) -> None:
 
 
 def write_show(model: LibraryModel) -> None:
-    from infertui.core.engine.chat_format import tool_format
-
-    header = _header(model)
-    meta = header.metadata if header else {}
-    template = meta.get("tokenizer.chat_template")
-    sampling = {k.removeprefix("general.sampling."): v for k, v in meta.items()
-                if k.startswith("general.sampling.")}  # fmt: skip
-    params = model.layers.get("params") or {}
+    facts = facts_of(model)
     lines = [
         ("name", model.name), ("file", str(model.path)), ("source", model.origin or model.source),
         ("sha256", model.sha256 or "(not published)"),
-        ("architecture", header.architecture if header else "?"),
-        ("parameters", _count(header.parameters) if header else "?"),
-        ("quantization", (header.quantization if header else None) or "?"),
-        ("context length", str(header.context_length if header else "?")),
-        ("license", str(meta.get("general.license") or model.layers.get("license") or "?")),
-        ("chat template", "in the GGUF" if template else "none (llama.cpp's chatml)"),
-        ("tool calls", tool_format(template) if template else "none"),
-        ("sampling", ", ".join(f"{k} {v}" for k, v in {**sampling, **params}.items())
+        ("architecture", facts.architecture if facts.readable else "?"),
+        ("parameters", facts.parameter_size if facts.readable else "?"),
+        ("quantization", facts.quantization or "?"),
+        ("context length", str(facts.context_length or "?")),
+        ("license", facts.license or "?"),
+        ("chat template", "in the GGUF" if facts.template else "none (llama.cpp's chatml)"),
+        ("tool calls", facts.tool_format or "none"),
+        ("thinking", "yes" if facts.thinks else "no"),
+        ("sampling", ", ".join(f"{k} {v}" for k, v in facts.sampling.items())
                      or "the host's defaults"),
     ]  # fmt: skip
     for key, value in lines:
         sys.stdout.write(f"  {key:<15} {value}\n")
 
 
-def _header(model: LibraryModel) -> Any:
-    try:
-        return read_header(model.path)
-    except (OSError, ValueError):
-        return None
-
-
 def _bytes(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
-def _count(n: int) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
 
 
 def _ago(when: float) -> str:

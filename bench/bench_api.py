@@ -36,11 +36,15 @@ SCHEMA = {
 TOKENS = 64
 
 
-def start_host(threads: int, parallel: int = 1) -> tuple[subprocess.Popen[str], str]:
+def start_host(
+    threads: int, parallel: int = 1, *flags: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """`infertui host --headless` on a free port, once it is ready; and its URL."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
-         "--http", "127.0.0.1:0", "--parallel", str(parallel), "--threads", str(threads)],
-        stderr=subprocess.PIPE, text=True,
+         "--http", "127.0.0.1:0", "--parallel", str(parallel), "--threads", str(threads),
+         *flags],
+        stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     assert proc.stderr is not None
     url = ""

@@ -17,40 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
+from bench_api import start_host  # bench/ is this script's folder: on sys.path
 
 from infertui.core.engine import bundled_model_path
 
 ADMIN = "bench-admin"
 ASK = {"prompt": "Name a colour.", "options": {"num_predict": 1, "temperature": 0}}
-
-
-def start_host(folder: Path, data: Path, threads: int) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "INFERTUI_DATA_DIR": str(data),
-           "INFERTUI_HOST__MODEL_DIRS": json.dumps([str(folder)])}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.app.cli", "host", "--headless", "--no-p2p",
-         "--http", "127.0.0.1:0", "--threads", str(threads), "--admin-key", ADMIN],
-        stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    url = ""
-    for line in proc.stderr:
-        if match := re.search(r"listening on (http://\S+)", line):
-            url = match.group(1)
-        if "ready" in line:
-            break
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # a full pipe stalls it
-    return proc, url
 
 
 def first_token_s(client: httpx.Client, model: str, **extra: object) -> float:
@@ -78,7 +56,9 @@ def main() -> None:
     folder = work / "models"
     folder.mkdir()
     (folder / "ondemand.gguf").symlink_to(args.model.resolve())
-    proc, url = start_host(folder, work / "data", args.threads)
+    env = {**os.environ, "INFERTUI_DATA_DIR": str(work / "data"),
+           "INFERTUI_HOST__MODEL_DIRS": json.dumps([str(folder)])}  # fmt: skip
+    proc, url = start_host(args.threads, 4, "--admin-key", ADMIN, env=env)
     on_demand, loads, cold, warm = [], [], [], []
     admin = {"Authorization": f"Bearer {ADMIN}"}
     try:

@@ -37,6 +37,7 @@ from infertui.core.transport.p2p.host import P2PServer
 from infertui.core.transport.p2p.ids import public_key, seed_file, z32_encode
 from infertui.core.transport.p2p.runtime import start_testnet
 
+from .library.fake_sources import Sources, hub_of
 from .models import cut_model
 
 
@@ -150,6 +151,18 @@ def cut_model_path(model_path: Path) -> Path:
     template and kernels at a tenth of the cost, for the engine's own claims (batching,
     scheduling), which hold for any model. Tests of what the model says keep the whole one."""
     return cut_model(model_path)
+
+
+CUT_REPO = "tiny-org/Cut-GGUF"
+CUT_NAME = f"hf.co/{CUT_REPO}:Q4_K_M"  # the cut model, as a pull from `cut_hub` files it
+
+
+@pytest.fixture
+def cut_hub(cut_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
+    """A loopback Hub (tests/library/fake_sources.py) holding the cut model, a GGUF that
+    loads, for the tests of pulls that then serve what they pulled; HF_ENDPOINT points at it."""
+    with hub_of(CUT_REPO, "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch) as held:
+        yield held
 
 
 @pytest.fixture(scope="session")

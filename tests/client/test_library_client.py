@@ -6,30 +6,22 @@ that names a model, for anyone. A loopback Hub serves the cut bundled model."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from infertui.core.client import connect
 from infertui.core.protocol import ErrorKind, InferError
 
-from ..conftest import CLIENT_SEED, HostFactory
-from ..library.fake_sources import Sources, hub_of
+from ..conftest import CLIENT_SEED, CUT_NAME, HostFactory
+from ..library.fake_sources import Sources
 
 pytestmark = pytest.mark.p2p
-NAME = "hf.co/tiny-org/Cut-GGUF:Q4_K_M"
-
-
-@pytest.fixture
-def hub(cut_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
-    with hub_of("tiny-org/Cut-GGUF", "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch) as held:
-        yield held
+NAME = CUT_NAME
 
 
 @pytest.mark.parametrize("transport", ["http", "p2p"])
 async def test_an_admin_pulls_loads_unloads_and_deletes_a_model(
-    start_host: HostFactory, hub: Sources, transport: str
+    start_host: HostFactory, cut_hub: Sources, transport: str
 ) -> None:
     host = await start_host(p2p=transport == "p2p", admin_key="root")
     async with await connect(
@@ -37,7 +29,7 @@ async def test_an_admin_pulls_loads_unloads_and_deletes_a_model(
     ) as client:
         events = [event async for event in client.pull_model(NAME)]
         assert events[0]["status"] == "pulling manifest" and events[-1]["status"] == "success"
-        size = len(hub.repos["tiny-org/Cut-GGUF"]["Cut-Q4_K_M.gguf"].data)
+        size = len(cut_hub.repos["tiny-org/Cut-GGUF"]["Cut-Q4_K_M.gguf"].data)
         assert any(e.get("completed") == e.get("total") == size for e in events)
         assert [e.name for e in await client.library()] == [NAME]
 
@@ -60,7 +52,7 @@ async def test_an_admin_pulls_loads_unloads_and_deletes_a_model(
 
 @pytest.mark.parametrize("transport", ["http", "p2p"])
 async def test_only_admins_change_the_library(
-    start_host: HostFactory, hub: Sources, transport: str
+    start_host: HostFactory, cut_hub: Sources, transport: str
 ) -> None:
     host = await start_host(p2p=transport == "p2p", admin_key="root")
     stranger = secrets.token_bytes(32)  # not on the host's --admin list
@@ -69,7 +61,7 @@ async def test_only_admins_change_the_library(
         with pytest.raises(InferError) as refused:
             [event async for event in c.pull_model(NAME)]
         assert refused.value.kind in (ErrorKind.FORBIDDEN, ErrorKind.UNAUTHORIZED)
-        assert hub.sent == {}
+        assert cut_hub.sent == {}
         async for _ in host.service.pull_model(NAME):  # the host's admin pulls it
             pass
         with pytest.raises(InferError) as refused:

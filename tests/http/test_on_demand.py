@@ -9,7 +9,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -25,19 +25,12 @@ from infertui.core.host.specs import engine_spec
 from infertui.core.library import LibraryModel
 from infertui.core.scheduler import Pool
 
-from ..conftest import CLIENT_SEED, Host
-from ..library.fake_sources import Sources, hub_of
+from ..conftest import CLIENT_SEED, CUT_NAME, CUT_REPO, Host
+from ..library.fake_sources import Sources
 from .conftest import HostFactory
 
-REPO = "tiny-org/Cut-GGUF"
-NAME = f"hf.co/{REPO}:Q4_K_M"
+NAME = CUT_NAME
 SHORT = {"num_predict": 4, "temperature": 0}
-
-
-@pytest.fixture
-def hub(cut_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
-    with hub_of(REPO, "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch) as held:
-        yield held
 
 
 @pytest.fixture
@@ -58,7 +51,7 @@ async def running(client: ollama.AsyncClient) -> dict[str, Any]:
 
 
 async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unloads_it(
-    start_host: HostFactory, hub: Sources, ollama_client: Any
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
     host = await start_host()
     client = ollama_client(host)
@@ -67,7 +60,7 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
 
     listed = {model.model: model for model in (await client.list()).models}
     assert set(listed) == {NAME, pinned}  # the library's model, loaded or not, and the engine
-    assert listed[NAME].details.family == "llama" and listed[NAME].size == hub_size(hub)
+    assert listed[NAME].details.family == "llama" and listed[NAME].size == hub_size(cut_hub)
     shown = await client.show(NAME)  # from the GGUF's header, before any load
     assert shown.details.family == "llama" and shown.template
     assert set(await running(client)) == {pinned}
@@ -89,11 +82,11 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
 
 
 def hub_size(hub: Sources) -> int:
-    return len(hub.repos[REPO]["Cut-Q4_K_M.gguf"].data)
+    return len(hub.repos[CUT_REPO]["Cut-Q4_K_M.gguf"].data)
 
 
 async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
-    start_host: HostFactory, hub: Sources, ollama_client: Any
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
     host = await start_host(more={"keep_alive": "1s"})
     client = ollama_client(host)
@@ -112,7 +105,7 @@ async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
 
 
 async def test_openai_clients_see_the_library_and_load_by_naming_a_model(
-    start_host: HostFactory, hub: Sources, ollama_client: Any
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
     host = await start_host()
     await ollama_client(host).pull(NAME)
@@ -145,7 +138,7 @@ def need_mib(path: Path, engine: dict[str, Any]) -> float:
 
 
 async def test_a_small_budget_unloads_the_least_recently_used_idle_model(
-    start_host: HostFactory, hub: Sources, ollama_client: Any, cut_model_path: Path
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any, cut_model_path: Path
 ) -> None:
     engine = {"ctx": 1024, "parallel": 2}  # as start_host loads engines
     need = need_mib(cut_model_path, engine)
@@ -173,7 +166,7 @@ async def test_a_small_budget_unloads_the_least_recently_used_idle_model(
 
 
 async def test_requests_that_arrive_while_a_model_loads_wait_for_one_load(
-    start_host: HostFactory, hub: Sources, ollama_client: Any
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
     host = await start_host()
     client = ollama_client(host)
@@ -214,7 +207,7 @@ async def infertui(*args: str, data: Path) -> tuple[int, str, str]:
 
 @pytest.mark.p2p
 async def test_both_clients_list_the_library_and_infertui_ps_says_until_when(
-    start_host: HostFactory, hub: Sources, ollama_client: Any, tmp_path: Path
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any, tmp_path: Path
 ) -> None:
     host = await start_host(p2p=True)
     pinned = host.service.engine_ids()[0]
@@ -224,7 +217,7 @@ async def test_both_clients_list_the_library_and_infertui_ps_says_until_when(
             host.target(transport), bootstrap=host.bootstrap, seed=CLIENT_SEED
         ) as client:
             listed = {entry.name: entry for entry in await client.library()}
-            assert listed[NAME].size == hub_size(hub) and not listed[NAME].loaded
+            assert listed[NAME].size == hub_size(cut_hub) and not listed[NAME].loaded
             assert listed[NAME].architecture == "llama" and listed[NAME].source == "hf"
 
     code, out, err = await infertui("ps", host.url, data=tmp_path)

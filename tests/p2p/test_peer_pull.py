@@ -7,8 +7,7 @@ and only the keys A shares with may pull."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 from unittest import mock
 
@@ -20,17 +19,11 @@ from infertui.core.library.download import partial_of
 from infertui.core.transport.p2p.ids import public_key
 from infertui.core.transport.p2p.sharing import Sharing
 
-from ..conftest import Host, HostFactory
-from ..library.fake_sources import Sources, hub_of
+from ..conftest import CUT_NAME, Host, HostFactory
+from ..library.fake_sources import Sources
 
 pytestmark = pytest.mark.p2p
-NAME = "hf.co/tiny-org/Cut-GGUF:Q4_K_M"
-
-
-@pytest.fixture
-def hub(cut_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
-    with hub_of("tiny-org/Cut-GGUF", "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch) as held:
-        yield held
+NAME = CUT_NAME
 
 
 async def pulled(host: Host, name: str) -> list[dict[str, Any]]:
@@ -41,7 +34,7 @@ async def pulled(host: Host, name: str) -> list[dict[str, Any]]:
         await client._client.aclose()
 
 
-async def two_hosts(start_host: HostFactory, hub: Sources) -> tuple[Host, Host]:
+async def two_hosts(start_host: HostFactory, cut_hub: Sources) -> tuple[Host, Host]:
     """A, holding the model and sharing with B; B, started on the same testnet."""
     b_seed = secrets.token_bytes(32)
     a = await start_host(p2p=True, share=[public_key(b_seed)])
@@ -52,9 +45,9 @@ async def two_hosts(start_host: HostFactory, hub: Sources) -> tuple[Host, Host]:
 
 
 async def test_a_host_pulls_a_model_from_another_and_serves_it(
-    start_host: HostFactory, hub: Sources
+    start_host: HostFactory, cut_hub: Sources
 ) -> None:
-    a, b = await two_hosts(start_host, hub)
+    a, b = await two_hosts(start_host, cut_hub)
     events = await pulled(b, f"peer:{a.server_id}/{NAME}")
     assert events[0]["status"] == "pulling manifest" and events[-1]["status"] == "success"
     theirs, ours = a.service.library.get(NAME), b.service.library.get(NAME)
@@ -69,9 +62,9 @@ async def test_a_host_pulls_a_model_from_another_and_serves_it(
 
 
 async def test_a_cut_pull_resumes_and_bad_bytes_are_refused(
-    start_host: HostFactory, hub: Sources
+    start_host: HostFactory, cut_hub: Sources
 ) -> None:
-    a, b = await two_hosts(start_host, hub)
+    a, b = await two_hosts(start_host, cut_hub)
     model = a.service.library.get(NAME)
     data = model.path.read_bytes()
     dest = b.service.library.folder_of(parse_name(NAME)) / model.path.name
@@ -101,9 +94,9 @@ async def test_a_cut_pull_resumes_and_bad_bytes_are_refused(
 
 
 async def test_only_the_keys_a_host_shares_with_may_pull(
-    start_host: HostFactory, hub: Sources
+    start_host: HostFactory, cut_hub: Sources
 ) -> None:
-    a, b = await two_hosts(start_host, hub)
+    a, b = await two_hosts(start_host, cut_hub)
     stranger = await start_host(p2p=True, bootstrap=a.bootstrap)  # a key A does not list
     with pytest.raises(ollama.ResponseError) as refused:
         await pulled(stranger, f"peer:{a.server_id}/{NAME}")

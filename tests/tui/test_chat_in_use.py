@@ -4,8 +4,6 @@ multi-line prompts, the model picker, a remapped abort key."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from textual import events
 from textual.widgets import DataTable, Input, OptionList, Static
@@ -22,8 +20,8 @@ from infertui.tui.screens.model_picker import ModelPicker
 from infertui.tui.widgets.message import AssistantMessage, UserMessage
 from infertui.tui.widgets.prompt import PromptArea
 
-from ..conftest import CLIENT_SEED, HostFactory, ServedHost, SharedHost, over_p2p
-from ..library.fake_sources import hub_of
+from ..conftest import CLIENT_SEED, CUT_NAME, HostFactory, ServedHost, SharedHost, over_p2p
+from ..library.fake_sources import Sources
 from .test_client_app import SIZE, ask, stats_of, until
 
 pytestmark = pytest.mark.model
@@ -327,16 +325,14 @@ async def test_asking_again_after_scrolling_up_follows_the_new_reply(host: Serve
 async def test_the_picker_lists_the_library_and_the_first_message_loads_the_model(
     start_host: HostFactory,
     transport: str,
-    cut_model_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    cut_hub: Sources,
 ) -> None:
     """Issue 36 §4: a library model that is not loaded is offered; picked, the first message
     loads it and it answers; unloaded after its keep_alive, it stays the chat's choice."""
     host = await start_host(p2p=False, more={"keep_alive": "1s"})
-    name = "hf.co/tiny-org/Cut-GGUF:Q4_K_M"
-    with hub_of("tiny-org/Cut-GGUF", "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch):
-        async for _ in host.service.pull_model(name):
-            pass
+    name = CUT_NAME
+    async for _ in host.service.pull_model(name):
+        pass
     app = app_for(host, transport)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.client is not None)
@@ -356,36 +352,35 @@ async def test_the_picker_lists_the_library_and_the_first_message_loads_the_mode
 
 
 async def test_the_engine_manager_pulls_loads_unloads_and_deletes_library_models(
-    start_host: HostFactory, cut_model_path: Path, monkeypatch: pytest.MonkeyPatch
+    start_host: HostFactory, cut_hub: Sources
 ) -> None:
     """Issue 36 §4: the library under the engines, its keys acting on the model under the
     cursor; a pull shows its progress and its end."""
     host = await start_host(p2p=False)
-    name = "hf.co/tiny-org/Cut-GGUF:Q4_K_M"
+    name = CUT_NAME
     app = app_for(host, "http")
-    with hub_of("tiny-org/Cut-GGUF", "Cut-Q4_K_M.gguf", cut_model_path, monkeypatch):
-        async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.client is not None)
-            await pilot.press("f5")
-            await until(pilot, lambda: isinstance(app.screen, EnginesScreen))
-            library = app.screen.query_one("#library", DataTable)
-            await pilot.press("tab")  # into the library
-            await pilot.press("p")
-            await until(pilot, lambda: isinstance(app.screen, PullModal))
-            app.screen.query_one("#name", Input).value = name
-            await pilot.press("enter")
-            status = app.screen.query_one("#pull-status", Static)
-            await until(pilot, lambda: "Pulled" in str(status.render()), 30)
-            await until(pilot, lambda: library.row_count == 1)
-            assert library.get_row_at(0)[0] == name and library.get_row_at(0)[5] == "–"
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        await pilot.press("f5")
+        await until(pilot, lambda: isinstance(app.screen, EnginesScreen))
+        library = app.screen.query_one("#library", DataTable)
+        await pilot.press("tab")  # into the library
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, PullModal))
+        app.screen.query_one("#name", Input).value = name
+        await pilot.press("enter")
+        status = app.screen.query_one("#pull-status", Static)
+        await until(pilot, lambda: "Pulled" in str(status.render()), 30)
+        await until(pilot, lambda: library.row_count == 1)
+        assert library.get_row_at(0)[0] == name and library.get_row_at(0)[5] == "–"
 
-            library.focus()
-            await pilot.press("l")  # load
-            await until(pilot, lambda: "left" in str(library.get_row_at(0)[5]), 30)
-            assert name in host.service.engine_ids()
-            await pilot.press("o")  # unload
-            await until(pilot, lambda: library.get_row_at(0)[5] == "–", 30)
-            assert name not in host.service.engine_ids()
-            await pilot.press("delete", "y")
-            await until(pilot, lambda: library.row_count == 0, 30)
-            assert host.service.library.find(name) is None
+        library.focus()
+        await pilot.press("l")  # load
+        await until(pilot, lambda: "left" in str(library.get_row_at(0)[5]), 30)
+        assert name in host.service.engine_ids()
+        await pilot.press("o")  # unload
+        await until(pilot, lambda: library.get_row_at(0)[5] == "–", 30)
+        assert name not in host.service.engine_ids()
+        await pilot.press("delete", "y")
+        await until(pilot, lambda: library.row_count == 0, 30)
+        assert host.service.library.find(name) is None
