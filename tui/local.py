@@ -134,6 +134,9 @@ class LocalClient(Client):
     async def delete_model(self, name: str) -> None:
         await self.service.delete_model(name)
 
+    async def copy_model(self, source: str, destination: str) -> None:
+        await self.service.copy_model(source, destination)
+
     async def load_model(self, name: str) -> None:
         await self.service.load_model(name, None)
         self.refresh_info()

@@ -6,7 +6,7 @@ Client                      connected to one host (Hyperswarm or HTTP)
   .engines() .queue() .metrics() .watch_metrics() .hosts() .library()
   .update_info()            follow the host's engines as they change
   .add_engine() .remove_engine() .reload_engine() .drain_engine() .resume_engine()  (admin)
-  .pull_model() .delete_model() .load_model() .unload_model()  (admin: the library)
+  .pull_model() .delete_model() .copy_model() .load_model() .unload_model()  (the library)
   .wait_closed()            returns when the connection is gone
 """
 
@@ -171,6 +171,10 @@ class Client(ABC):
 
     @abstractmethod
     async def delete_model(self, name: str) -> None: ...
+
+    @abstractmethod
+    async def copy_model(self, source: str, destination: str) -> None:
+        """File a library model under another name too (Ollama's copy)."""
 
     @abstractmethod
     async def load_model(self, name: str) -> None:

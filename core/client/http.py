@@ -325,6 +325,10 @@ class HttpHostClient(Client):
     async def delete_model(self, name: str) -> None:
         await _ollama_call(self._http, "DELETE", "/api/delete", {"model": name})
 
+    async def copy_model(self, source: str, destination: str) -> None:
+        body = {"source": source, "destination": destination}
+        await _ollama_call(self._http, "POST", "/api/copy", body)
+
     async def load_model(self, name: str) -> None:
         await _ollama_call(self._http, "POST", "/api/generate", {"model": name}, slow=True)
 

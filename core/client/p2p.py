@@ -121,6 +121,9 @@ class P2PHostClient(Client):
     async def delete_model(self, name: str) -> None:
         await self._peer.request("model_delete", {"name": name})
 
+    async def copy_model(self, source: str, destination: str) -> None:
+        await self._peer.request("model_copy", {"name": source, "destination": destination})
+
     async def load_model(self, name: str) -> None:
         await self._peer.request("model_load", {"name": name}, wait_s=None)
 

@@ -374,6 +374,9 @@ class TopicClient(Client):
     async def delete_model(self, name: str) -> None:
         raise self._one_host_only()
 
+    async def copy_model(self, source: str, destination: str) -> None:
+        raise self._one_host_only()
+
     async def load_model(self, name: str) -> None:
         raise self._one_host_only()
 

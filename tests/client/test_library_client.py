@@ -40,6 +40,12 @@ async def test_an_admin_pulls_loads_unloads_and_deletes_a_model(
         await client.unload_model(NAME)
         assert NAME not in [e.engine_id for e in await client.engines()]
 
+        await client.copy_model(NAME, "team/cut:prod")
+        assert {e.name for e in await client.library()} == {NAME, "team/cut:prod"}
+        with pytest.raises(InferError) as taken:
+            await client.copy_model(NAME, "team/cut:prod")
+        assert taken.value.kind is ErrorKind.CONFLICT
+        await client.delete_model("team/cut:prod")
         await client.delete_model(NAME)
         assert await client.library() == []
         with pytest.raises(InferError) as missing:

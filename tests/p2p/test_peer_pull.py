@@ -105,3 +105,19 @@ async def test_only_the_keys_a_host_shares_with_may_pull(
     with pytest.raises(ollama.ResponseError) as missing:
         await pulled(b, f"peer:{a.server_id}/no-such:model")
     assert "no model" in missing.value.error
+
+
+async def test_a_host_pulls_from_the_first_host_on_a_topic_that_shares_the_model(
+    start_host: HostFactory, cut_hub: Sources
+) -> None:
+    b_seed = secrets.token_bytes(32)
+    a = await start_host(p2p=True, topics=["team"], share=[public_key(b_seed)])
+    async for _ in a.service.pull_model(NAME):
+        pass
+    b = await start_host(p2p=True, seed=b_seed, bootstrap=a.bootstrap, topics=["team"])
+    events = await pulled(b, f"peer:topic:team/{NAME}")
+    assert events[-1]["status"] == "success"
+    assert b.service.library.get(NAME).origin == f"peer:{a.server_id}/{NAME}"
+    with pytest.raises(ollama.ResponseError) as nowhere:  # B itself is not asked
+        await pulled(b, "peer:topic:team/no-such:model")
+    assert "no host on topic team shares" in nowhere.value.error

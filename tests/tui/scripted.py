@@ -142,6 +142,9 @@ class ScriptedClient(Client):
     async def delete_model(self, name: str) -> None:
         pass
 
+    async def copy_model(self, source: str, destination: str) -> None:
+        pass
+
     async def load_model(self, name: str) -> None:
         pass
 

@@ -3,7 +3,8 @@
 Snapshots (any peer): `engines`, `metrics`, `queue`, `library`, and `metrics_subscribe
 {interval_ms}` (pushes `metrics` under the subscription's request_id until `unsubscribe`).
 Admin operations (only peers in the host's --admin list): `engine_add`, `engine_remove`,
-`engine_reload`, `engine_drain`, `engine_resume`, and for the library `model_delete {name}`;
+`engine_reload`, `engine_drain`, `engine_resume`, and for the library `model_delete {name}`
+and `model_copy {name, destination}`;
 each answers with its own type, or an `error`. `model_pull {name, insecure}` (admin too)
 answers with one `model_pull` per progress event (as Ollama's /api/pull lines), the last
 `{"status": "success"}`, or an `error`. Any peer may `model_load {name, keep_alive}` and
@@ -25,7 +26,7 @@ from ...protocol.snapshots import SnapshotKind
 
 SNAPSHOT_TYPES = tuple(kind.value for kind in SnapshotKind)
 ADMIN_TYPES = ("engine_add", "engine_remove", "engine_reload", "engine_drain", "engine_resume",
-               "model_delete", "model_load", "model_unload")  # fmt: skip
+               "model_delete", "model_copy", "model_load", "model_unload")  # fmt: skip
 OPEN_TYPES = ("model_load", "model_unload")  # of ADMIN_TYPES, those any peer may send
 PULL_TYPE = "model_pull"  # admin too, answered by a stream of progress events
 MIN_INTERVAL_MS = 200
@@ -41,6 +42,7 @@ class ModelTarget(BaseModel):
     """A library model, by any form of its name."""
 
     name: str = Field(min_length=1, max_length=MAX_PATH)
+    destination: str = Field("", max_length=MAX_PATH)  # model_copy's new name
     keep_alive: KeepAlive = None
     insecure: bool = False
 
@@ -59,6 +61,9 @@ async def run_admin(service: HostService, kind: str, payload: dict[str, Any]) ->
         model = ModelTarget.model_validate(payload)
         if kind == "model_delete":
             return {"name": (await service.delete_model(model.name)).name, "status": "deleted"}
+        if kind == "model_copy":
+            copied = await service.copy_model(model.name, model.destination)
+            return {"name": copied.name, "status": "copied"}
         keep = 0 if kind == "model_unload" else model.keep_alive
         unloaded = await service.load_model(model.name, keep)
         return {"name": model.name, "status": "unloaded" if unloaded else "loaded"}

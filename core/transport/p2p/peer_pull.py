@@ -1,8 +1,9 @@
 """`infertui pull peer:<server-id>/<name>`: a model from another infertui host's library, over
-Hyperswarm (the serving side: sharing.py). The files come as any pull's do (library/pull.py):
-into a partial file, resumed from where a cut pull stopped, hashed as they come and filed only
-once each sha256 is the one the serving host published. The model is filed under the name it
-has there.
+Hyperswarm (the serving side: sharing.py); `peer:topic:<topic>/<name>` asks the hosts that
+announce on a topic and takes it from the first that shares it. The files come as any pull's
+do (library/pull.py): into a partial file, resumed from where a cut pull stopped, hashed as
+they come and filed only once each sha256 is the one the serving host published. The model is
+filed under the name it has there.
 
 The pull's thread writes and hashes; the event loop reads the pieces off the connection and
 hands them over through a bounded queue, so that a slow disk holds the reading back.
@@ -31,7 +32,10 @@ from ...library.download import READ_TIMEOUT_S, RemoteFile
 from ...library.sources import Plan
 from ...protocol.errors import ErrorKind, InferError
 from .client import P2PClient
+from .discovery import find_hosts
+from .ids import server_id as server_id_of
 
+TOPIC = "topic:"  # peer:topic:NAME/MODEL: the first host on the topic that shares MODEL
 PIECES_HELD = 64  # pieces between the connection and the disk: 12 MiB
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")  # a file in a model's folder
 
@@ -54,11 +58,10 @@ class PeerPulls:
         peer = split_peer(text)
         if peer is None:
             raise InferError(ErrorKind.INVALID_PARAMS, f"'{text}' names no peer's model")
-        server_id, wanted = peer
+        where, wanted = peer
         progress({"status": "pulling manifest"})
-        client = await P2PClient.connect(server_id, bootstrap=self.bootstrap, seed=self.seed)
+        server_id, client, manifest = await self._sharer(where, wanted)
         try:
-            manifest = await client.request("model_share", {"name": wanted}, wait_s=None)
             name, plan = _plan(server_id, manifest)
             there = str(manifest["name"])  # as the serving host names it
             loop = asyncio.get_running_loop()
@@ -71,6 +74,33 @@ class PeerPulls:
             )
         finally:
             await client.close()
+
+    async def _sharer(self, where: str, name: str) -> tuple[str, P2PClient, dict[str, Any]]:
+        """The host that shares `name` (by its server ID, or the first of a topic's hosts
+        that does), connected, and its manifest of the model."""
+        topic = where.removeprefix(TOPIC) if where.startswith(TOPIC) else None
+        if topic is None:
+            candidates = [where]
+        else:
+            found = await find_hosts(topic, bootstrap=self.bootstrap)
+            me = server_id_of(self.seed) if self.seed else None
+            candidates = [info.server_id for info in found if info.server_id not in (None, me)]
+        refusals = []
+        for candidate in candidates:
+            client = await P2PClient.connect(candidate, bootstrap=self.bootstrap, seed=self.seed)
+            try:
+                manifest = await client.request("model_share", {"name": name}, wait_s=None)
+                return candidate, client, manifest
+            except InferError as err:
+                await client.close()
+                if topic is None:
+                    raise
+                refusals.append(f"{candidate[:12]}…: {err.message}")
+        raise InferError(
+            ErrorKind.MODEL_NOT_FOUND,
+            f"no host on topic {topic} shares {name}"
+            + (f" ({'; '.join(refusals)})" if refusals else " (no host answered there)"),
+        )
 
 
 def _plan(server_id: str, manifest: dict[str, Any]) -> tuple[ModelName, Plan]:
