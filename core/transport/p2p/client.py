@@ -10,7 +10,6 @@ Requests are multiplexed on one connection by request_id.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import itertools
 import json
@@ -29,6 +28,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10.0
 CHUNK_TIMEOUT_S = 120.0
 _GONE = object()  # put on every open request's queue when the connection drops
+MAX_PIECE_BYTES = 4 << 20  # the most a host may say a piece of a shared file holds
 
 
 def error_from(payload: p2p.ErrorPayload) -> InferError:
@@ -251,7 +251,7 @@ class P2PClient:
         whole = False
         try:
             while not (event := _pushed(await queue.get())).get("done"):
-                yield base64.b64decode(event["data"])
+                yield event["data"]
             whole = True
         finally:
             self._subscriptions.pop(request_id, None)
@@ -272,6 +272,9 @@ class P2PClient:
                 except InferError as err:
                     log.warning("host sent a malformed message: %s", err.message)
                     continue
+                if envelope.type == "model_read" and "bytes" in envelope.payload:
+                    await self._take_piece(envelope)
+                    continue
                 self._route(envelope, payload)
         finally:
             for stream in self._streams.values():
@@ -283,6 +286,17 @@ class P2PClient:
                     future.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
             if not self._info.done():
                 self._info.set_exception(InferError(ErrorKind.HOST_DISCONNECTED, "host went away"))
+
+    async def _take_piece(self, envelope: p2p.Envelope) -> None:
+        """A piece of a shared file: its length in the line, then that many raw bytes (no
+        base64, no JSON: they were a pull's whole cost, sharing.py)."""
+        size = envelope.payload["bytes"]
+        if not isinstance(size, int) or not 0 <= size <= MAX_PIECE_BYTES:
+            raise InferError(ErrorKind.BAD_MESSAGE, f"a piece of {size!r} bytes")
+        data = await self._conn.reader.readexactly(size)
+        queue = self._subscriptions.get(envelope.request_id or "")
+        if queue is not None:
+            queue.put_nowait({"data": data})
 
     def _route_chunk(self, line: bytes) -> bool:
         """The hot path: a well-formed chat_chunk goes to its stream as text, skipping model

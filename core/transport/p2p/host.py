@@ -42,7 +42,7 @@ from .admin import (
 )
 from .bridge import Bridge, PeerConnection
 from .ids import server_id, topic_key
-from .sharing import SHARE_TYPES, ShareRequest, Sharing, encoded
+from .sharing import SHARE_TYPES, ShareRequest, Sharing
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +405,8 @@ class PeerSession:
                 log.info("peer %s pulls %s/%s from byte %d", self.peer, asked.name,
                          asked.file, asked.offset)  # fmt: skip
                 async for piece in sharing.pieces(asked.name, asked.file or "", asked.offset):
-                    self.send(kind, encoded(piece), rid)
+                    self.send(kind, {"bytes": len(piece)}, rid)
+                    self._out.append(piece)  # raw, right after its line
                     self.flush()
                     await self.conn.drain()  # at the link's pace, not the disk's
                 self.send(kind, {"done": True}, rid)

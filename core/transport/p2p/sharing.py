@@ -3,8 +3,9 @@ boxes that reach no hub but reach each other.
 
     model_share {name}                 -> model_share {name, source, files: [{name, size,
                                           sha256}], layers}
-    model_read {name, file, offset}    -> model_read {data: base64} ..., then model_read
-                                          {done: true}; `unsubscribe` stops it
+    model_read {name, file, offset}    -> model_read {bytes: N} and N raw bytes after its
+                                          line, ..., then model_read {done: true};
+                                          `unsubscribe` stops it
 
 Only peers the host lets pull may ask: its --admin peers and the server IDs of
 `host.p2p.share`. A file of a configured model folder has no sha256 on record: it is hashed
@@ -14,7 +15,6 @@ once, when first shared, so that the pulling side can check every byte as for a 
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,7 +27,7 @@ from ...protocol.common import MAX_PATH
 from ...protocol.errors import ErrorKind, InferError
 
 SHARE_TYPES = ("model_share", "model_read")
-PIECE = 192 * 1024  # raw bytes a message: 256 KiB of base64, well under the 1 MiB line cap
+PIECE = 1 << 20  # bytes a piece (as base64 in JSON, pulls ran at 0.04 of curl)
 HASH_BLOCK = 1 << 20
 
 
@@ -89,7 +89,3 @@ def _sha256(path: Path) -> str:
         while block := f.read(HASH_BLOCK):
             hasher.update(block)
     return hasher.hexdigest()
-
-
-def encoded(piece: bytes) -> dict[str, str]:
-    return {"data": base64.b64encode(piece).decode("ascii")}
