@@ -315,8 +315,10 @@ class HttpHostClient(Client):
                 async for line in response.aiter_lines():
                     event = json.loads(line) if line.strip() else {}
                     if "error" in event:  # after the 200, as Ollama says a failure
-                        kind = event.get("kind", ErrorKind.CONNECT_FAILED.value)
-                        raise InferError(ErrorKind(kind), str(event["error"]))
+                        kind = str(event.get("kind"))
+                        known = kind in ErrorKind._value2member_map_
+                        said = ErrorKind(kind) if known else ErrorKind.CONNECT_FAILED
+                        raise InferError(said, str(event["error"]))
                     if event:
                         yield event
         except httpx.HTTPError as err:

@@ -9,13 +9,18 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from ..library import Library, LibraryModel, PullEvent, parse_name, pull, split_peer
 from ..protocol.errors import ErrorKind, InferError
 
 log = logging.getLogger(__name__)
+
+PULL_THREADS = 4  # pulls at once; more wait for one to end
+STOP_WAIT_S = 5.0
 
 
 @dataclass
@@ -44,6 +49,9 @@ class Pulls:
     def __init__(self, library: Library) -> None:
         self._library = library
         self.peers: PeerSource | None = None  # given where Hyperswarm is on
+        # threads of their own: a pull holds one for minutes, which the default executor's
+        # few (cores + 4) lend to every short to_thread call of the host
+        self._threads = ThreadPoolExecutor(PULL_THREADS, thread_name_prefix="pull")
         self._running: dict[str, _Pull] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -80,10 +88,9 @@ class Pulls:
             if split_peer(text):
                 running.model = await self._from_peer(text, said, running.cancel)
             else:
-                running.model = await asyncio.to_thread(
-                    pull, self._library, text, insecure=insecure, progress=said,
-                    cancel=running.cancel,
-                )  # fmt: skip
+                work = partial(pull, self._library, text, insecure=insecure, progress=said,
+                               cancel=running.cancel)  # fmt: skip
+                running.model = await loop.run_in_executor(self._threads, work)
             log.info("pulled %s into the library", running.model.name)
         except InferError as err:
             running.error = err
@@ -106,7 +113,13 @@ class Pulls:
         return await self.peers.pull(self._library, text, progress=said, cancel=cancel)
 
     async def cancel_all(self) -> None:
+        """Stop every pull (each stops at its next MiB); one still waiting on a peer after
+        a few seconds is cancelled where it waits."""
         for running in self._running.values():
             running.cancel.set()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            _, late = await asyncio.wait(self._tasks, timeout=STOP_WAIT_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        self._threads.shutdown(wait=False)

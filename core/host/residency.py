@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..config import HostSettings
 from ..engine import EngineSpec, UpstreamSpec, free_memory, supports_gpu_offload
@@ -47,6 +47,14 @@ class OnDemand:
     keep_alive_s: float
     need_bytes: int
     holds: int = 0  # requests being prepared for it: it is not idle, though it has no job yet
+    last_used: float = field(default_factory=time.monotonic)  # loaded, asked, or kept
+
+    def idle_since(self, pool: Pool) -> float | None:
+        """Since when the model has had nothing to do: its last job's end or its last use,
+        whichever came later; None while it works."""
+        if self.holds or pool.idle_since is None:
+            return None
+        return max(pool.idle_since, self.last_used)
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,8 @@ class Residency:
             fits = room is None or room >= need
             if fits and not self._too_many():
                 break
+            if not self._is_idle(pool):  # asked for while an earlier one was unloading
+                continue
             if room is not None:
                 room += self._bytes_of(pool)
             await self.unload(pool.id, f"to make room for {name}")
@@ -184,7 +194,12 @@ class Residency:
             used += sum(load.need_bytes for load in self._loading.values())
             return self._budget - used, "left of host.memory_budget_mb"
         free, where = free_memory(offloaded)
-        return (int(free * HEADROOM) if free is not None else None), f"free {where}"
+        if free is None:
+            return None, where
+        room = int(free * HEADROOM)
+        if not offloaded:  # mapped weights' pages count as available RAM: take them off
+            room -= sum(self._weights_of(pool) for pool in self._registry.pools())
+        return room, f"free {where}"
 
     def _bytes_of(self, pool: Pool) -> int:
         """What an on-demand model takes: its weights and context as the engine reports them,
@@ -195,6 +210,11 @@ class Residency:
         on_demand = self._on_demand.get(pool.id)
         return max(used, on_demand.need_bytes if on_demand else 0)
 
+    @staticmethod
+    def _weights_of(pool: Pool) -> int:
+        usage = pool.engine.usage().memory if pool.engine is not None else None
+        return int(usage.model_size_mb * MIB) if usage is not None and not pool.gpu_offload else 0
+
     def _too_many(self) -> bool:
         limit = self._settings.max_loaded
         local = [p for p in self._registry.pools() if p.spec.kind != UpstreamSpec.kind]
@@ -202,15 +222,18 @@ class Residency:
 
     def _idle_oldest_first(self) -> list[Pool]:
         idle = [pool for pool in self._registry.pools() if self._is_idle(pool)]
-        return sorted(idle, key=lambda pool: pool.idle_since or 0.0)
+        return sorted(idle, key=lambda pool: self._on_demand[pool.id].idle_since(pool) or 0.0)
 
     def _is_idle(self, pool: Pool) -> bool:
+        """Loaded on demand, with no job, no request being prepared for it, and none waiting
+        for its load to finish (those resume after the next load's turn may have come)."""
         on_demand = self._on_demand.get(pool.id)
         return (
             on_demand is not None
-            and on_demand.holds == 0
-            and pool.idle_since is not None
+            and on_demand.idle_since(pool) is not None
+            and self._waiting[pool.id] == 0
             and pool.state is not PoolState.LOADING
+            and pool.id in self._registry.ids()
         )
 
     # ---- requests ------------------------------------------------------------------------------
@@ -229,6 +252,7 @@ class Residency:
             yield
         finally:
             on_demand.holds -= 1
+            on_demand.last_used = time.monotonic()
 
     async def keep(self, pool: Pool, keep_alive_s: float | None) -> bool:
         """A request that only loads a model (Ollama's empty prompt) sets how long it stays; 0
@@ -254,16 +278,22 @@ class Residency:
 
     async def _sweep(self) -> None:
         """Unload each on-demand model whose keep_alive has run out since it went idle."""
-        while self._on_demand:
-            await asyncio.sleep(SWEEP_S)
-            now = time.monotonic()
-            for pool in self._registry.pools():
-                on_demand = self._on_demand.get(pool.id)
-                if on_demand is None or not self._is_idle(pool):
-                    continue
-                if now - (pool.idle_since or now) >= on_demand.keep_alive_s:
-                    await self.unload(pool.id, f"idle for {said(on_demand.keep_alive_s)}")
-        self._sweeper = None
+        try:
+            while self._on_demand:
+                await asyncio.sleep(SWEEP_S)
+                now = time.monotonic()
+                for pool in self._registry.pools():
+                    on_demand = self._on_demand.get(pool.id)
+                    if on_demand is None or not self._is_idle(pool):
+                        continue
+                    since = on_demand.idle_since(pool) or now
+                    if now - since >= on_demand.keep_alive_s:
+                        try:
+                            await self.unload(pool.id, f"idle for {said(on_demand.keep_alive_s)}")
+                        except Exception:  # the next sweep tries again; the sweeps go on
+                            log.exception("could not unload %s", pool.id)
+        finally:
+            self._sweeper = None
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -283,7 +313,8 @@ class Residency:
         on_demand = self._on_demand.get(pool.id)
         if on_demand is None or on_demand.keep_alive_s == FOREVER:
             return None
-        idle_for = 0.0 if pool.idle_since is None else time.monotonic() - pool.idle_since
+        since = on_demand.idle_since(pool)
+        idle_for = 0.0 if since is None else time.monotonic() - since
         return time.time() - idle_for + on_demand.keep_alive_s
 
     def loading(self, pool_id: str) -> tuple[int, int] | None:

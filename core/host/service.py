@@ -209,7 +209,8 @@ class HostService:
         """`text` as the tokens of the engine `model` names (the default one for None), off
         the event loop: a megabyte of text takes most of a second."""
         pool = await self._pool_for(model, None)
-        return await asyncio.to_thread(pool.tokenize, text, add_special=add_special)
+        with self._residency.using(pool, None):  # never unloaded under the tokenizer's thread
+            return await asyncio.to_thread(pool.tokenize, text, add_special=add_special)
 
     def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
         return self._registry.resolve(model).detokenize(tokens)
@@ -253,12 +254,10 @@ class HostService:
         """What Ollama's clients send to load a model (a request with no prompt): the model
         loaded, and kept for `keep_alive_s`; 0 unloads it now instead. Whether it was
         unloaded."""
-        pool = self._loaded(model)
-        if pool is None:
-            if keep_alive_s == 0:  # `ollama stop` of a model not loaded: nothing to do
-                self.library.get(model)  # MODEL_NOT_FOUND for a name it does not have
-                return True
-            pool = await self._residency.load(model)
+        if keep_alive_s == 0 and self._loaded(model) is None:  # `ollama stop`, not loaded
+            await asyncio.to_thread(self.library.get, model)  # MODEL_NOT_FOUND for no such name
+            return True
+        pool = await self._pool_for(model, None)  # (loaded first, where it is loading)
         return await self._residency.keep(pool, keep_alive_s)
 
     def position(self, job: Job) -> tuple[int, int]:

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import functools
 import hashlib
+import http.client
 import logging
 import queue
 import shutil
@@ -140,7 +141,8 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         headers: HTTPMessage, newurl: str,
     ) -> urllib.request.Request | None:  # fmt: skip
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urlsplit(newurl).netloc != urlsplit(req.full_url).netloc:
+        old, moved = urlsplit(req.full_url), urlsplit(newurl)
+        if new is not None and (moved.netloc, moved.scheme) != (old.netloc, old.scheme):
             new.remove_header("Authorization")
         return new
 
@@ -204,7 +206,7 @@ class _Transfer:
                 self._receive(response)
             finally:
                 response.close()
-        except (urllib.error.URLError, OSError) as err:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise InferError(
                     ErrorKind.NO_SPACE, f"the disk filled up during {remote.name}"
@@ -264,6 +266,11 @@ class _Transfer:
                 n = response.readinto(buffer)
                 if not n:
                     break
+                if total is not None and self.done + n > total:
+                    raise InferError(
+                        ErrorKind.DIGEST_MISMATCH,
+                        f"{self.remote.name}: the source sent more than its {total} bytes",
+                    )
                 writer.inbox.put((buffer, n))
                 self.done += n
                 if self.done - said >= CHUNK:  # progress every MiB, not every read

@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import BeforeValidator
 
 FOREVER = math.inf
+LONGEST_S = 100 * 365 * 86400.0  # beyond this, as good as forever (and no date overflows)
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
           "h": 3600.0}  # fmt: skip
@@ -29,20 +30,26 @@ def seconds_of(value: str | float | None) -> float | None:
             raise ValueError("keep_alive is a duration such as 5m, or seconds, not true/false")
         return None
     if isinstance(value, int | float):
-        return FOREVER if value < 0 else float(value)
+        return _bounded(float(value))
     text = value.strip()
     try:
         number = float(text)
     except ValueError:
         pass
     else:
-        return FOREVER if number < 0 else number
+        return _bounded(number)
     sign, body = (-1, text[1:]) if text.startswith("-") else (1, text.removeprefix("+"))
     pieces = _PIECE.findall(body)
     if not body or "".join(n + u for n, u in pieces) != body:
         raise ValueError(f"keep_alive '{value}' is not a duration such as 5m, 1h30m or 300")
     total = sum(float(number) * _UNITS[unit] for number, unit in pieces)
-    return FOREVER if sign < 0 else total
+    return FOREVER if sign < 0 else _bounded(total)
+
+
+def _bounded(seconds: float) -> float:
+    if math.isnan(seconds):
+        raise ValueError("keep_alive is a duration such as 5m, or seconds, not NaN")
+    return FOREVER if seconds < 0 or seconds > LONGEST_S else seconds
 
 
 KeepAlive = Annotated[float | None, BeforeValidator(seconds_of)]

@@ -231,3 +231,39 @@ async def test_both_clients_list_the_library_and_infertui_ps_says_until_when(
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "minutes from now" in rows[NAME] and "CPU" in rows[NAME]
     assert "stays" in rows[pinned]
+
+
+async def test_two_models_asked_at_once_under_a_limit_of_one_never_evict_the_fresh_one(
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
+) -> None:
+    """The load that waited its turn must not unload the one just loaded for its own
+    request: that request is answered, and the other is told to come back (503)."""
+    host = await start_host(more={"max_loaded": 2})  # the host's own engine, and one more
+    client = ollama_client(host)
+    await client.pull(NAME)
+    await client.copy(NAME, "a:1")
+    await client.copy(NAME, "b:1")
+    asks = [client.generate(name, prompt="Hi", options=SHORT) for name in ("a:1", "b:1")]
+    outcomes = await asyncio.gather(*asks, return_exceptions=True)
+    answered = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, ollama.ResponseError)]
+    assert len(answered) == 1 and answered[0].eval_count, outcomes
+    assert len(refused) == 1 and refused[0].status_code == 503
+    assert "host.max_loaded" in refused[0].error
+    late = "b:1" if answered[0].model == "a:1" else "a:1"
+    assert (await client.generate(late, prompt="Hi", options=SHORT)).eval_count  # now idle
+
+
+async def test_a_keep_alive_that_is_no_duration_is_refused_and_a_huge_one_is_forever(
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
+) -> None:
+    host = await start_host()
+    client = ollama_client(host)
+    await client.pull(NAME)
+    for bad in ("nan", "soon", True):
+        reply = await host.client.post(
+            "/api/generate", json={"model": NAME, "prompt": "Hi", "keep_alive": bad}
+        )
+        assert reply.status_code == 400 and "keep_alive" in reply.text
+    await client.generate(NAME, prompt="Hi", options=SHORT, keep_alive=1e15)
+    assert (await running(client))[NAME].expires_at.year > 2300  # /api/ps answers, as never

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import ollama
 import pytest
 
-from infertui.core.library import parse_name
+from infertui.core.library import Library, parse_name
 from infertui.core.library.download import partial_of
+from infertui.core.protocol import ErrorKind, InferError
 from infertui.core.transport.p2p.ids import public_key
+from infertui.core.transport.p2p.peer_pull import PeerPulls
 from infertui.core.transport.p2p.sharing import Sharing
 
 from ..conftest import CUT_NAME, Host, HostFactory
@@ -121,3 +124,25 @@ async def test_a_host_pulls_from_the_first_host_on_a_topic_that_shares_the_model
     with pytest.raises(ollama.ResponseError) as nowhere:  # B itself is not asked
         await pulled(b, "peer:topic:team/no-such:model")
     assert "no host on topic team shares" in nowhere.value.error
+
+
+async def test_a_host_that_offers_another_model_than_the_one_asked_for_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Filed under the name the host sends, a model could take the place of one this host
+    serves (`peer:topic:` asks hosts anyone may run): the names must be the same."""
+
+    class Connection:
+        async def close(self) -> None:
+            pass
+
+    async def sharer(self: PeerPulls, where: str, name: str) -> tuple[str, Any, dict[str, Any]]:
+        files = [{"name": "m.gguf", "size": 4, "sha256": "0" * 64}]
+        return "y" * 52, Connection(), {"name": "llama3.2:latest", "files": files}
+
+    monkeypatch.setattr(PeerPulls, "_sharer", sharer)
+    library = Library(tmp_path / "models")
+    with pytest.raises(InferError) as refused:
+        await PeerPulls().pull(library, "peer:topic:team/tiny")
+    assert refused.value.kind is ErrorKind.BAD_MESSAGE and "llama3.2" in refused.value.message
+    assert library.models() == []

@@ -126,6 +126,10 @@ class LibraryPane(Vertical):
             status.update(f"Pulling {name} failed: {explain(err)}")
             status.add_class("error")
             return
+        except ValueError as err:  # a line the host sent that is not a pull's event
+            status.update(f"Pulling {name} failed: the host's answer made no sense ({err})")
+            status.add_class("error")
+            return
         finally:
             bar.display = False
         status.remove_class("error")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.markup import escape
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -62,4 +63,5 @@ def _unloaded(entry: LibraryEntry) -> str:
     """A library model not in memory: its name, size, and that the first message loads it."""
     details = " ".join(part for part in (entry.parameters, entry.quantization) if part)
     size = said_size(entry.size)
-    return f"{entry.name}  [dim]{details} · {size} · not loaded: the first message loads it[/]"
+    name = escape(entry.name)
+    return f"{name}  [dim]{details} · {size} · not loaded: the first message loads it[/]"

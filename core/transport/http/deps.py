@@ -115,7 +115,7 @@ EMBED_WAVE = 16  # inputs queued at once: engine/embedder.py's MAX_SEQUENCES, on
 
 
 async def embed_texts(
-    request: Request, model: str, texts: list[str]
+    request: Request, model: str, texts: list[str], keep_alive_s: float | None = None
 ) -> tuple[list[list[float]], list[Job]]:
     """Each text as an embedding job through the engine's queue, a wave at a time; the
     vectors in order. All at once, a RAG client's batch of 100 chunks was refused: more
@@ -127,7 +127,7 @@ async def embed_texts(
     for start in range(0, len(texts), size):
         wave = await submit_all(
             request,
-            [Ask(model=model, prompt=t, params=params, embed=True)
+            [Ask(model=model, prompt=t, params=params, embed=True, keep_alive_s=keep_alive_s)
              for t in texts[start : start + size]],
             "input",
         )  # fmt: skip

@@ -186,7 +186,7 @@ async def lines(
 
 @router.post("/embed", summary="Embeddings of one text or several, from any loaded engine")
 async def embed(body: ApiEmbedRequest, request: Request) -> dict[str, Any]:
-    vectors, jobs = await embed_texts(request, body.model, body.texts)
+    vectors, jobs = await embed_texts(request, body.model, body.texts, body.keep_alive)
     longest_ms = max((job.result.timings.total_ms if job.result else 0.0) for job in jobs)
     return {
         "model": jobs[0].pool_id,
@@ -199,7 +199,7 @@ async def embed(body: ApiEmbedRequest, request: Request) -> dict[str, Any]:
 
 @router.post("/embeddings", summary="One embedding, as Ollama's older endpoint gives it")
 async def embeddings(body: ApiEmbeddingsRequest, request: Request) -> dict[str, Any]:
-    vectors, _ = await embed_texts(request, body.model, [body.prompt])
+    vectors, _ = await embed_texts(request, body.model, [body.prompt], body.keep_alive)
     return {"embedding": vectors[0]}
 
 
@@ -380,7 +380,10 @@ def _details(facts: ModelFacts) -> ModelDetails:
 
 
 def _rfc3339(when: float) -> str:
-    return dt.datetime.fromtimestamp(when, dt.UTC).isoformat().replace("+00:00", "Z")
+    try:
+        return dt.datetime.fromtimestamp(when, dt.UTC).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):  # past year 9999: as good as never
+        return NEVER
 
 
 def _loaded(request: Request) -> list[EngineStatus]:

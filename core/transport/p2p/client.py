@@ -29,6 +29,7 @@ CONNECT_TIMEOUT_S = 10.0
 CHUNK_TIMEOUT_S = 120.0
 _GONE = object()  # put on every open request's queue when the connection drops
 MAX_PIECE_BYTES = 4 << 20  # the most a host may say a piece of a shared file holds
+PIECES_AHEAD = 8  # pieces of a shared file read off the link before the pull takes them
 
 
 def error_from(payload: p2p.ErrorPayload) -> InferError:
@@ -99,6 +100,7 @@ class P2PClient:
         self._replies: dict[str, asyncio.Future[tuple[p2p.Envelope, Any]]] = {}
         # pushed replies (metrics, a pull's progress): payloads, an error, or _GONE
         self._subscriptions: dict[str, asyncio.Queue[Any]] = {}
+        self._room: dict[str, asyncio.Event] = {}  # a file's reader took a piece: room for more
         self._info: asyncio.Future[p2p.ServerInfo] = asyncio.get_running_loop().create_future()
         self.server_info: p2p.ServerInfo | None = None
         self._reader = asyncio.create_task(self._read(), name="p2p-client-reader")
@@ -247,14 +249,18 @@ class P2PClient:
         request_id = f"b{next(self._ids)}"
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._subscriptions[request_id] = queue
+        room = self._room[request_id] = asyncio.Event()
         self._send("model_read", {"name": name, "file": file, "offset": offset}, request_id)
         whole = False
         try:
             while not (event := _pushed(await queue.get())).get("done"):
+                room.set()
                 yield event["data"]
             whole = True
         finally:
             self._subscriptions.pop(request_id, None)
+            self._room.pop(request_id, None)
+            room.set()  # a piece waiting for room is let go (and dropped)
             if not whole and not self._reader.done():
                 self._send("unsubscribe", {}, request_id)
 
@@ -294,7 +300,13 @@ class P2PClient:
         if not isinstance(size, int) or not 0 <= size <= MAX_PIECE_BYTES:
             raise InferError(ErrorKind.BAD_MESSAGE, f"a piece of {size!r} bytes")
         data = await self._conn.reader.readexactly(size)
-        queue = self._subscriptions.get(envelope.request_id or "")
+        rid = envelope.request_id or ""
+        queue, room = self._subscriptions.get(rid), self._room.get(rid)
+        while queue is not None and room is not None and queue.qsize() >= PIECES_AHEAD:
+            room.clear()  # the pull's disk is behind: read no more off the link meanwhile
+            if queue.qsize() >= PIECES_AHEAD:
+                await room.wait()
+            queue, room = self._subscriptions.get(rid), self._room.get(rid)
         if queue is not None:
             queue.put_nowait({"data": data})
 

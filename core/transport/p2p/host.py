@@ -351,7 +351,12 @@ class PeerSession:
         self.spawn(rid, push())
 
     async def send_library(self, rid: str | None) -> None:
-        entries = await self.server.service.library_entries()
+        try:
+            entries = await self.server.service.library_entries()
+        except Exception as exc:  # a manifest broken by hand: said, never a silent end
+            log.warning("cannot list the library: %s", exc)
+            self.send_error(InferError(ErrorKind.INTERNAL, f"cannot list the library: {exc}"), rid)
+            return
         self.send("library", {"models": [e.model_dump(mode="json") for e in entries]}, rid)
 
     def admin_operation(self, kind: str, payload: dict[str, Any], rid: str | None) -> None:
@@ -412,6 +417,9 @@ class PeerSession:
                 self.send(kind, {"done": True}, rid)
             except InferError as err:
                 self.send_error(err, rid)
+            except Exception as exc:  # a file gone or unreadable: said, never a silent end
+                log.warning("sharing %s with %s failed: %s", asked.name, self.peer, exc)
+                self.send_error(InferError(ErrorKind.INTERNAL, f"cannot share it: {exc}"), rid)
 
         self.spawn(rid or "", run())  # by its request id: `unsubscribe` stops a read
 

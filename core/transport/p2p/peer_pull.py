@@ -12,11 +12,14 @@ hands them over through a bounded queue, so that a slow disk holds the reading b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from ...library import (
@@ -36,7 +39,9 @@ from .discovery import find_hosts
 from .ids import server_id as server_id_of
 
 TOPIC = "topic:"  # peer:topic:NAME/MODEL: the first host on the topic that shares MODEL
-PIECES_HELD = 64  # pieces between the connection and the disk: 12 MiB
+SHARE_WAIT_S = 300.0  # a model folder's file is hashed before its manifest comes: ~1 GB/s
+PULL_THREADS = 4
+PIECES_HELD = 16  # pieces between the connection and the disk: 12 MiB
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")  # a file in a model's folder
 
 
@@ -46,6 +51,7 @@ class PeerPulls:
 
     def __init__(self, *, bootstrap: Sequence[str] = (), seed: bytes | None = None) -> None:
         self.bootstrap, self.seed = list(bootstrap), seed
+        self._threads = ThreadPoolExecutor(PULL_THREADS, thread_name_prefix="peer-pull")
 
     async def pull(
         self,
@@ -63,15 +69,20 @@ class PeerPulls:
         server_id, client, manifest = await self._sharer(where, wanted)
         try:
             name, plan = _plan(server_id, manifest)
+            if name.full != parse_name(wanted).full:  # filed under another name, it could
+                raise InferError(  # take the place of a model this host serves
+                    ErrorKind.BAD_MESSAGE,
+                    f"asked for {wanted}, the host at {server_id[:12]}… offers {name.short}",
+                )
             there = str(manifest["name"])  # as the serving host names it
             loop = asyncio.get_running_loop()
 
             def opener(remote: RemoteFile, offset: int) -> _PeerBody:
                 return _PeerBody(client, there, remote.name, offset, loop)
 
-            return await asyncio.to_thread(
-                pull_plan, library, name, plan, progress=progress, cancel=cancel, opener=opener
-            )
+            work = partial(pull_plan, library, name, plan, progress=progress, cancel=cancel,
+                           opener=opener)  # fmt: skip
+            return await loop.run_in_executor(self._threads, work)
         finally:
             await client.close()
 
@@ -87,13 +98,17 @@ class PeerPulls:
             candidates = [info.server_id for info in found if info.server_id not in (None, me)]
         refusals = []
         for candidate in candidates:
-            client = await P2PClient.connect(candidate, bootstrap=self.bootstrap, seed=self.seed)
+            client: P2PClient | None = None
             try:
-                manifest = await client.request("model_share", {"name": name}, wait_s=None)
+                client = await P2PClient.connect(
+                    candidate, bootstrap=self.bootstrap, seed=self.seed
+                )
+                manifest = await client.request("model_share", {"name": name}, wait_s=SHARE_WAIT_S)
                 return candidate, client, manifest
-            except InferError as err:
-                await client.close()
-                if topic is None:
+            except BaseException as err:
+                if client is not None:
+                    await client.close()
+                if topic is None or not isinstance(err, InferError):
                     raise
                 refusals.append(f"{candidate[:12]}…: {err.message}")
         raise InferError(
@@ -131,7 +146,10 @@ class _PeerBody:
     ) -> None:  # fmt: skip
         self.status = 206 if offset else 200
         self.headers = {"Content-Range": f"bytes {offset}-*/*"} if offset else {}
-        self._pieces: queue.Queue[bytes | InferError | None] = queue.Queue(PIECES_HELD)
+        self._pieces: queue.Queue[bytes] = queue.Queue(PIECES_HELD)
+        self._end: object | None = None  # _WHOLE, or the InferError that ended the feed
+        self._room = asyncio.Event()  # set by the pull's thread as it takes a piece
+        self._loop = loop
         self._rest = memoryview(b"")
         self._feeding: Future[None] = asyncio.run_coroutine_threadsafe(
             self._feed(client, name, file, offset), loop
@@ -141,21 +159,21 @@ class _PeerBody:
         end: InferError | None = None
         try:
             async for piece in client.read(name, file, offset):
-                await asyncio.to_thread(self._pieces.put, piece)  # held back while it is full
+                while self._pieces.full():  # the disk is behind: hold the reading back
+                    self._room.clear()
+                    if self._pieces.full():
+                        await self._room.wait()
+                self._pieces.put_nowait(piece)
         except InferError as err:
             end = err
-        await asyncio.to_thread(self._pieces.put, end)
+        except Exception as err:  # said to the pull, not left for its timeout
+            end = InferError(ErrorKind.CONNECT_FAILED, f"the transfer failed: {err}")
+        finally:  # always an end for readinto: it waits for nothing else
+            self._end = end if end is not None else _WHOLE
 
     def readinto(self, buffer: bytearray) -> int:
         if not self._rest:
-            try:
-                piece = self._pieces.get(timeout=READ_TIMEOUT_S)
-            except queue.Empty:
-                raise InferError(
-                    ErrorKind.CONNECT_FAILED, "the host stopped sending; pull again to resume"
-                ) from None
-            if isinstance(piece, InferError):
-                raise piece
+            piece = self._next()
             if piece is None:
                 return 0
             self._rest = memoryview(piece)
@@ -164,10 +182,30 @@ class _PeerBody:
         self._rest = self._rest[n:]
         return n
 
+    def _next(self) -> bytes | None:
+        """The next piece; None at the file's end. The feed's error, once its pieces are all
+        read, is raised."""
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while True:
+            try:
+                piece = self._pieces.get(timeout=0.05)
+            except queue.Empty:
+                pass
+            else:
+                with contextlib.suppress(RuntimeError):  # (a loop that has closed)
+                    self._loop.call_soon_threadsafe(self._room.set)
+                return piece
+            if self._end is _WHOLE and self._pieces.empty():
+                return None
+            if isinstance(self._end, InferError) and self._pieces.empty():
+                raise self._end
+            if time.monotonic() > deadline:
+                raise InferError(
+                    ErrorKind.CONNECT_FAILED, "the host stopped sending; pull again to resume"
+                )
+
     def close(self) -> None:
         self._feeding.cancel()  # a pull that stops early stops the host's reading too
-        while True:  # and a put waiting for room (on a thread of its own) is let go
-            try:
-                self._pieces.get_nowait()
-            except queue.Empty:
-                break
+
+
+_WHOLE = object()  # the feed's end: every piece was read
