@@ -37,6 +37,9 @@ Settings come from the config file, then INFERTUI_* environment variables, then 
 """
 
 
+LOCAL_HOST = "http://127.0.0.1:8080"  # where `infertui host --http` listens by default
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="infertui", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -99,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="List a host's loaded models: size, CPU or GPU, context, and until when "
         "each stays (a model loaded on demand unloads after its keep_alive).",
     )
-    add_client_flags(running)
+    add_client_flags(running, default=LOCAL_HOST)
 
     hosts = commands.add_parser(
         "hosts",
@@ -122,10 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_client_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "target", metavar="TARGET", help="a server ID, http(s)://HOST:PORT, or topic:NAME"
-    )
+def add_client_flags(parser: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    """TARGET, and the client's flags; with a `default`, TARGET may be left out."""
+    said = "a server ID, http(s)://HOST:PORT, or topic:NAME"
+    if default is None:
+        parser.add_argument("target", metavar="TARGET", help=said)
+    else:
+        parser.add_argument(
+            "target", metavar="TARGET", nargs="?", default=default,
+            help=f"{said} (default {default}: a host started with --http on this machine)",
+        )  # fmt: skip
     flags.add_flags(parser, flags.CLIENT_FLAGS)
 
 
