@@ -46,6 +46,17 @@ async def ollama_client() -> AsyncIterator[Any]:
         await client._client.aclose()
 
 
+async def host_with_model(
+    start_host: HostFactory, ollama_client: Any, **options: Any
+) -> tuple[Host, ollama.AsyncClient]:
+    """A host of the test's own (start_host's options) with the cut model pulled into its
+    library, and an `ollama` client of it."""
+    host = await start_host(**options)
+    client = ollama_client(host)
+    await client.pull(NAME)
+    return host, client
+
+
 async def running(client: ollama.AsyncClient) -> dict[str, Any]:
     return {model.model: model for model in (await client.ps()).models}
 
@@ -53,9 +64,7 @@ async def running(client: ollama.AsyncClient) -> dict[str, Any]:
 async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unloads_it(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
-    host = await start_host()
-    client = ollama_client(host)
-    await client.pull(NAME)
+    host, client = await host_with_model(start_host, ollama_client)
     pinned = host.service.engine_ids()[0]
 
     listed = {model.model: model for model in (await client.list()).models}
@@ -88,9 +97,7 @@ def hub_size(hub: Sources) -> int:
 async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
-    host = await start_host(more={"keep_alive": "1s"})
-    client = ollama_client(host)
-    await client.pull(NAME)
+    _, client = await host_with_model(start_host, ollama_client, more={"keep_alive": "1s"})
     await client.generate(NAME, prompt="Count:", options=SHORT)  # the host's default, 1 s
     assert NAME in await running(client)
     await asyncio.sleep(1.8)  # idle past its keep_alive, and one sweep (0.25 s)
@@ -142,9 +149,9 @@ async def test_a_small_budget_unloads_the_least_recently_used_idle_model(
 ) -> None:
     engine = {"ctx": 1024, "parallel": 2}  # as start_host loads engines
     need = need_mib(cut_model_path, engine)
-    host = await start_host(**engine, more={"memory_budget_mb": int(need * 2.5)})  # two fit
-    client = ollama_client(host)
-    await client.pull(NAME)
+    _, client = await host_with_model(
+        start_host, ollama_client, **engine, more={"memory_budget_mb": int(need * 2.5)}
+    )  # two fit
     for name in ("a:1", "b:1", "c:1"):
         await client.copy(NAME, name)
 
@@ -168,9 +175,7 @@ async def test_a_small_budget_unloads_the_least_recently_used_idle_model(
 async def test_requests_that_arrive_while_a_model_loads_wait_for_one_load(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
-    host = await start_host()
-    client = ollama_client(host)
-    await client.pull(NAME)
+    host, client = await host_with_model(start_host, ollama_client)
     gate, loads = asyncio.Event(), []
     real_load = Pool.load
 
@@ -238,9 +243,9 @@ async def test_two_models_asked_at_once_under_a_limit_of_one_never_evict_the_fre
 ) -> None:
     """The load that waited its turn must not unload the one just loaded for its own
     request: that request is answered, and the other is told to come back (503)."""
-    host = await start_host(more={"max_loaded": 2})  # the host's own engine, and one more
-    client = ollama_client(host)
-    await client.pull(NAME)
+    _, client = await host_with_model(
+        start_host, ollama_client, more={"max_loaded": 2}
+    )  # the host's own engine, and one more
     await client.copy(NAME, "a:1")
     await client.copy(NAME, "b:1")
     asks = [client.generate(name, prompt="Hi", options=SHORT) for name in ("a:1", "b:1")]
@@ -257,9 +262,7 @@ async def test_two_models_asked_at_once_under_a_limit_of_one_never_evict_the_fre
 async def test_a_keep_alive_that_is_no_duration_is_refused_and_a_huge_one_is_forever(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
-    host = await start_host()
-    client = ollama_client(host)
-    await client.pull(NAME)
+    host, client = await host_with_model(start_host, ollama_client)
     for bad in ("nan", "soon", True):
         reply = await host.client.post(
             "/api/generate", json={"model": NAME, "prompt": "Hi", "keep_alive": bad}
