@@ -100,15 +100,22 @@ async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
     _, client = await host_with_model(start_host, ollama_client, more={"keep_alive": "1s"})
     await client.generate(NAME, prompt="Count:", options=SHORT)  # the host's default, 1 s
     assert NAME in await running(client)
-    await asyncio.sleep(1.8)  # idle past its keep_alive, and one sweep (0.25 s)
-    assert NAME not in await running(client)
+    stayed = await unloaded_after(client, NAME)  # idle past its keep_alive, and a sweep
+    assert 0.9 < stayed < 10, stayed
 
     await client.generate(NAME, prompt="Count:", options=SHORT, keep_alive=-1)  # forever
-    await asyncio.sleep(1.8)
+    await asyncio.sleep(1.8)  # past the host's default
     assert (await running(client))[NAME].expires_at.year > 2300
     await client.generate(NAME, prompt="Count:", options=SHORT, keep_alive="1s")
-    await asyncio.sleep(1.8)
-    assert NAME not in await running(client)
+    assert 0.9 < await unloaded_after(client, NAME) < 10
+
+
+async def unloaded_after(client: ollama.AsyncClient, name: str) -> float:
+    """Seconds until `name` leaves /api/ps (asked every 0.1 s, for up to 10 s)."""
+    start = time.monotonic()
+    while name in await running(client) and time.monotonic() - start < 10:
+        await asyncio.sleep(0.1)
+    return time.monotonic() - start
 
 
 async def test_openai_clients_see_the_library_and_load_by_naming_a_model(
