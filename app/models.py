@@ -7,9 +7,9 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from infertui.core import config, paths
 from infertui.core.host.model_facts import facts_of
@@ -142,10 +142,17 @@ def write_table(models: list[LibraryModel]) -> None:
             facts.parameter_size if facts.readable else "?",
             str(facts.context_length or "?"), _ago(model.modified),
         ))  # fmt: skip
+    write_rows(rows)
+
+
+def write_rows(rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None:
+    """Rows in columns as wide as their widest cell, the first row the header; on stdout as
+    it is when called (a test's capture) unless `out` is given."""
+    out = out or sys.stdout
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-        sys.stdout.write("\n")
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        out.write("\n")
 
 
 def write_show(model: LibraryModel) -> None:

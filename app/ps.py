@@ -13,6 +13,7 @@ from infertui.core.protocol import EngineStatus, InferError
 from infertui.core.protocol.snapshots import EngineState
 
 from .ask import connect_to
+from .models import write_rows
 
 
 async def ps(target: str, settings: Settings, out: TextIO = sys.stdout) -> int:
@@ -27,10 +28,7 @@ async def ps(target: str, settings: Settings, out: TextIO = sys.stdout) -> int:
         return 1
     rows = [("NAME", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL")]
     rows += [_row(e) for e in engines if e.status is not EngineState.FAILED]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        out.write("\n")
+    write_rows(rows, out)
     return 0
 
 

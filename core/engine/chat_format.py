@@ -62,9 +62,13 @@ class ChatFormat:
 
     @property
     def thinks(self) -> bool:
-        """Whether the template has the model reason first (Qwen3's `enable_thinking`, the
-        `<think>` of DeepSeek-R1 and others): Ollama's "thinking" capability."""
-        return self.source is not None and any(m in self.source for m in _THINKING_MARKERS)
+        return template_thinks(self.source)
+
+
+def template_thinks(source: str | None) -> bool:
+    """Whether a Jinja template has the model reason first (Qwen3's `enable_thinking`, the
+    `<think>` of DeepSeek-R1 and others): Ollama's "thinking" capability."""
+    return source is not None and any(marker in source for marker in _THINKING_MARKERS)
 
 
 def tool_format(source: str | None) -> str:

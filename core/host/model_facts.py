@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.chat_format import ChatFormat, tool_format
+from ..engine.chat_format import template_thinks, tool_format
 from ..library import LibraryModel
 from ..library.gguf_header import GgufHeader, read_header
+from ..protocol.snapshots import LibraryEntry
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,21 @@ def facts_of(model: LibraryModel) -> ModelFacts:
         license=str(meta.get("general.license") or model.layers.get("license") or ""),
         template=template,
         tool_format=tool_format(template) if template else "",
-        thinks=ChatFormat(template or "", True, "", source=template).thinks,
+        thinks=template_thinks(template),
         sampling=sampling,
         metadata={key: value for key, value in meta.items() if _small(value)},
     )
+
+
+def entry_of(model: LibraryModel, loaded: bool) -> LibraryEntry:
+    """The model as the faces list it (/v1/host/library, P2P `library`, the apps)."""
+    facts = facts_of(model)
+    return LibraryEntry(
+        name=model.name, size=model.size, architecture=facts.architecture,
+        parameters=facts.parameter_size, quantization=facts.quantization,
+        context_length=facts.context_length, modified=model.modified, source=model.source,
+        loaded=loaded,
+    )  # fmt: skip
 
 
 def _small(value: Any) -> bool:

@@ -46,7 +46,7 @@ from ..protocol.tokens import Props
 from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
 from . import reports
-from .model_facts import facts_of
+from .model_facts import entry_of
 from .prepare import Ask, prepare
 from .pulls import PeerSource, Pulls
 from .registry import EngineRegistry
@@ -291,7 +291,7 @@ class HostService:
         expires = self._residency.expires_at(pool)
         return status.model_copy(update={"on_demand": True, "expires_at": expires})
 
-    def models(self) -> list[tuple[str, str]]:
+    async def models(self) -> list[tuple[str, str]]:
         """What a request's `model` may name, as (id, served by): every engine's id, an
         upstream server's own model ids, served by the engine in front of them, and the
         library's models not loaded ("library": a request loads them)."""
@@ -301,7 +301,8 @@ class HostService:
             if pool.spec.kind == UpstreamSpec.kind:
                 out += [(name, pool.id) for name in pool.model_names if name not in ids]
         named = {name for name, _ in out}
-        return out + [(m.name, "library") for m in self.library.models() if m.name not in named]
+        library = await asyncio.to_thread(self.library.models)  # disk: off the event loop
+        return out + [(m.name, "library") for m in library if m.name not in named]
 
     def pool_health(self, pool_id: str) -> PoolHealth:
         return reports.pool_health(self._registry.get(pool_id))
@@ -365,18 +366,8 @@ class HostService:
         return await asyncio.to_thread(self._library_entries)
 
     def _library_entries(self) -> list[LibraryEntry]:
-        names = set(self._registry.ids())
-        out = []
-        for model in self.library.models():
-            facts = facts_of(model)
-            entry = LibraryEntry(
-                name=model.name, size=model.size, architecture=facts.architecture,
-                parameters=facts.parameter_size, quantization=facts.quantization,
-                context_length=facts.context_length, modified=model.modified,
-                source=model.source, loaded=model.name in names,
-            )  # fmt: skip
-            out.append(entry)
-        return out
+        loaded = set(self._registry.ids())
+        return [entry_of(model, model.name in loaded) for model in self.library.models()]
 
     def pull_from_peers(self, peers: PeerSource) -> None:
         """Let `peer:<server-id>/<name>` pulls reach other hosts through `peers`."""

@@ -108,7 +108,7 @@ def fetch(
             progress(size, size)
             return have
         partial = partial_of(dest, remote.sha256)
-        hasher = _hash_file(partial) if partial.exists() else hashlib.sha256()
+        hasher = hash_file(partial) if partial.exists() else hashlib.sha256()
         done = partial.stat().st_size if partial.exists() else 0
         if remote.size is not None and done > remote.size:
             partial.unlink()  # longer than the file: not a prefix of it
@@ -348,7 +348,8 @@ def raise_for_source(status: int | None, headers: Headers, what: str) -> None:
     raise InferError(ErrorKind.CONNECT_FAILED, f"{what}: the source answered {status}")
 
 
-def _hash_file(path: Path) -> hashlib._Hash:
+def hash_file(path: Path) -> hashlib._Hash:
+    """The sha256 of a file so far (a partial one resumes hashing from it)."""
     hasher = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(CHUNK):

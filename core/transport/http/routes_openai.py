@@ -299,7 +299,7 @@ def _encoded(vector: list[float], encoding: str) -> list[float] | str:
     summary="The engines, as OpenAI models",
 )
 async def models(request: Request) -> ModelList:
-    return ModelList(data=_model_cards(request))
+    return ModelList(data=await _model_cards(request))
 
 
 @router.get(
@@ -309,13 +309,13 @@ async def models(request: Request) -> ModelList:
     responses={404: _ERRORS[404]},
 )
 async def model(model_id: str, request: Request) -> ModelCard:
-    for card in _model_cards(request):
+    for card in await _model_cards(request):
         if card.id == model_id:
             return card
     raise InferError(ErrorKind.MODEL_NOT_FOUND, f"no model named '{model_id}'", param="model")
 
 
-def _model_cards(request: Request) -> list[ModelCard]:
+async def _model_cards(request: Request) -> list[ModelCard]:
     """Every name a request's `model` may use, with the context per sequence of the engine
     behind it (an engine id is served by "infertui", an upstream's model by its engine)."""
     service = service_of(request)
@@ -328,5 +328,5 @@ def _model_cards(request: Request) -> list[ModelCard]:
             owned_by=by,
             max_model_len=n_ctx.get(name if by == "infertui" else by),
         )
-        for name, by in service.models()
+        for name, by in await service.models()
     ]

@@ -15,7 +15,6 @@ once, when first shared, so that the pulling side can check every byte as for a 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ...library import Library, LibraryModel
+from ...library.download import hash_file
 from ...protocol.common import MAX_PATH
 from ...protocol.errors import ErrorKind, InferError
 
 SHARE_TYPES = ("model_share", "model_read")
 PIECE = 1 << 20  # bytes a piece (as base64 in JSON, pulls ran at 0.04 of curl)
-HASH_BLOCK = 1 << 20
 
 
 class ShareRequest(BaseModel):
@@ -79,13 +78,6 @@ class Sharing:
         stat = await asyncio.to_thread(path.stat)
         key = (str(path), stat.st_size, stat.st_mtime_ns)
         if key not in self._hashed:
-            self._hashed[key] = await asyncio.to_thread(_sha256, path)
+            hasher = await asyncio.to_thread(hash_file, path)
+            self._hashed[key] = hasher.hexdigest()
         return self._hashed[key]
-
-
-def _sha256(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(HASH_BLOCK):
-            hasher.update(block)
-    return hasher.hexdigest()
