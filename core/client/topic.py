@@ -43,6 +43,8 @@ ELSEWHERE = frozenset(
         ErrorKind.MODEL_NOT_FOUND,  # hosts on one topic may serve different models
         ErrorKind.QUEUE_FULL,
         ErrorKind.CLIENT_BUSY,
+        ErrorKind.RATE_LIMITED,  # another host keeps its own budgets
+        ErrorKind.BUDGET_SPENT,
         ErrorKind.POOL_UNREADY,
         ErrorKind.HOST_DISCONNECTED,
         ErrorKind.TIMEOUT_NO_RESPONSE,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from ..engine import Engine
 from ..protocol.common import ChatMessage, SamplingParams, without_oldest_turn
 from ..protocol.errors import ErrorKind, InferError
+from ..protocol.sharing import Priority
 from ..protocol.tools import GENERIC_FORMAT, Forced, Tool, conversation, forcing_schema
 from ..scheduler import PreparedJob
 
@@ -35,8 +36,11 @@ class Ask:
     drop_oldest: bool = False  # past the context, the oldest turns are left out (Ollama's)
     embed: bool = False  # the prompt's embedding, not a completion of it
     keep_alive_s: float | None = None  # how long a model loaded on demand stays; None: default
-    client_id: str | None = None
+    client_id: str | None = None  # the connection
     client_limit: int | None = None  # jobs this client may have at once
+    identity: str | None = None  # who asks: an API key's name, a named peer; None: client_id
+    priority: Priority | None = None  # interactive or batch; None: the identity's usual
+    session_id: str | None = None
     job_id: str | None = None
     correlation_id: str | None = None
 
@@ -86,6 +90,9 @@ def prepare(engine: Engine, ask: Ask) -> PreparedJob:
         embed=ask.embed,
         client_id=ask.client_id,
         client_limit=ask.client_limit,
+        identity=ask.identity,
+        priority=ask.priority,
+        session_id=ask.session_id,
         job_id=ask.job_id,
         correlation_id=ask.correlation_id,
     )

@@ -22,6 +22,8 @@ class ErrorKind(StrEnum):
     CONTEXT_OVERFLOW = "CONTEXT_OVERFLOW"
     QUEUE_FULL = "QUEUE_FULL"
     CLIENT_BUSY = "CLIENT_BUSY"
+    RATE_LIMITED = "RATE_LIMITED"  # an identity's requests per minute
+    BUDGET_SPENT = "BUDGET_SPENT"  # an identity's tokens per minute or day, a session's budget
     POOL_UNREADY = "POOL_UNREADY"
     MODEL_NOT_FOUND = "MODEL_NOT_FOUND"
     NO_ENGINE = "NO_ENGINE"
@@ -94,6 +96,13 @@ ERROR_TABLE: dict[ErrorKind, ErrorMapping] = {
     ),
     ErrorKind.CLIENT_BUSY: ErrorMapping(
         "MODEL_BUSY", "ADMISSION_REJECT", _SRV, "client_busy", 429, retriable=True
+    ),
+    # an identity's own limits: OpenAI's code for them, in spec 004's types
+    ErrorKind.RATE_LIMITED: ErrorMapping(
+        "MODEL_BUSY", "ADMISSION_REJECT", _REQ, "rate_limit_exceeded", 429, retriable=True
+    ),
+    ErrorKind.BUDGET_SPENT: ErrorMapping(
+        "MODEL_BUSY", "ADMISSION_REJECT", _REQ, "budget_exceeded", 429, retriable=True
     ),
     ErrorKind.POOL_UNREADY: ErrorMapping(
         "OLLAMA_MODEL_NOT_AVAILABLE",

@@ -136,6 +136,7 @@ class SlotSnapshot(_Frozen):
     slot: int
     job_id: str | None = None
     client_id: str | None = None
+    identity: str | None = Field(None, description="who asked (an API key's name, a peer's)")
     phase: Literal["idle", "prefill", "decode"] = "idle"
     tokens_in: int = 0
     tokens_out: int = 0
@@ -157,6 +158,8 @@ class LiveJob(_Frozen):
 class QueueEntry(_Frozen):
     job_id: str
     client_id: str | None
+    identity: str | None = Field(None, description="who asked (an API key's name, a peer's)")
+    priority: str = Field("interactive", description="interactive or batch")
     position: int
     predicted_start_ms: int
     tokens_in: int

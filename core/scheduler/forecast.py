@@ -18,6 +18,9 @@ from .job import Job
 from .metrics import MetricsRecorder
 
 FALLBACK_DECODE_TPS = 10.0  # per sequence, before anything was measured: on the slow side
+# What a prompt token costs in fair shares, in generated tokens: a prefill runs a step's
+# tokens in one batch, 5-10x the rate of decode per token on a CPU and on a GPU alike.
+PROMPT_TOKEN_COST = 0.125
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class Rates:
         if typical is None:
             return max(left, 0)
         return max(min(left, typical - generated if generated < typical else typical), 0)
+
+    def cost(self, max_tokens: int, prompt_tokens: int) -> float:
+        """The tokens a waiting job is expected to cost its identity (fair shares)."""
+        return self.expected_tokens(max_tokens) + prompt_tokens * PROMPT_TOKEN_COST
 
     def service_s(self, max_tokens: int, prompt_tokens: int) -> float:
         """Seconds a waiting job will hold its slot: its prefill, then its expected reply."""
@@ -65,11 +72,7 @@ def forecast(
 ) -> list[float]:
     """Seconds until each waiting job starts, in queue order, and last, until a job that
     joins now would, at the rates the pool measured."""
-    rates = Rates(
-        decode_tps=decode_tps_per_sequence(metrics, len(running)),
-        prefill_tps=metrics.prefill_rate(),
-        typical_tokens_out=metrics.typical_tokens_out(),
-    )
+    rates = rates_of(metrics, len(running))
     busy_for = [
         rates.expected_tokens(job.request.max_tokens, job.tokens_out) / rates.decode_tps
         for job in running
@@ -78,6 +81,27 @@ def forecast(
         rates.service_s(job.request.max_tokens, len(job.request.prompt_tokens)) for job in waiting
     ]
     return start_times(busy_for, max(0, n_slots - len(busy_for)), services)
+
+
+def rates_of(metrics: MetricsRecorder, running: int) -> Rates:
+    """The rates the pool measured, with `running` jobs decoding."""
+    return Rates(
+        decode_tps=decode_tps_per_sequence(metrics, running),
+        prefill_tps=metrics.prefill_rate(),
+        typical_tokens_out=metrics.typical_tokens_out(),
+    )
+
+
+def expected_cost(metrics: MetricsRecorder, max_tokens: int, prompt_tokens: int) -> float:
+    """What a job about to queue is expected to cost its identity (fair shares)."""
+    return Rates(FALLBACK_DECODE_TPS, None, metrics.typical_tokens_out()).cost(
+        max_tokens, prompt_tokens
+    )
+
+
+def spent_cost(tokens_in: int, tokens_out: int) -> float:
+    """What a job that ended really cost its identity, in the units of Rates.cost."""
+    return tokens_out + tokens_in * PROMPT_TOKEN_COST
 
 
 def decode_tps_per_sequence(metrics: MetricsRecorder, running: int) -> float:

@@ -25,6 +25,7 @@ from enum import StrEnum
 from ..engine import Engine, GenerationRequest
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.events import Admitted, Finished, JobEvent, TokenLogprob, TokenText
+from ..protocol.sharing import Priority
 from ..protocol.snapshots import TimingStats
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,11 @@ class PreparedJob:
     messages: Sequence[ChatMessage] | None = None  # a chat: its turns, rendered for the engine
     prompt: str | None = None  # a plain completion's text
     embed: bool = False  # the prompt's embedding, not a completion of it
-    client_id: str | None = None
+    client_id: str | None = None  # the connection, for its limit of jobs at once
     client_limit: int | None = None
+    identity: str | None = None  # who asks, for fair shares and budgets; None: the client_id
+    priority: Priority | None = None  # None: the identity's usual class
+    session_id: str | None = None
     job_id: str | None = None
     correlation_id: str | None = None
 
@@ -101,6 +105,11 @@ class Job:
         self.started = False  # given to the engine (it may not have a slot yet)
         self.pool_id = pool_id
         self.client_id = client_id
+        self.identity = client_id or "anonymous"  # who asks (fair shares, budgets, the ledger)
+        self.batch = False  # batch work: a free slot goes to interactive work first
+        self.session_id: str | None = None
+        self.expected_cost = 0.0  # tokens its start is charged to its identity (queue.py)
+        self.arrival = 0  # its place in the order jobs came (queue.py)
         self.queue_position = queue_position
         self.predicted_start_ms = predicted_start_ms
         self.state = JobState.QUEUED

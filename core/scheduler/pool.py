@@ -25,6 +25,7 @@ from ..engine import AnySpec, Engine, GenerationRequest
 from ..engine.interface import Tokenizer
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished, JobEvent, TokenText
+from ..protocol.sharing import Priority
 from ..protocol.snapshots import (
     MetricsSnapshot,
     PoolState,
@@ -34,11 +35,12 @@ from ..protocol.snapshots import (
     TimingStats,
 )
 from .admission import check_fits
-from .forecast import forecast
+from .forecast import expected_cost, forecast, spent_cost
 from .job import Job, PreparedJob, new_job_id
 from .metrics import MetricsRecorder
 from .pool_control import PoolControl
 from .queue import JobQueue
+from .sharing import Sharing
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,12 @@ _STATE_WORDS = {
 class Pool(PoolControl):
     """Serves jobs on one engine. Create with `await Pool.start(spec)`."""
 
-    def __init__(self, spec: AnySpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> None:
+    def __init__(
+        self,
+        spec: AnySpec,
+        queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
+        sharing: Sharing | None = None,
+    ) -> None:
         self.id = spec.engine_id
         self.spec = spec
         self.queue_capacity = queue_capacity
@@ -64,8 +71,10 @@ class Pool(PoolControl):
         self.metrics = MetricsRecorder(self.id)
         self.total_requests = 0
         self._jobs: dict[str, Job] = {}  # admitted and not yet done, waiting or started
-        self._queue = JobQueue()
+        self.sharing = sharing or Sharing()  # the host's: who may do what, shared by its pools
+        self._queue = JobQueue(self.sharing.weight)
         self._started: Counter[tuple[Engine, bool]] = Counter()  # per engine and kind, as lines
+        self._batch_started: Counter[Engine] = Counter()
         self._per_client: Counter[str] = Counter()
         self._retiring: set[Engine] = set()
         self._closing: set[asyncio.Task[None]] = set()  # retired engines shutting down
@@ -97,8 +106,13 @@ class Pool(PoolControl):
         return bool(self.engine and self.engine.describe().n_gpu_layers != 0)
 
     @classmethod
-    async def start(cls, spec: AnySpec, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> Pool:
-        pool = cls(spec, queue_capacity)
+    async def start(
+        cls,
+        spec: AnySpec,
+        queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
+        sharing: Sharing | None = None,
+    ) -> Pool:
+        pool = cls(spec, queue_capacity, sharing)
         await pool.load()
         return pool
 
@@ -106,13 +120,12 @@ class Pool(PoolControl):
 
     def submit(self, prepared: PreparedJob) -> Job:
         """Admit a job HostService.prepare made for this pool's engine, or raise InferError."""
-        client_id = prepared.client_id
+        identity = prepared.identity or prepared.client_id or "anonymous"
         try:
-            job = self._admit(prepared)
-            job.correlation_id = prepared.correlation_id
+            job = self._admit(prepared, identity)
         except InferError as exc:
             self.metrics.record_reject(exc.kind.value)
-            log.info("pool %s rejected a job from %s: %s", self.id, client_id or "-", exc.message)
+            log.info("pool %s rejected a job from %s: %s", self.id, identity, exc.message)
             raise
         self.metrics.record_accept()
         self.total_requests += 1
@@ -121,7 +134,7 @@ class Pool(PoolControl):
         log.log(
             logging.INFO if job.queue_position else logging.DEBUG,
             "pool %s accepted %s from %s: %d prompt tokens, position %d, predicted start %d ms",
-            self.id, job.id, client_id or "-", job.tokens_in, job.queue_position,
+            self.id, job.id, identity, job.tokens_in, job.queue_position,
             job.predicted_start_ms,
         )  # fmt: skip
         return job
@@ -169,7 +182,7 @@ class Pool(PoolControl):
             return f"engine '{self.id}' failed to load" + (f": {self.error}" if self.error else "")
         return f"engine '{self.id}' {_STATE_WORDS.get(self.state, 'is not ready')}"
 
-    def _admit(self, prepared: PreparedJob) -> Job:
+    def _admit(self, prepared: PreparedJob, identity: str) -> Job:
         engine = self.ready_engine()
         params = prepared.params.with_defaults(engine.sampling_defaults)
         client_id, client_limit, job_id = prepared.client_id, prepared.client_limit, prepared.job_id
@@ -192,7 +205,6 @@ class Pool(PoolControl):
         max_tokens = check_fits(engine, self.id, tokens, params.max_tokens, embed=embed,
                                 chat=messages is not None)  # fmt: skip
         depth = len(self._queue)
-        starts_now = not self._queue.waits_for(engine, embed) and self._has_room(engine, embed)
         if depth >= self.queue_capacity:  # (embeddings too, though they need no slot)
             raise InferError(
                 ErrorKind.QUEUE_FULL,
@@ -206,36 +218,47 @@ class Pool(PoolControl):
             job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed,
             messages=messages, prompt_text=prepared.prompt,
         )  # fmt: skip
-        position, start_ms = (0, 0) if starts_now else (depth, self._start_ms(depth))
-        job = Job(request, engine, self.id, client_id, self._cancel, self._on_job_closed,
-                  position, start_ms)  # fmt: skip
+        sharing = self.sharing
+        sharing.admit(identity)  # its queued cap and budgets: the last check, as it counts
+        job = Job(request, engine, self.id, client_id, self._cancel, self._on_job_closed, 0, 0)
+        job.identity, job.session_id = identity, prepared.session_id
+        job.correlation_id = prepared.correlation_id
+        job.batch = sharing.priority(identity, prepared.priority) is Priority.BATCH
+        job.expected_cost = expected_cost(self.metrics, max_tokens, len(tokens))
         self._jobs[job.id] = job
         self._idle.clear()
         self.idle_since = None
         if client_id is not None:
             self._per_client[client_id] += 1
+        sharing.queued(identity)
         self._queue.push(job)
         self._start_waiting()
+        if not job.started:  # where the fair order puts it, and when that starts
+            job.queue_position, job.predicted_start_ms = self.position(job)
         return job
 
     # ---- the queue: jobs start as their engine has room ----------------------------------------
 
-    def _has_room(self, engine: Engine, embed: bool) -> bool:
-        """Whether the engine can take one more job of this kind now: a free slot, or room in
-        its embedding batch. An engine whose server is down takes none (its queue has ended)."""
+    def _has_room(self, engine: Engine, embed: bool, batch: bool = False) -> bool:
+        """Whether the engine can take one more job of this kind and class now: a free slot
+        (for batch work, one beyond the slots kept for interactive work), or room in its
+        embedding batch. An engine whose server is down takes none (its queue has ended)."""
         if engine.problem is not None:
             return False
         if embed:
             return engine.embeddings is not None and (
                 self._started[engine, True] < engine.embeddings.capacity
             )
-        return self._started[engine, False] < engine.describe().n_parallel
+        slots = engine.describe().n_parallel
+        if batch and self._batch_started[engine] >= slots - self.sharing.interactive_slots:
+            return False
+        return self._started[engine, False] < slots
 
     def _start_waiting(self) -> None:
-        """Give the engines the waiting jobs they have room for, in queue order."""
-        for job in self._queue.take(self._has_room):
+        """Give the engines the waiting jobs they have room for, in the queue's fair order."""
+        for job in self._queue.take(self._has_room, self.sharing.may_start):
             job.started = True
-            self._started[job.engine, job.request.embed] += 1
+            self._count_start(job, +1)
             try:
                 if job.request.embed and job.engine.embeddings is not None:
                     job.engine.embeddings.start(job.request)
@@ -243,8 +266,17 @@ class Pool(PoolControl):
                     job.engine.start(job.request)
             except InferError as exc:  # an engine shutting down: the job ends, the rest wait
                 job.started = False
-                self._started[job.engine, job.request.embed] -= 1
+                self._count_start(job, -1)
+                self._queue.settle(job, 0.0)
                 job._deliver(Finished("error", TimingStats(tokens_in=job.tokens_in), exc))
+            else:
+                self.sharing.started(job.identity)
+
+    def _count_start(self, job: Job, step: int) -> None:
+        """A job takes (+1) or gives back (-1) its place in its engine."""
+        self._started[job.engine, job.request.embed] += step
+        if job.batch and not job.request.embed:
+            self._batch_started[job.engine] += step
 
     def _cancel(self, job: Job) -> None:
         """A job's cancel: out of the queue, or its engine stops it (and frees its slot)."""
@@ -299,7 +331,9 @@ class Pool(PoolControl):
                 self.metrics.record_first_token((job.first_token_at - job.enqueued_at) * 1000)
             if isinstance(event, Finished):
                 if job.started:  # its slot (or its place in an embedding batch) is free
-                    self._started[job.engine, request.embed] -= 1
+                    self._count_start(job, -1)
+                    t = event.timings
+                    self._queue.settle(job, spent_cost(t.tokens_in, t.tokens_out))
                     freed = True
                 self._forget(job)
         if tokens:
@@ -321,16 +355,17 @@ class Pool(PoolControl):
             self._per_client[job.client_id] -= 1
             if self._per_client[job.client_id] <= 0:
                 del self._per_client[job.client_id]
+        t = final.timings
+        self.sharing.ended(job.identity, started=job.started, tokens=t.tokens_in + t.tokens_out)
         self.metrics.record_finish(
             final,
             prefill_recorded=job.prefill_recorded,
             ttft_recorded=job.first_token_at is not None,
         )
-        t = final.timings
         log.info(
             "pool %s: %s from %s finished (%s): %d in, %d out, queued %.0f ms, ttft %s ms, "
             "%.1f tok/s",
-            self.id, job.id, job.client_id or "-", final.finish_reason, t.tokens_in,
+            self.id, job.id, job.identity, final.finish_reason, t.tokens_in,
             t.tokens_out, t.queue_wait_ms, f"{t.ttft_ms:.0f}" if t.ttft_ms is not None else "-",
             t.decode_tps,
             extra={"cid": job.correlation_id},
@@ -353,9 +388,11 @@ class Pool(PoolControl):
     def slots(self) -> list[SlotSnapshot]:
         if self.engine is None:
             return []
-        clients = {job.id: job.client_id for job in self._jobs.values()}
+        jobs = self._jobs
         return [
-            s.model_copy(update={"client_id": clients.get(s.job_id or "")})
+            s.model_copy(update={"client_id": job.client_id, "identity": job.identity})
+            if (job := jobs.get(s.job_id or "")) is not None
+            else s
             for s in self.engine.slots()
         ]
 
@@ -367,6 +404,8 @@ class Pool(PoolControl):
             QueueEntry(
                 job_id=job.id,
                 client_id=job.client_id,
+                identity=job.identity,
+                priority=Priority.BATCH if job.batch else Priority.INTERACTIVE,
                 position=position,
                 predicted_start_ms=int(1000 * starts[min(position, len(starts) - 1)]),
                 tokens_in=len(job.request.prompt_tokens),

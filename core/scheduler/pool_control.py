@@ -36,6 +36,7 @@ class PoolControl:
     _jobs: dict[str, Job]
     _queue: JobQueue
     _started: Counter[tuple[Engine, bool]]
+    _batch_started: Counter[Engine]
     _retiring: set[Engine]
     _closing: set[asyncio.Task[None]]
     _unreachable: bool
@@ -164,6 +165,7 @@ class PoolControl:
                 self._retiring.discard(engine)
                 for kind in (False, True):
                     self._started.pop((engine, kind), None)
+                self._batch_started.pop(engine, None)
                 task = self._loop.create_task(engine.shutdown())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)

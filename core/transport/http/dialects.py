@@ -53,6 +53,15 @@ def documented_errors(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]
     return {code: {"model": model, "description": text} for code, text in reasons.items()}
 
 
+# which policy refused a job, for the 429's `policy_label` (OC-CTRL-2011)
+_POLICY_LABELS = {
+    ErrorKind.QUEUE_FULL: "reject-new",
+    ErrorKind.CLIENT_BUSY: "per-client-limit",
+    ErrorKind.RATE_LIMITED: "rate-limit",
+    ErrorKind.BUDGET_SPENT: "token-budget",
+}
+
+
 def error_response(err: InferError, family: Dialect) -> JSONResponse:
     """A pre-stream error: the HTTP status of its kind, the body of its family, and backoff
     headers for every retriable refusal (OC-CTRL-2011)."""
@@ -63,8 +72,8 @@ def error_response(err: InferError, family: Dialect) -> JSONResponse:
         body = {"error": err.message}
     elif family is Dialect.ORCHESTRATOR:
         base = orchestrator.error_body(err)
-        if err.kind in (ErrorKind.QUEUE_FULL, ErrorKind.CLIENT_BUSY):
-            label = "reject-new" if err.kind is ErrorKind.QUEUE_FULL else "per-client-limit"
+        label = _POLICY_LABELS.get(err.kind)
+        if label is not None:
             base = orchestrator.Backpressure(**base.model_dump(), policy_label=label)
         body = base.model_dump(exclude_none=True)
     else:

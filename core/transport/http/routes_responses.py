@@ -221,6 +221,8 @@ def _call_item(call: ToolCallOut) -> FunctionCallItem:
 _FAILED_CODES = {
     ErrorKind.QUEUE_FULL: "rate_limit_exceeded",
     ErrorKind.CLIENT_BUSY: "rate_limit_exceeded",
+    ErrorKind.RATE_LIMITED: "rate_limit_exceeded",
+    ErrorKind.BUDGET_SPENT: "rate_limit_exceeded",
 }
 
 
