@@ -15,8 +15,9 @@ from infertui.core.config import Settings
 from infertui.core.host import HostService
 from infertui.core.protocol import InferError
 from infertui.core.transport.http import Access, HttpServer, create_app, is_loopback
+from infertui.core.transport.http.access import read_keys_file
 from infertui.core.transport.p2p.host import P2PServer
-from infertui.core.transport.p2p.ids import load_seed, parse_server_id, read_allow_file
+from infertui.core.transport.p2p.ids import load_seed, parse_peer, read_allow_file
 from infertui.core.transport.p2p.peer_pull import PeerPulls
 
 log = logging.getLogger("infertui.host")
@@ -27,6 +28,12 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
     service = HostService(settings.host)
     p2p = settings.host.p2p
     if p2p.enabled:
+        allowed = [*p2p.allow, *(read_allow_file(Path(p2p.allow_file)) if p2p.allow_file else [])]
+        peers = {
+            key: name
+            for entry in (*allowed, *p2p.admins, *p2p.share)
+            for key, name in [parse_peer(entry)]
+        }
         seed = load_seed(reset=reset_id)
         service.pull_from_peers(PeerPulls(bootstrap=settings.bootstrap, seed=seed))
         service.attach(
@@ -35,10 +42,10 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
                 seed=seed,
                 bootstrap=settings.bootstrap,
                 topics=p2p.topics,
-                allow=[parse_server_id(key) for key in p2p.allow]
-                + (read_allow_file(Path(p2p.allow_file)) if p2p.allow_file else []),
-                admins=[parse_server_id(key) for key in p2p.admins],
-                sharers=[parse_server_id(key) for key in p2p.share],
+                allow=[parse_peer(entry)[0] for entry in allowed],
+                admins=[parse_peer(entry)[0] for entry in p2p.admins],
+                sharers=[parse_peer(entry)[0] for entry in p2p.share],
+                names={key: name for key, name in peers.items() if name},
                 peer_job_limit=settings.host.peer_job_limit,
             )
         )
@@ -46,8 +53,14 @@ def build_service(settings: Settings, *, reset_id: bool = False) -> HostService:
     if http.listen:
         keys = [settings.api_key, *settings.api_keys] if settings.api_key else settings.api_keys
         admin = settings.admin_key.get_secret_value() if settings.admin_key else None
+        named = {name: key.get_secret_value() for name, key in settings.host.keys.items()}
+        if settings.host.keys_file:
+            named |= read_keys_file(Path(settings.host.keys_file).expanduser())
         access = Access(
-            [key.get_secret_value() for key in keys], admin, loopback=is_loopback(http.listen)
+            [key.get_secret_value() for key in keys],
+            admin,
+            loopback=is_loopback(http.listen),
+            named=named,
         )
         app = create_app(
             service, access=access, cors_origins=http.cors_origins,

@@ -168,6 +168,62 @@ class UpstreamSettings(BaseModel):
     health_interval_s: float = Field(2.0, gt=0, description="how often each is asked if it is up")
 
 
+class UserPolicy(BaseModel):
+    """What one identity (an API key's name, a named peer, an address) may do; unset: no
+    limit."""
+
+    weight: float = Field(
+        1.0, gt=0, description="its share of the slots against others whose work waits too"
+    )
+    priority: Literal["interactive", "batch"] = Field(
+        "interactive",
+        description="the class of its requests that name none (service_tier flex, or a "
+        "priority above 0, is batch)",
+    )
+    running: int | None = Field(
+        None, ge=1, description="its jobs decoding at once; more wait in the queue"
+    )
+    queued: int | None = Field(
+        None, ge=0, description="its jobs waiting at once; more are refused (429)"
+    )
+    requests_per_minute: int | None = Field(None, ge=1, description="beyond it, 429")
+    tokens_per_minute: int | None = Field(
+        None, ge=1, description="tokens in and out, counted as jobs end; beyond it, 429"
+    )
+    tokens_per_day: int | None = Field(
+        None, ge=1, description="tokens in and out per UTC day; beyond it, 429 until midnight"
+    )
+
+
+class SharesSettings(BaseModel):
+    """How the host's slots are shared between the people who use it (issue 37)."""
+
+    interactive_slots: int = Field(
+        0,
+        ge=0,
+        description="slots on each engine that batch work never takes, kept for people "
+        "waiting on a reply",
+    )
+    default: UserPolicy = Field(
+        default_factory=UserPolicy, description="for every identity without its own entry"
+    )
+    users: dict[str, UserPolicy] = Field(
+        default_factory=dict, description="per identity: [host.shares.users.alice] weight = 2"
+    )
+
+
+class LedgerSettings(BaseModel):
+    """The usage ledger: a record of every job in an SQLite file in the data dir."""
+
+    enabled: bool = Field(True, description="record every job (identity, tokens, times)")
+    retention_days: int = Field(
+        90, ge=0, description="records older than this are deleted; 0: kept forever"
+    )
+    keep_text: bool = Field(
+        False, description="also keep each job's prompt and reply in its record"
+    )
+
+
 class HostSettings(BaseModel):
     """`infertui host`."""
 
@@ -200,6 +256,16 @@ class HostSettings(BaseModel):
         "as the memory budget holds",
     )  # fmt: skip
     upstream: UpstreamSettings = UpstreamSettings()
+    keys: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='named API keys, one per person: [host.keys] alice = "..."; the name '
+        "is who asks, in fair shares, limits, logs and the ledger",
+    )
+    keys_file: str | None = Field(
+        None, description="more named API keys, one NAME=KEY a line (# comments)"
+    )
+    shares: SharesSettings = SharesSettings()
+    ledger: LedgerSettings = LedgerSettings()
     queue: int = Field(64, ge=1, description="jobs that may wait per engine before QUEUE_FULL")
     host_name: str = Field(default_factory=socket.gethostname)
     peer_job_limit: int = Field(1, ge=1, description="concurrent jobs per P2P peer (MODEL_BUSY)")

@@ -103,6 +103,7 @@ class LocalClient(Client):
                     messages=messages,
                     params=SamplingParams(**params),
                     client_id="local",
+                    identity="local",
                 )
             )
         )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from ..engine import Engine
 from ..protocol.common import ChatMessage, SamplingParams, without_oldest_turn
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.sharing import Priority
+from ..protocol.shares import Priority
 from ..protocol.tools import GENERIC_FORMAT, Forced, Tool, conversation, forcing_schema
 from ..scheduler import PreparedJob
 

@@ -9,6 +9,7 @@ from ..engine import AnySpec
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineStatus, PoolState
 from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
+from ..scheduler.shares import Shares
 from .reports import engine_status
 
 log = logging.getLogger(__name__)
@@ -17,8 +18,11 @@ log = logging.getLogger(__name__)
 class EngineRegistry:
     """Engines by id. The first engine added is the default for requests naming none."""
 
-    def __init__(self, queue_capacity: int = DEFAULT_QUEUE_CAPACITY) -> None:
+    def __init__(
+        self, queue_capacity: int = DEFAULT_QUEUE_CAPACITY, shares: Shares | None = None
+    ) -> None:
         self.queue_capacity = queue_capacity
+        self.shares = shares or Shares()  # one for every pool: fair shares and limits are host-wide
         self._pools: dict[str, Pool] = {}
         self._lock = asyncio.Lock()
 
@@ -39,7 +43,7 @@ class EngineRegistry:
                     param="engine_id",
                     engine_id=spec.engine_id,
                 )
-            pool = Pool(spec, queue_capacity or self.queue_capacity)
+            pool = Pool(spec, queue_capacity or self.queue_capacity, self.shares)
             self._pools[spec.engine_id] = pool
         try:
             await pool.load()

@@ -33,6 +33,7 @@ from ..protocol.errors import ErrorKind, InferError
 from ..protocol.host_api import AddEngineRequest
 from ..protocol.orchestrator import Capabilities, PoolHealth
 from ..protocol.p2p import ServerInfo
+from ..protocol.shares import UserShare
 from ..protocol.snapshots import (
     EngineStatus,
     LibraryEntry,
@@ -47,6 +48,7 @@ from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
 from . import reports
 from .model_facts import entry_of
+from .policies import shares_from
 from .prepare import Ask, prepare
 from .pulls import PeerSource, Pulls
 from .registry import EngineRegistry
@@ -78,7 +80,8 @@ class HostService:
 
     def __init__(self, settings: HostSettings | None = None) -> None:
         self.settings = settings or HostSettings()
-        self._registry = EngineRegistry(self.settings.queue)
+        self.shares = shares_from(self.settings.shares)
+        self._registry = EngineRegistry(self.settings.queue, self.shares)
         self._model_roots = model_roots(self.settings, [])
         self.transports: list[Transport] = []
         self.started_at = time.time()
@@ -214,6 +217,14 @@ class HostService:
 
     def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
         return self._registry.resolve(model).detokenize(tokens)
+
+    def users(self) -> list[UserShare]:
+        """Who is on the host now: each identity's jobs and its use of its budgets."""
+        return self.shares.users()
+
+    def rate_headers(self, identity: str) -> dict[str, str]:
+        """OpenAI's x-ratelimit-* headers for an identity with limits; {} for one without."""
+        return self.shares.rate_headers(identity)
 
     def queue_capacity(self, model: str | None) -> int:
         """The queue bound of the engine `model` names (the default one for None; a library

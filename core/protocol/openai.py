@@ -56,6 +56,7 @@ from .sampling import (
     TopP,
     TypicalP,
 )
+from .shares import Priority, priority_of
 from .structured import JSON_OBJECT, checked_schema
 from .tools import MAX_TOOLS, Forced, NamedChoice, RichMessage, Tool, ToolChoice
 
@@ -135,6 +136,16 @@ class _Sampling(BaseModel):
         None, description='{"token id": bias from -100 to 100}, added to the token\'s logit'
     )
     grammar: Grammar | None = Field(None, description="GBNF the reply follows (llama-server's)")
+    service_tier: str | None = Field(
+        None, description='"flex": batch work, which takes a free slot only when no '
+        "interactive job waits; anything else: interactive"
+    )  # fmt: skip
+    priority: int | None = Field(None, description="vLLM's: above 0 is batch work")
+
+    @property
+    def asked_priority(self) -> Priority | None:
+        """The class the request asks for; None: the identity's usual one."""
+        return priority_of(self.service_tier, self.priority)
 
     @field_validator("grammar")
     @classmethod

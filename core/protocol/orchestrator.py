@@ -14,6 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from .common import MAX_PATH, Messages
 from .errors import InferError
 from .sampling import MaxTokens, SamplingParams, Seed, Stops, Temperature, TopK, TopP
+from .shares import Priority, priority_of
 from .snapshots import MetricsSnapshot, PoolState
 
 API_VERSION = "1.0.0"
@@ -52,6 +53,19 @@ class TaskRequest(BaseModel):
     output_mode: OutputMode | None = Field(
         None, description="a hint, recorded; unknown values are ignored (OC-CTRL-2063)"
     )
+    priority: Priority | None = Field(
+        None,
+        description="interactive (a person waits on it) or batch, which takes a free slot "
+        "only when no interactive job waits; a number as vLLM's (above 0: batch); unset: the "
+        "identity's usual class",
+    )
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _rank(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return priority_of(rank=value)
+        return value
 
     @model_validator(mode="after")
     def _needs_input(self) -> TaskRequest:

@@ -28,6 +28,7 @@ from .sampling import (
     TopK,
     TopP,
 )
+from .shares import Priority
 
 PROTOCOL_VERSION = 1
 MAX_PROMPT_BYTES = 8 * 1024  # spec 000: a prompt over 8 KB is BAD_MESSAGE
@@ -74,6 +75,7 @@ class ChatStart(_Payload):
     stop: Stops | None = None
     max_tokens: MaxTokens | None = None
     protocol_version: int | None = None
+    priority: Priority | None = None  # additive: batch work yields free slots; unset: usual
 
 
 class ChatChunk(_Payload):

@@ -55,6 +55,7 @@ class ResponsesRequest(BaseModel):
         None, max_length=256, description="a kept response this one continues"
     )
     store: bool | None = Field(True, description="keep it, for later requests to continue")
+    service_tier: str | None = Field(None, description='"flex": batch work')
     conversation: str | dict[str, Any] | None = Field(
         None, description='a conversation (id, or {"id": ...}) to read and add this turn to'
     )
@@ -102,6 +103,7 @@ class ResponsesRequest(BaseModel):
             "top_k": self.top_k,
             "min_p": self.min_p,
             "ignore_eos": self.ignore_eos,
+            "service_tier": self.service_tier,
         }
         # unset, they stay unset: the model's recommended sampling applies, not OpenAI's 1.0
         for name in ("temperature", "top_p"):

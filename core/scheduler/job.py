@@ -25,7 +25,7 @@ from enum import StrEnum
 from ..engine import Engine, GenerationRequest
 from ..protocol.common import ChatMessage, SamplingParams
 from ..protocol.events import Admitted, Finished, JobEvent, TokenLogprob, TokenText
-from ..protocol.sharing import Priority
+from ..protocol.shares import Priority
 from ..protocol.snapshots import TimingStats
 
 log = logging.getLogger(__name__)

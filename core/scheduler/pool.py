@@ -25,7 +25,7 @@ from ..engine import AnySpec, Engine, GenerationRequest
 from ..engine.interface import Tokenizer
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished, JobEvent, TokenText
-from ..protocol.sharing import Priority
+from ..protocol.shares import Priority
 from ..protocol.snapshots import (
     MetricsSnapshot,
     PoolState,
@@ -40,7 +40,7 @@ from .job import Job, PreparedJob, new_job_id
 from .metrics import MetricsRecorder
 from .pool_control import PoolControl
 from .queue import JobQueue
-from .sharing import Sharing
+from .shares import Shares
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Pool(PoolControl):
         self,
         spec: AnySpec,
         queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
-        sharing: Sharing | None = None,
+        shares: Shares | None = None,
     ) -> None:
         self.id = spec.engine_id
         self.spec = spec
@@ -71,8 +71,8 @@ class Pool(PoolControl):
         self.metrics = MetricsRecorder(self.id)
         self.total_requests = 0
         self._jobs: dict[str, Job] = {}  # admitted and not yet done, waiting or started
-        self.sharing = sharing or Sharing()  # the host's: who may do what, shared by its pools
-        self._queue = JobQueue(self.sharing.weight)
+        self.shares = shares or Shares()  # the host's: who may do what, shared by its pools
+        self._queue = JobQueue(self.shares.weight)
         self._started: Counter[tuple[Engine, bool]] = Counter()  # per engine and kind, as lines
         self._batch_started: Counter[Engine] = Counter()
         self._per_client: Counter[str] = Counter()
@@ -110,9 +110,9 @@ class Pool(PoolControl):
         cls,
         spec: AnySpec,
         queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
-        sharing: Sharing | None = None,
+        shares: Shares | None = None,
     ) -> Pool:
-        pool = cls(spec, queue_capacity, sharing)
+        pool = cls(spec, queue_capacity, shares)
         await pool.load()
         return pool
 
@@ -218,19 +218,19 @@ class Pool(PoolControl):
             job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed,
             messages=messages, prompt_text=prepared.prompt,
         )  # fmt: skip
-        sharing = self.sharing
-        sharing.admit(identity)  # its queued cap and budgets: the last check, as it counts
+        shares = self.shares
+        shares.admit(identity)  # its queued cap and budgets: the last check, as it counts
         job = Job(request, engine, self.id, client_id, self._cancel, self._on_job_closed, 0, 0)
         job.identity, job.session_id = identity, prepared.session_id
         job.correlation_id = prepared.correlation_id
-        job.batch = sharing.priority(identity, prepared.priority) is Priority.BATCH
+        job.batch = shares.priority(identity, prepared.priority) is Priority.BATCH
         job.expected_cost = expected_cost(self.metrics, max_tokens, len(tokens))
         self._jobs[job.id] = job
         self._idle.clear()
         self.idle_since = None
         if client_id is not None:
             self._per_client[client_id] += 1
-        sharing.queued(identity)
+        shares.queued(identity)
         self._queue.push(job)
         self._start_waiting()
         if not job.started:  # where the fair order puts it, and when that starts
@@ -250,13 +250,13 @@ class Pool(PoolControl):
                 self._started[engine, True] < engine.embeddings.capacity
             )
         slots = engine.describe().n_parallel
-        if batch and self._batch_started[engine] >= slots - self.sharing.interactive_slots:
+        if batch and self._batch_started[engine] >= slots - self.shares.interactive_slots:
             return False
         return self._started[engine, False] < slots
 
     def _start_waiting(self) -> None:
         """Give the engines the waiting jobs they have room for, in the queue's fair order."""
-        for job in self._queue.take(self._has_room, self.sharing.may_start):
+        for job in self._queue.take(self._has_room, self.shares.may_start):
             job.started = True
             self._count_start(job, +1)
             try:
@@ -270,7 +270,7 @@ class Pool(PoolControl):
                 self._queue.settle(job, 0.0)
                 job._deliver(Finished("error", TimingStats(tokens_in=job.tokens_in), exc))
             else:
-                self.sharing.started(job.identity)
+                self.shares.started(job.identity)
 
     def _count_start(self, job: Job, step: int) -> None:
         """A job takes (+1) or gives back (-1) its place in its engine."""
@@ -356,7 +356,7 @@ class Pool(PoolControl):
             if self._per_client[job.client_id] <= 0:
                 del self._per_client[job.client_id]
         t = final.timings
-        self.sharing.ended(job.identity, started=job.started, tokens=t.tokens_in + t.tokens_out)
+        self.shares.ended(job.identity, started=job.started, tokens=t.tokens_in + t.tokens_out)
         self.metrics.record_finish(
             final,
             prefill_recorded=job.prefill_recorded,

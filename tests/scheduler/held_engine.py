@@ -14,20 +14,20 @@ from infertui.core.host.prepare import prepare
 from infertui.core.protocol.events import Admitted, Finished
 from infertui.core.protocol.snapshots import EngineParameters, PoolState, SlotSnapshot, TimingStats
 from infertui.core.scheduler import Job, Pool
-from infertui.core.scheduler.sharing import Sharing
+from infertui.core.scheduler.shares import Shares
 
 N_CTX = 4096
 
 
 class HeldEngine:
     problem: str | None = None
-    sampling_defaults: dict[str, float] = {}
     chat_format: Any = None
     embeddings = None
     stop_tokens: frozenset[int] = frozenset()
 
     def __init__(self, pool: Pool, slots: int) -> None:
         self.pool, self.n_slots = pool, slots
+        self.sampling_defaults: dict[str, float] = {}
         self.given: list[GenerationRequest] = []  # in the order the pool gave them
         self.held: dict[str, GenerationRequest] = {}
 
@@ -75,10 +75,10 @@ class HeldEngine:
             self.end(job_id, "abort")
 
 
-def held_pool(slots: int = 2, sharing: Sharing | None = None, queue: int = 512) -> Pool:
+def held_pool(slots: int = 2, shares: Shares | None = None, queue: int = 512) -> Pool:
     """A pool on a HeldEngine with `slots` slots (call inside a running event loop)."""
     spec = EngineSpec(model_path="held.gguf", engine_id="held", n_ctx=N_CTX, n_parallel=slots)
-    pool = Pool(spec, queue, sharing)
+    pool = Pool(spec, queue, shares)
     pool.engine = HeldEngine(pool, slots)  # type: ignore[assignment]
     pool.state = PoolState.READY
     return pool

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from infertui.core.protocol.sharing import Priority, UserLimits
-from infertui.core.scheduler.sharing import Policy, Sharing
+from infertui.core.protocol.shares import Priority, UserLimits
+from infertui.core.scheduler.shares import Policy, Shares
 
 from .held_engine import ask, engine_of, held_pool, owners
 
@@ -48,8 +48,8 @@ async def test_identities_take_turns_and_each_keeps_its_own_arrival_order() -> N
 
 
 async def test_weights_share_the_slots_in_proportion() -> None:
-    sharing = Sharing({"alice": Policy(UserLimits(weight=2.0))})
-    pool = held_pool(slots=1, sharing=sharing)
+    shares = Shares({"alice": Policy(UserLimits(weight=2.0))})
+    pool = held_pool(slots=1, shares=shares)
     engine = engine_of(pool)
     jobs = {}
     for _ in range(40):
@@ -109,7 +109,7 @@ async def test_interactive_work_takes_the_next_slot_before_batch_work() -> None:
 
 
 async def test_slots_kept_for_interactive_work_are_never_taken_by_batch_work() -> None:
-    pool = held_pool(slots=3, sharing=Sharing(interactive_slots=1))
+    pool = held_pool(slots=3, shares=Shares(interactive_slots=1))
     engine = engine_of(pool)
     for _ in range(5):
         ask(pool, "alice", priority=Priority.BATCH)
@@ -120,8 +120,8 @@ async def test_slots_kept_for_interactive_work_are_never_taken_by_batch_work() -
 
 
 async def test_an_identitys_usual_class_applies_when_a_request_names_none() -> None:
-    sharing = Sharing({"nightly": Policy(priority=Priority.BATCH)})
-    pool = held_pool(slots=1, sharing=sharing)
+    shares = Shares({"nightly": Policy(priority=Priority.BATCH)})
+    pool = held_pool(slots=1, shares=shares)
     engine = engine_of(pool)
     ask(pool, "nightly")
     queued = [ask(pool, "nightly") for _ in range(3)]
@@ -133,8 +133,8 @@ async def test_an_identitys_usual_class_applies_when_a_request_names_none() -> N
 
 
 async def test_a_running_cap_keeps_an_identitys_extra_jobs_waiting_not_refused() -> None:
-    sharing = Sharing({"alice": Policy(UserLimits(running=1))})
-    pool = held_pool(slots=4, sharing=sharing)
+    shares = Shares({"alice": Policy(UserLimits(running=1))})
+    pool = held_pool(slots=4, shares=shares)
     engine = engine_of(pool)
     mine = [ask(pool, "alice") for _ in range(3)]
     assert len(engine.held) == 1 and [j.queue_position for j in mine[1:]] == [0, 1]
@@ -142,7 +142,7 @@ async def test_a_running_cap_keeps_an_identitys_extra_jobs_waiting_not_refused()
     assert len(engine.held) == 2  # bob takes a free slot alice may not
     engine.end(mine[0].id)
     assert engine.given[-1].job_id == mine[1].id
-    assert [u.running for u in sharing.users() if u.identity == "alice"] == [1]
+    assert [u.running for u in shares.users() if u.identity == "alice"] == [1]
     await pool.close()
 
 
@@ -167,15 +167,15 @@ async def test_positions_and_forecasts_follow_the_fair_order() -> None:
 
 
 async def test_a_cancelled_waiting_job_leaves_the_order_and_its_share() -> None:
-    sharing = Sharing()
-    pool = held_pool(slots=1, sharing=sharing)
+    shares = Shares()
+    pool = held_pool(slots=1, shares=shares)
     engine = engine_of(pool)
     ask(pool, "alice")
     waiting = [ask(pool, "alice") for _ in range(2)]
     waiting[0].cancel()
     assert [e.job_id for e in pool.queue().waiting] == [waiting[1].id]
-    assert {u.identity: u.queued for u in sharing.users()} == {"alice": 1}
+    assert {u.identity: u.queued for u in shares.users()} == {"alice": 1}
     while engine.held:
         engine.end_oldest()
-    assert {u.identity: (u.queued, u.running) for u in sharing.users()} == {"alice": (0, 0)}
+    assert {u.identity: (u.queued, u.running) for u in shares.users()} == {"alice": (0, 0)}
     await pool.close()

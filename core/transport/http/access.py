@@ -1,7 +1,9 @@
 """Who a request is, and so what it may do (issue 12 §5 and §8).
 
 - With API keys set, every endpoint but the health ones needs one of them (or the admin key)
-  as `Authorization: Bearer <key>`; each key is an identity that owns the tasks it submits.
+  as `Authorization: Bearer <key>`; each key is an identity that owns the tasks it submits,
+  and who asks in fair shares, limits, logs and the ledger: its name (`[host.keys]`, a keys
+  file), else `key<N>`. Without a key, a client is its address (`http:127.0.0.1`).
 - Engine management (add, remove, drain, resume, reload) changes what every client gets, so
   it needs the admin key. A host without one keeps it to a loopback bind, where only users of
   this machine reach it, and refuses it on any other.
@@ -12,7 +14,8 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, Request
@@ -29,9 +32,15 @@ def _bearer(key: str) -> bytes:
 
 class Access:
     def __init__(
-        self, api_keys: Sequence[str] = (), admin_key: str | None = None, *, loopback: bool = True
+        self,
+        api_keys: Sequence[str] = (),
+        admin_key: str | None = None,
+        *,
+        loopback: bool = True,
+        named: Mapping[str, str] | None = None,
     ) -> None:
-        self._keys = [_bearer(key) for key in api_keys]
+        self._keys = [(name, _bearer(key)) for name, key in (named or {}).items()]
+        self._keys += [(f"key{n}", _bearer(key)) for n, key in enumerate(api_keys)]
         self._admin = _bearer(admin_key) if admin_key else None
         self.loopback = loopback  # the host listens on a loopback address only
 
@@ -44,12 +53,13 @@ class Access:
         return self._admin is not None
 
     def identity(self, authorization: bytes) -> str | None:
-        """`admin`, `key<N>` for the N-th API key, or None (no key, or one not ours)."""
+        """`admin`, a named key's name, `key<N>` for the N-th unnamed API key, or None (no
+        key, or one not ours)."""
         if self._admin is not None and hmac.compare_digest(authorization, self._admin):
             return ADMIN
-        for number, key in enumerate(self._keys):
+        for name, key in self._keys:
             if hmac.compare_digest(authorization, key):
-                return f"key{number}"
+                return name
         return None
 
     def accepts(self, authorization: bytes) -> bool:
@@ -59,6 +69,11 @@ class Access:
     def owner(self, request: Request) -> str | None:
         """Whom a task submitted by this request belongs to; None with no key in play."""
         return self.identity(_authorization(request))
+
+    def who(self, request: Request) -> str:
+        """Who asks, for fair shares, limits, logs and the ledger: its key's name, else its
+        address."""
+        return self.owner(request) or address_of(request)
 
     def is_admin(self, request: Request) -> bool:
         if self._admin is None:
@@ -86,6 +101,31 @@ class Access:
         if owner is None or self.owner(request) == owner or self.is_admin(request):
             return
         raise InferError(ErrorKind.FORBIDDEN, f"{what} belongs to another API key")
+
+
+def address_of(request: Request) -> str:
+    peer = request.client
+    return f"http:{peer.host}" if peer else "http"
+
+
+def read_keys_file(path: Path) -> dict[str, str]:
+    """Named API keys, one `NAME=KEY` a line, `#` comments; a bad line is an error naming it."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InferError(
+            ErrorKind.INVALID_PARAMS, f"cannot read the keys file {path}: {exc.strerror}"
+        ) from None
+    keys: dict[str, str] = {}
+    for number, raw in enumerate(lines, start=1):
+        entry = raw.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        name, equals, key = (part.strip() for part in entry.partition("="))
+        if not (equals and name and key):
+            raise InferError(ErrorKind.INVALID_PARAMS, f"{path}:{number}: expected NAME=KEY")
+        keys[name] = key
+    return keys
 
 
 def _authorization(request: Request) -> bytes:

@@ -14,6 +14,7 @@ from ...protocol.common import SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished
 from ...scheduler import Job
+from .access import access_of, address_of
 
 
 def service_of(request: Request) -> HostService:
@@ -30,22 +31,29 @@ def reply_limit(request: Request, asked: int | None) -> int | None:
     return default
 
 
-def client_of(request: Request) -> str:
-    peer = request.client
-    return f"http:{peer.host}" if peer else "http"
-
-
 async def submit(request: Request, ask: Ask) -> Job:
     """One job, queued; see `wait_one_loop_turn`."""
-    job = await _queue(request, ask)
+    job = await queue_job(request, ask)
     await wait_one_loop_turn([job])
     return job
 
 
-async def _queue(request: Request, ask: Ask) -> Job:
-    """The job `ask` means, queued in the name of this request's client."""
-    who = replace(ask, client_id=client_of(request), correlation_id=request.state.correlation_id)
-    return await service_of(request).submit(who)
+async def queue_job(request: Request, ask: Ask) -> Job:
+    """The job `ask` means, queued in the name of this request's client; its reply carries
+    the identity's rate-limit headers, refused or not (CorrelationMiddleware writes them)."""
+    identity = access_of(request).who(request)
+    who = replace(
+        ask,
+        client_id=address_of(request),
+        identity=identity,
+        correlation_id=request.state.correlation_id,
+    )
+    service = service_of(request)
+    try:
+        return await service.submit(who)
+    finally:
+        if headers := service.rate_headers(identity):
+            request.state.rate_headers = headers
 
 
 async def wait_one_loop_turn(jobs: list[Job]) -> None:
@@ -90,7 +98,7 @@ async def submit_all(request: Request, asks: list[Ask], param: str = "prompt") -
     jobs: list[Job] = []
     try:
         for ask in asks:
-            jobs.append(await _queue(request, ask))
+            jobs.append(await queue_job(request, ask))
     except BaseException as err:  # a refusal, or the request's task cancelled
         for job in jobs:
             job.cancel()

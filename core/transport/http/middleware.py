@@ -55,7 +55,10 @@ class CorrelationMiddleware:
                     headers = [
                         (k, v) for k, v in message.get("headers", []) if k != HEADER.encode()
                     ]
-                    message["headers"] = [*headers, (HEADER.encode(), cid.encode("latin-1"))]
+                    headers.append((HEADER.encode(), cid.encode("latin-1")))
+                    limits = scope["state"].get("rate_headers") or {}  # set by deps.queue_job
+                    headers += [(k.encode(), v.encode()) for k, v in limits.items()]
+                    message["headers"] = headers
             await send(message)
 
         try:

@@ -138,6 +138,7 @@ def chat_job(body: ChatCompletionRequest, max_tokens: int | None) -> tuple[Ask, 
         params=body.sampling(max_tokens),
         tools=offered,
         forced=body.forced_calls,
+        priority=body.asked_priority,
     )
     return ask, ToolUse({t.function.name for t in offered}, body.forced)
 
@@ -200,7 +201,7 @@ async def completions(body: CompletionRequest, request: Request) -> TextCompleti
     jobs = await submit_all(  # choice i * n + j is choice j of prompt i, as OpenAI numbers them
         request,
         [
-            Ask(model=body.model, prompt=prompt, params=p)
+            Ask(model=body.model, prompt=prompt, params=p, priority=body.asked_priority)
             for prompt in body.prompts
             for p in variants
         ],

@@ -28,7 +28,7 @@ from ...protocol.orchestrator import (
     sse_error,
 )
 from .access import access_of
-from .deps import client_of, service_of
+from .deps import queue_job, service_of
 from .routing import StrictJSONRoute
 from .streams import HOLE, NUMBER_HOLE, LiveResponse, SseEvent, Template, sse_response
 from .task_store import Task
@@ -93,11 +93,11 @@ async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
         params=body.sampling(),
         messages=body.messages,
         prompt=body.prompt if not body.messages else None,
-        client_id=client_of(request),
+        priority=body.priority,
+        session_id=body.session_id,
         job_id=body.task_id,
-        correlation_id=request.state.correlation_id,
     )
-    job = await service.submit(ask)
+    job = await queue_job(request, ask)
     request.app.state.tasks.add(job, access_of(request).owner(request))
     return TaskAccepted(
         task_id=job.id,

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,6 +29,7 @@ from ...protocol import p2p
 from ...protocol.common import ChatMessage, SamplingParams
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import TokenText
+from ...protocol.shares import Priority
 from ...protocol.snapshots import SnapshotKind
 from ...scheduler import Job
 from .admin import (
@@ -71,6 +72,7 @@ class P2PServer:
         allow: Iterable[bytes] = (),
         admins: Iterable[bytes] = (),
         sharers: Iterable[bytes] = (),
+        names: Mapping[bytes, str] | None = None,
         peer_job_limit: int = 1,
     ) -> None:
         self.service = service
@@ -80,6 +82,7 @@ class P2PServer:
         self.allow = frozenset(allow)
         self.admins = frozenset(admins)
         self.sharers = frozenset(sharers)  # may pull this host's models, as admins may
+        self.names = dict(names or {})  # who a peer is, where the lists name it
         self.sharing = Sharing(service.library)
         self.peer_job_limit = peer_job_limit
         self.bridge: Bridge | None = None
@@ -183,6 +186,7 @@ class PeerSession:
         self.conn = conn
         self.peer = conn.remote_id
         self.admin = conn.remote_key in server.admins
+        self.identity = server.names.get(conn.remote_key) or f"p2p:{self.peer[:12]}"
         self.jobs: dict[str, Job] = {}
         self.starting: dict[str, bool] = {}  # request ids being admitted: aborted yet?
         self.streams: set[asyncio.Task[None]] = set()
@@ -442,12 +446,19 @@ class PeerSession:
         if start.system:
             messages = [ChatMessage(role="system", content=start.system), *messages]
         self.starting[rid] = False  # not aborted (yet)
-        task = asyncio.create_task(self.chat(rid, messages, SamplingParams.of(start), start.model))
+        task = asyncio.create_task(
+            self.chat(rid, messages, SamplingParams.of(start), start.model, start.priority)
+        )
         self.streams.add(task)
         task.add_done_callback(self.streams.discard)
 
     async def chat(
-        self, rid: str, messages: list[ChatMessage], params: SamplingParams, model: str | None
+        self,
+        rid: str,
+        messages: list[ChatMessage],
+        params: SamplingParams,
+        model: str | None,
+        priority: Priority | None,
     ) -> None:
         """Admit the job (its prompt is tokenized off the event loop), then stream it."""
         try:
@@ -457,6 +468,8 @@ class PeerSession:
                 params=params,
                 client_id=f"p2p:{self.peer[:12]}/{self.conn.conn}",  # a limit per connection
                 client_limit=self.server.peer_job_limit,
+                identity=self.identity,
+                priority=priority,
             )
             job = await self.server.service.submit(ask)
         except InferError as err:

@@ -58,9 +58,19 @@ def parse_server_id(text: str) -> bytes:
     )
 
 
-def read_allow_file(path: Path) -> list[bytes]:
-    """Server IDs from a file, one per line; `#` starts a comment. A bad line is an error that
-    names it (a typo must not silently let nobody, or everybody, in)."""
+def parse_peer(value: str) -> tuple[bytes, str | None]:
+    """A peer as the allow, admin and share lists name it: `SERVER_ID`, or `NAME=SERVER_ID`,
+    whose name is who the peer is in fair shares, limits, logs and the ledger."""
+    name, equals, key = value.rpartition("=")
+    if equals and name.strip():
+        return parse_server_id(key.strip()), name.strip()
+    return parse_server_id(value.strip()), None
+
+
+def read_allow_file(path: Path) -> list[str]:
+    """Peers from a file, one `SERVER_ID` or `NAME=SERVER_ID` per line; `#` starts a comment.
+    A bad line is an error that names it (a typo must not silently let nobody, or everybody,
+    in)."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
@@ -73,7 +83,8 @@ def read_allow_file(path: Path) -> list[bytes]:
         if not entry:
             continue
         try:
-            keys.append(parse_server_id(entry))
+            parse_peer(entry)
+            keys.append(entry)
         except InferError as err:
             raise InferError(
                 ErrorKind.INVALID_SERVER_ID, f"{path}:{number}: {err.message}"

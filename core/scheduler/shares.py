@@ -1,4 +1,4 @@
-"""Sharing: who is asking, what each identity may do, and what each has used (issue 37).
+"""Shares: who is asking, what each identity may do, and what each has used (issue 37).
 
 One per host, shared by its pools. A pool asks it at admission whether an identity may queue
 one more job (its queued cap, its requests and tokens per minute, its tokens per day), at each
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.sharing import Priority, UserLimits, UserShare
+from ..protocol.shares import Priority, UserLimits, UserShare
 
 MINUTE = 60.0
 DAY = 86400.0
@@ -79,7 +79,7 @@ class _Use:
         return self.day_tokens
 
 
-class Sharing:
+class Shares:
     def __init__(
         self,
         policies: Mapping[str, Policy] | None = None,
