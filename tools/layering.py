@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"infertui.core": "core", "infertui.tui": "tui", "infertui.app": "app"}
 UI = ("infertui.tui", "textual", "rich")
-CORE_PARTS = ("engine", "scheduler", "host", "transport", "client", "config", "library")
+CORE_PARTS = ("engine", "scheduler", "host", "transport", "client", "config", "library", "ledger")
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ RULES = [
         indirect=True,
     ),
     Rule(
+        "the ledger keeps records: it never reaches an engine, pool, host, face or the library",
+        ("infertui.core.ledger",),
+        tuple(f"infertui.core.{part}" for part in CORE_PARTS if part != "ledger"),
+        indirect=True,
+    ),
+    Rule(
         "transports and the client use the host's interface, never engine internals",
         ("infertui.core.transport", "infertui.core.client"),
         ("infertui.core.engine",),
@@ -91,7 +97,10 @@ RULES = [
     Rule(
         "the tui takes protocol names from infertui.core.protocol, not its modules",
         ("infertui.tui",),
-        tuple(f"infertui.core.protocol.{m}" for m in ("common", "errors", "events", "snapshots")),
+        tuple(
+            f"infertui.core.protocol.{m}"
+            for m in ("common", "errors", "events", "snapshots", "shares")
+        ),
     ),
     Rule(
         "nothing outside core.engine imports llama_cpp",
