@@ -370,11 +370,13 @@ class Hosts:
         drain_ms: int = 0,
         faces: Callable[[HostService], Sequence[Transport]] | None = None,
         more: dict[str, Any] | None = None,
+        data_dir: Path | None = None,
     ) -> Host:
         """`public`: as bound to an address other hosts reach (no loopback trust), though it
         listens on 127.0.0.1. `limits`: the host.http settings beyond the address. `faces`:
         more transports to attach before the start, made for the built service. `more`:
-        other host settings (`{"keep_alive": "1s"}`)."""
+        other host settings (`{"keep_alive": "1s"}`). `data_dir`: its own, for a restart to
+        find it again."""
         options = {k: v for k, v in locals().items() if k != "self"}
         if p2p and bootstrap is None:
             bootstrap = await self._testnet.start()
@@ -401,7 +403,7 @@ class Hosts:
         )  # fmt: skip
         loopback = (lambda listen: False) if public else composition.is_loopback
         with (
-            _identity(seed, self._tmp.mktemp("host-data")),
+            _identity(seed, data_dir or self._tmp.mktemp("host-data")),
             mock.patch.object(composition, "is_loopback", loopback),
         ):
             service = composition.build_service(settings)

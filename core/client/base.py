@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from ..protocol.common import ChatMessage
 from ..protocol.host_api import AddEngineRequest
+from ..protocol.shares import UsageReport
 from ..protocol.snapshots import (
     EngineStatus,
     FinishReason,
@@ -138,6 +139,11 @@ class Client(ABC):
 
     @abstractmethod
     async def metrics(self) -> list[MetricsSnapshot]: ...
+
+    @abstractmethod
+    async def usage(self) -> UsageReport:
+        """Who is on the host now and the ledger's jobs and tokens per identity and day:
+        everyone's for an admin, else this client's own."""
 
     async def watch_metrics(self, interval_ms: int = 1000) -> AsyncIterator[list[MetricsSnapshot]]:
         """Metrics every `interval_ms` (pushed by the host where the transport can)."""

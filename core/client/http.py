@@ -21,6 +21,7 @@ from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError, kind_for_openai_code, kind_for_status
 from ..protocol.finish import heard_finish
 from ..protocol.host_api import AddEngineRequest
+from ..protocol.shares import UsageReport
 from ..protocol.snapshots import (
     EngineStatus,
     FinishReason,
@@ -285,6 +286,9 @@ class HttpHostClient(Client):
     async def metrics(self) -> list[MetricsSnapshot]:
         data = await _get(self._http, "/v1/host/metrics")
         return [MetricsSnapshot.model_validate(m) for m in data.get("pools", ())]
+
+    async def usage(self) -> UsageReport:
+        return UsageReport.model_validate(await _get(self._http, "/v1/host/usage"))
 
     async def add_engine(self, request: AddEngineRequest) -> None:
         body = request.model_dump(exclude_unset=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..protocol.common import ChatMessage
 from ..protocol.host_api import AddEngineRequest
+from ..protocol.shares import UsageReport
 from ..protocol.snapshots import EngineStatus, LibraryEntry, MetricsSnapshot, QueueSnapshot
 from ..transport.p2p.client import ChatStream, P2PClient
 from .base import ChatReply, ChatStats, Client, HostInfo
@@ -91,6 +92,9 @@ class P2PHostClient(Client):
     async def metrics(self) -> list[MetricsSnapshot]:
         reply = await self._peer.request("metrics")
         return [MetricsSnapshot.model_validate(m) for m in reply.get("pools", [])]
+
+    async def usage(self) -> UsageReport:
+        return UsageReport.model_validate(await self._peer.request("usage"))
 
     async def watch_metrics(self, interval_ms: int = 1000) -> AsyncIterator[list[MetricsSnapshot]]:
         async for reply in self._peer.metrics(interval_ms):

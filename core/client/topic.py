@@ -24,6 +24,7 @@ from ..protocol import p2p
 from ..protocol.common import ChatMessage
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.host_api import AddEngineRequest
+from ..protocol.shares import UsageReport
 from ..protocol.snapshots import EngineStatus, MetricsSnapshot, QueueSnapshot, load_of
 from ..transport.p2p.bridge import Bridge, PeerConnection
 from ..transport.p2p.client import P2PClient
@@ -335,6 +336,20 @@ class TopicClient(Client):
             for h, rows in await self._each("queue", "pools")
             for q in rows
         ]
+
+    async def usage(self) -> UsageReport:
+        """Every host's, each identity named IDENTITY@HOST."""
+        days, users, kept = [], [], False
+        for host in list(self._hosts.values()):
+            try:
+                report = UsageReport.model_validate(await host.peer.request("usage"))
+            except InferError:  # a host that left meanwhile, or an older one
+                continue
+            at = f"@{host.info.host_name}"
+            days += [d.model_copy(update={"identity": d.identity + at}) for d in report.days]
+            users += [u.model_copy(update={"identity": u.identity + at}) for u in report.users]
+            kept = kept or report.ledger
+        return UsageReport(days=tuple(days), users=tuple(users), ledger=kept)
 
     async def metrics(self) -> list[MetricsSnapshot]:
         return [

@@ -9,6 +9,7 @@ from ..engine import AnySpec
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineStatus, PoolState
 from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
+from ..scheduler.pool import JobEnded
 from ..scheduler.shares import Shares
 from .reports import engine_status
 
@@ -19,10 +20,14 @@ class EngineRegistry:
     """Engines by id. The first engine added is the default for requests naming none."""
 
     def __init__(
-        self, queue_capacity: int = DEFAULT_QUEUE_CAPACITY, shares: Shares | None = None
+        self,
+        queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
+        shares: Shares | None = None,
+        job_ended: JobEnded | None = None,
     ) -> None:
         self.queue_capacity = queue_capacity
         self.shares = shares or Shares()  # one for every pool: fair shares and limits are host-wide
+        self.job_ended = job_ended
         self._pools: dict[str, Pool] = {}
         self._lock = asyncio.Lock()
 
@@ -43,7 +48,7 @@ class EngineRegistry:
                     param="engine_id",
                     engine_id=spec.engine_id,
                 )
-            pool = Pool(spec, queue_capacity or self.queue_capacity, self.shares)
+            pool = Pool(spec, queue_capacity or self.queue_capacity, self.shares, self.job_ended)
             self._pools[spec.engine_id] = pool
         try:
             await pool.load()

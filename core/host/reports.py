@@ -114,7 +114,7 @@ def live_jobs(pool: Pool) -> list[LiveJob]:
         LiveJob(
             job_id=job.id,
             engine=pool.id,
-            client=job.client_id or "",
+            client=job.identity,
             state="running" if job.id in rates else "queued",
             tokens_out=job.tokens_published,
             tokens_per_s=rates.get(job.id, 0.0),

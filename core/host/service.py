@@ -33,7 +33,6 @@ from ..protocol.errors import ErrorKind, InferError
 from ..protocol.host_api import AddEngineRequest
 from ..protocol.orchestrator import Capabilities, PoolHealth
 from ..protocol.p2p import ServerInfo
-from ..protocol.shares import UserShare
 from ..protocol.snapshots import (
     EngineStatus,
     LibraryEntry,
@@ -54,6 +53,7 @@ from .pulls import PeerSource, Pulls
 from .registry import EngineRegistry
 from .residency import Residency
 from .specs import engine_spec, model_roots, spec_from_entry, upstream_spec
+from .usage import UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -81,11 +81,12 @@ class HostService:
     def __init__(self, settings: HostSettings | None = None) -> None:
         self.settings = settings or HostSettings()
         self.shares = shares_from(self.settings.shares)
-        self._registry = EngineRegistry(self.settings.queue, self.shares)
+        self.version = engine_version()
+        self.usage = UsageLedger(self.settings.ledger, self.shares, self.version)
+        self._registry = EngineRegistry(self.settings.queue, self.shares, self.usage.job_ended)
         self._model_roots = model_roots(self.settings, [])
         self.transports: list[Transport] = []
         self.started_at = time.time()
-        self.version = engine_version()
         # Long prompts take turns on one thread: a client posting megabytes of text then costs
         # the host at most one core, and short prompts (the default executor) never queue
         # behind it.
@@ -115,6 +116,7 @@ class HostService:
         try:
             for transport in self.transports:  # a port in use is said now, not after a load
                 transport.reserve()
+            await self.usage.open()
             for spec in specs:
                 await self._registry.add(spec)
             for transport in self.transports:
@@ -125,6 +127,7 @@ class HostService:
                     await transport.stop()
                 except Exception:  # the first failure is the one to tell
                     log.debug("stopping %s after a failed start", transport.name, exc_info=True)
+            await self.usage.close()
             raise
         # What start-up made (modules, the web app, the engines) lives as long as the host.
         # A full collection holds the GIL, stalling every stream, and walking that heap took
@@ -149,6 +152,7 @@ class HostService:
         for transport in reversed(self.transports):
             await transport.stop()
         await self._registry.close()
+        await self.usage.close()  # after the engines: the jobs they ended are recorded
         self._long_prompts.shutdown(wait=False, cancel_futures=True)
         gc.unfreeze()  # what start froze is the collector's again (an engine gone since, too)
         log.info("host stopped")
@@ -171,6 +175,8 @@ class HostService:
             try:
                 with self._residency.using(pool, ask.keep_alive_s):
                     job = pool.submit(await self._prepared(pool, sent))
+                if self.usage.keep_text:  # (no token reached it yet: they come on this loop)
+                    job.kept_text = []
                 break
             except InferError as err:
                 overflow = ask.drop_oldest and err.kind is ErrorKind.CONTEXT_OVERFLOW
@@ -217,14 +223,6 @@ class HostService:
 
     def detokenize(self, model: str | None, tokens: Sequence[int]) -> str:
         return self._registry.resolve(model).detokenize(tokens)
-
-    def users(self) -> list[UserShare]:
-        """Who is on the host now: each identity's jobs and its use of its budgets."""
-        return self.shares.users()
-
-    def rate_headers(self, identity: str) -> dict[str, str]:
-        """OpenAI's x-ratelimit-* headers for an identity with limits; {} for one without."""
-        return self.shares.rate_headers(identity)
 
     def queue_capacity(self, model: str | None) -> int:
         """The queue bound of the engine `model` names (the default one for None; a library

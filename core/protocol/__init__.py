@@ -9,6 +9,7 @@ from .common import ChatMessage, SamplingParams, without_oldest_turn
 from .errors import ErrorKind, InferError
 from .events import Admitted, Finished, JobEvent, TokenText
 from .host_api import AddEngineRequest
+from .shares import Priority, UsageDay, UsageReport, UserLimits, UserShare
 from .snapshots import (
     EngineParameters,
     EngineState,
@@ -45,6 +46,7 @@ __all__ = [
     "MetricsSnapshot",
     "Percentiles",
     "PoolState",
+    "Priority",
     "QueueEntry",
     "QueueSnapshot",
     "SamplingParams",
@@ -52,5 +54,9 @@ __all__ = [
     "SnapshotKind",
     "TimingStats",
     "TokenText",
+    "UsageDay",
+    "UsageReport",
+    "UserLimits",
+    "UserShare",
     "without_oldest_turn",
 ]

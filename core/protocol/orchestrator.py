@@ -14,7 +14,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from .common import MAX_PATH, Messages
 from .errors import InferError
 from .sampling import MaxTokens, SamplingParams, Seed, Stops, Temperature, TopK, TopP
-from .shares import Priority, priority_of
+from .shares import BudgetLeft, Priority, SessionBudget, priority_of
 from .snapshots import MetricsSnapshot, PoolState
 
 API_VERSION = "1.0.0"
@@ -53,6 +53,11 @@ class TaskRequest(BaseModel):
     output_mode: OutputMode | None = Field(
         None, description="a hint, recorded; unknown values are ignored (OC-CTRL-2063)"
     )
+    budget: SessionBudget | None = Field(
+        None,
+        description="the session's budget (OC-CTRL-2068), with session_id: its tasks together "
+        "may use this many tokens and this much decode time; a later task may change it",
+    )
     priority: Priority | None = Field(
         None,
         description="interactive (a person waits on it) or batch, which takes a free slot "
@@ -71,6 +76,8 @@ class TaskRequest(BaseModel):
     def _needs_input(self) -> TaskRequest:
         if self.prompt is None and not self.messages:
             raise ValueError("a task needs a prompt or messages")
+        if self.budget is not None and self.session_id is None:
+            raise ValueError("a budget is a session's: give a session_id with it")
         return self
 
     @field_validator("task_id")
@@ -104,6 +111,33 @@ class TaskCancelled(BaseModel):
     cancelled: bool
     state: str
     tokens_emitted: int = Field(description="token events published; none follow the cancel")
+
+
+class ArtifactRequest(BaseModel):
+    """OC-CTRL-2065: a structured artifact to keep (a plan, a summary, a diff, a trace)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: str = Field("note", min_length=1, max_length=64, description="plan, summary, diff...")
+    content: Any = Field(description="any JSON value; its id is the sha256 of kind and content")
+    tags: list[str] = Field(default_factory=list, max_length=64)
+    lineage: list[str] = Field(
+        default_factory=list, max_length=64, description="ids of artifacts it derives from"
+    )
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArtifactRecord(BaseModel):
+    """OC-CTRL-2066: an artifact and its metadata. A job's record (OC-CTRL-2067) is one of
+    kind `job`, under the job's id."""
+
+    id: str
+    kind: str
+    content: Any
+    tags: list[str]
+    lineage: list[str]
+    meta: dict[str, Any]
+    created_at: float = Field(description="unix time")
 
 
 class OrchestratorError(BaseModel):
@@ -146,6 +180,7 @@ class SSEMetrics(BaseModel):
     kv_warmth: bool = False
     tokens_out: int = 0
     decode_tps: float = 0.0
+    budget: BudgetLeft | None = Field(None, description="the session's budget, where it has one")
 
 
 class SSEEnd(BaseModel):

@@ -39,6 +39,30 @@ class UserLimits(_Frozen):
     tokens_per_day: int | None = None
 
 
+class SessionBudget(_Frozen):
+    """Spec 002 §10 (OC-CTRL-2068): what one session of an identity may use in all; unset:
+    no limit. Tokens count in and out; time is decode time."""
+
+    tokens: int | None = Field(None, ge=1, description="prompt and generated tokens in all")
+    time_ms: int | None = Field(None, ge=1, description="decode time in all, in ms")
+
+
+class BudgetLeft(_Frozen):
+    """A session's budget as it stands, in SSE `metrics` frames and X-Budget-* headers."""
+
+    session_id: str
+    tokens_left: int | None = None
+    time_left_ms: int | None = None
+
+    def headers(self) -> dict[str, str]:
+        out = {}
+        if self.tokens_left is not None:
+            out["x-budget-tokens-remaining"] = str(self.tokens_left)
+        if self.time_left_ms is not None:
+            out["x-budget-time-remaining-ms"] = str(self.time_left_ms)
+        return out
+
+
 class UserShare(_Frozen):
     """One identity now: its jobs on every engine and its use of its budgets."""
 
@@ -48,6 +72,8 @@ class UserShare(_Frozen):
     requests_last_minute: int
     tokens_last_minute: int
     tokens_today: int = Field(description="tokens in and out since 00:00 UTC")
+    jobs_total: int = Field(0, description="jobs ended since the host started")
+    tokens_total: int = Field(0, description="their tokens in and out")
     limits: UserLimits
 
 

@@ -108,6 +108,7 @@ class Job:
         self.identity = client_id or "anonymous"  # who asks (fair shares, budgets, the ledger)
         self.batch = False  # batch work: a free slot goes to interactive work first
         self.session_id: str | None = None
+        self.reserved = 0  # tokens it holds of its session's budget until it ends
         self.expected_cost = 0.0  # tokens its start is charged to its identity (queue.py)
         self.arrival = 0  # its place in the order jobs came (queue.py)
         self.queue_position = queue_position
@@ -121,6 +122,7 @@ class Job:
         self.logprobs: list[TokenLogprob] = []  # what text() read, where the job asked for them
         self.first_token_at: float | None = None  # perf_counter, as the event loop saw it
         self.text_tail = ""  # the last TEXT_TAIL characters, for the host's live view
+        self.kept_text: list[str] | None = None  # the whole reply, where the ledger keeps it
         self._pending: deque[JobEvent | _TextRun] = deque()
         self._ready = asyncio.Event()
         self._released = asyncio.Event()  # the engine no longer holds this job
@@ -230,6 +232,8 @@ class Job:
             self.tokens_published += 1
             self.first_token_at = self.first_token_at or time.perf_counter()
             self.text_tail = (self.text_tail + event.text)[-TEXT_TAIL:]
+            if self.kept_text is not None:
+                self.kept_text.append(event.text)
             last = self._pending[-1] if self._pending else None
             if isinstance(last, _TextRun):
                 last.add(event)  # the consumer is behind: it will get one event for all of it

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..engine import AnySpec, Engine, GenerationRequest
 from ..engine.interface import Tokenizer
@@ -45,6 +45,7 @@ from .shares import Shares
 log = logging.getLogger(__name__)
 
 DEFAULT_QUEUE_CAPACITY = 64
+JobEnded = Callable[[Job, Finished], None]
 # what a pool that takes no job is doing, after "engine 'x'" (FAILED says why in its own way)
 _STATE_WORDS = {
     PoolState.LOADING: "is still loading",
@@ -61,6 +62,7 @@ class Pool(PoolControl):
         spec: AnySpec,
         queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
         shares: Shares | None = None,
+        job_ended: JobEnded | None = None,
     ) -> None:
         self.id = spec.engine_id
         self.spec = spec
@@ -72,6 +74,7 @@ class Pool(PoolControl):
         self.total_requests = 0
         self._jobs: dict[str, Job] = {}  # admitted and not yet done, waiting or started
         self.shares = shares or Shares()  # the host's: who may do what, shared by its pools
+        self._job_ended = job_ended  # told of every job that ends (the usage ledger)
         self._queue = JobQueue(self.shares.weight)
         self._started: Counter[tuple[Engine, bool]] = Counter()  # per engine and kind, as lines
         self._batch_started: Counter[Engine] = Counter()
@@ -111,8 +114,9 @@ class Pool(PoolControl):
         spec: AnySpec,
         queue_capacity: int = DEFAULT_QUEUE_CAPACITY,
         shares: Shares | None = None,
+        job_ended: JobEnded | None = None,
     ) -> Pool:
-        pool = cls(spec, queue_capacity, shares)
+        pool = cls(spec, queue_capacity, shares, job_ended)
         await pool.load()
         return pool
 
@@ -212,16 +216,18 @@ class Pool(PoolControl):
                 retry_after_ms=self._start_ms(depth),
                 engine_id=self.id,
             )
+        # the identity's limits and its session's budget: the last checks, as they count
+        shares, session = self.shares, prepared.session_id
+        shares.admit(identity)
+        max_tokens, reserved = shares.reserve(identity, session, len(tokens), max_tokens)
         tokenizer = engine.tokenizer
         stops = tokenizer.stop_tokens if tokenizer and messages is not None else frozenset()
         request = GenerationRequest(
             job_id or new_job_id(), tokens, params, max_tokens, stop_tokens=stops, embed=embed,
             messages=messages, prompt_text=prepared.prompt,
         )  # fmt: skip
-        shares = self.shares
-        shares.admit(identity)  # its queued cap and budgets: the last check, as it counts
         job = Job(request, engine, self.id, client_id, self._cancel, self._on_job_closed, 0, 0)
-        job.identity, job.session_id = identity, prepared.session_id
+        job.identity, job.session_id, job.reserved = identity, session, reserved
         job.correlation_id = prepared.correlation_id
         job.batch = shares.priority(identity, prepared.priority) is Priority.BATCH
         job.expected_cost = expected_cost(self.metrics, max_tokens, len(tokens))
@@ -356,7 +362,10 @@ class Pool(PoolControl):
             if self._per_client[job.client_id] <= 0:
                 del self._per_client[job.client_id]
         t = final.timings
-        self.shares.ended(job.identity, started=job.started, tokens=t.tokens_in + t.tokens_out)
+        self.shares.ended(
+            job.identity, started=job.started, tokens=t.tokens_in + t.tokens_out,
+            session_id=job.session_id, reserved=job.reserved, decode_ms=t.decode_ms,
+        )  # fmt: skip
         self.metrics.record_finish(
             final,
             prefill_recorded=job.prefill_recorded,
@@ -370,6 +379,11 @@ class Pool(PoolControl):
             t.decode_tps,
             extra={"cid": job.correlation_id},
         )  # fmt: skip
+        if self._job_ended is not None:
+            try:
+                self._job_ended(job, final)
+            except Exception:  # a record lost is logged; the host serves on
+                log.exception("pool %s: recording %s failed", self.id, job.id)
 
     # ---- control plane -----------------------------------------------------------------------
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.shares import Priority, UserLimits, UserShare
+from ..protocol.shares import BudgetLeft, Priority, SessionBudget, UserLimits, UserShare
 
 MINUTE = 60.0
 DAY = 86400.0
 MAX_NAMED = 256  # identities tracked one by one; beyond, addresses of the past are forgotten
+MAX_SESSIONS = 4096  # session budgets kept; beyond, the least recently used is dropped
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,39 @@ class _Window:
         return 0.0
 
 
+class _Session:
+    """A session's budget: what its ended jobs used, and what its running ones may still."""
+
+    __slots__ = ("budget", "reserved", "used_ms", "used_tokens")
+
+    def __init__(self, budget: SessionBudget) -> None:
+        self.budget = budget
+        self.used_tokens = 0
+        self.reserved = 0  # prompt plus max_tokens of its jobs not ended yet
+        self.used_ms = 0.0
+
+    def left(self, session_id: str) -> BudgetLeft:
+        tokens, time_ms = self.budget.tokens, self.budget.time_ms
+        return BudgetLeft(
+            session_id=session_id,
+            tokens_left=None if tokens is None else tokens - self.used_tokens - self.reserved,
+            time_left_ms=None if time_ms is None else max(0, round(time_ms - self.used_ms)),
+        )
+
+
 class _Use:
     """One identity's jobs now and its use of its budgets."""
 
-    __slots__ = ("day", "day_tokens", "queued", "requests", "running", "tokens")
+    __slots__ = (
+        "day", "day_tokens", "jobs_total", "queued", "requests", "running", "tokens",
+        "tokens_total",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.queued = 0
         self.running = 0
+        self.jobs_total = 0
+        self.tokens_total = 0
         self.requests = _Window()
         self.tokens = _Window()
         self.day = 0  # the UTC day `day_tokens` counts
@@ -93,6 +119,8 @@ class Shares:
         self.interactive_slots = interactive_slots  # slots on each engine batch work never takes
         self._clock = clock
         self._use: dict[str, _Use] = {}
+        self._sessions: OrderedDict[tuple[str, str], _Session] = OrderedDict()
+        self.forgotten = _Use()  # the totals of identities no longer tracked one by one
 
     def policy(self, identity: str) -> Policy:
         return self._policies.get(identity, self._default)
@@ -120,6 +148,8 @@ class Shares:
                 continue
             if use.requests.used(now) or use.tokens.used(now) or (daily and use.today(now)):
                 continue
+            self.forgotten.jobs_total += use.jobs_total
+            self.forgotten.tokens_total += use.tokens_total
             del self._use[name]
 
     # ---- what a pool asks ----------------------------------------------------------------------
@@ -162,6 +192,50 @@ class Shares:
             )
         use.requests.add(now, 1)
 
+    def set_budget(self, identity: str, session_id: str, budget: SessionBudget) -> None:
+        """Give one of the identity's sessions a budget (a new one replaces its limits)."""
+        key = (identity, session_id)
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = _Session(budget)
+            if len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        session.budget = budget
+        self._sessions.move_to_end(key)
+
+    def budget_left(self, identity: str, session_id: str | None) -> BudgetLeft | None:
+        """Where a session with a budget stands; None for one without."""
+        session = self._sessions.get((identity, session_id or ""))
+        return session.left(session_id or "") if session is not None else None
+
+    def reserve(
+        self, identity: str, session_id: str | None, prompt_tokens: int, max_tokens: int
+    ) -> tuple[int, int]:
+        """A job of a session with a budget: its max_tokens, cut to what the budget has left
+        after its prompt and the session's running jobs, and the tokens it holds of the
+        budget until it ends; else BUDGET_SPENT. A job of no such session keeps its
+        max_tokens and holds nothing."""
+        session = self._sessions.get((identity, session_id or ""))
+        if session is None:
+            return max_tokens, 0
+        left = session.left(session_id or "")
+        if left.time_left_ms == 0:
+            raise InferError(
+                ErrorKind.BUDGET_SPENT,
+                f"session '{session_id}' has used its {session.budget.time_ms} ms of decode time",
+            )
+        if left.tokens_left is not None:
+            if left.tokens_left <= prompt_tokens:
+                raise InferError(
+                    ErrorKind.BUDGET_SPENT,
+                    f"session '{session_id}' has {max(left.tokens_left, 0)} of its "
+                    f"{session.budget.tokens} tokens left, not enough for a prompt of "
+                    f"{prompt_tokens} and one token of reply",
+                )
+            max_tokens = min(max_tokens, left.tokens_left - prompt_tokens)
+        session.reserved += prompt_tokens + max_tokens
+        return max_tokens, prompt_tokens + max_tokens
+
     def may_start(self, identity: str) -> bool:
         """Whether one more of its jobs may take a slot (its running cap, on all engines)."""
         cap = self.policy(identity).limits.running
@@ -175,13 +249,30 @@ class Shares:
         use.queued -= 1
         use.running += 1
 
-    def ended(self, identity: str, *, started: bool, tokens: int) -> None:
-        """A job of `identity` ended, having used `tokens` (in and out)."""
+    def ended(
+        self,
+        identity: str,
+        *,
+        started: bool,
+        tokens: int,
+        session_id: str | None = None,
+        reserved: int = 0,
+        decode_ms: float = 0.0,
+    ) -> None:
+        """A job of `identity` ended, having used `tokens` (in and out); in a session with a
+        budget, what it `reserved` is given back and what it used is counted."""
+        session = self._sessions.get((identity, session_id or "")) if session_id else None
+        if session is not None:
+            session.reserved -= reserved
+            session.used_tokens += tokens
+            session.used_ms += decode_ms
         use, now = self._of(identity), self._clock()
         if started:
             use.running -= 1
         else:
             use.queued -= 1
+        use.jobs_total += 1
+        use.tokens_total += tokens
         if tokens:
             use.tokens.add(now, tokens)
             use.today(now)
@@ -210,6 +301,8 @@ class Shares:
                 requests_last_minute=use.requests.used(now),
                 tokens_last_minute=use.tokens.used(now),
                 tokens_today=use.today(now),
+                jobs_total=use.jobs_total,
+                tokens_total=use.tokens_total,
                 limits=self.policy(name).limits,
             )
             for name, use in sorted(self._use.items())
@@ -235,9 +328,6 @@ class Shares:
             headers["x-ratelimit-limit-tokens-day"] = str(limits.tokens_per_day)
             headers["x-ratelimit-remaining-tokens-day"] = str(left)
         return headers
-
-    def running(self) -> Counter[str]:
-        return Counter({name: use.running for name, use in self._use.items() if use.running})
 
 
 def _duration(seconds: float) -> str:

@@ -23,6 +23,7 @@ from . import (
     routes_responses,
     routes_tasks,
     routes_tokens,
+    routes_usage,
 )
 from .access import Access
 from .dialects import Dialect, dialect_of, is_health
@@ -116,6 +117,7 @@ def create_app(
             routes_pools,
             routes_host,
             routes_tokens,
+            routes_usage,
             metrics,
         )
     ]

@@ -52,7 +52,10 @@ async def queue_job(request: Request, ask: Ask) -> Job:
     try:
         return await service.submit(who)
     finally:
-        if headers := service.rate_headers(identity):
+        headers = service.shares.rate_headers(identity)
+        if (budget := service.shares.budget_left(identity, ask.session_id)) is not None:
+            headers |= budget.headers()
+        if headers:
             request.state.rate_headers = headers
 
 

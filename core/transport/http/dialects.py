@@ -33,7 +33,9 @@ def dialect_of(path: str) -> Dialect:
         return Dialect.OLLAMA_API
     if path.startswith("/chat/"):
         return Dialect.CHAT_API
-    if path.startswith(("/v1/tasks", "/v1/pools", "/v1/capabilities", "/v1/replicasets")):
+    if path.startswith(
+        ("/v1/tasks", "/v1/pools", "/v1/capabilities", "/v1/replicasets", "/v1/artifacts")
+    ):
         return Dialect.ORCHESTRATOR
     return Dialect.OPENAI
 

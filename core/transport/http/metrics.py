@@ -33,6 +33,9 @@ from .routing import StrictJSONRoute
 
 router = APIRouter(tags=["Metrics"], route_class=StrictJSONRoute)
 
+TOP_IDENTITIES = 20  # identities named in /metrics; the rest are one `other` series
+OTHER = "other"
+
 HISTOGRAMS = {
     "ttft": "Time to first token",
     "request_latency": "Enqueue to last token",
@@ -87,9 +90,41 @@ class HostCollector(prometheus_registry.Collector):
         yield from (requests, tokens, errors, rates)
         yield from self._loop_time(snapshots)
         yield from self._vllm_named(snapshots)
+        yield from self._identities()
         histograms = service.histograms()
         for name, doc in HISTOGRAMS.items():
             yield self._histogram(name, doc, [(pool, hists[name]) for pool, hists in histograms])
+
+    def _identities(self) -> Iterator[Metric]:
+        """Per identity: jobs and tokens since the start, jobs running and waiting now. The
+        TOP_IDENTITIES with the most tokens are named; the rest are summed as `other`, so
+        that a host open to many addresses keeps its series few."""
+        users = sorted(self._service.shares.users(), key=lambda u: u.tokens_total, reverse=True)
+        named, rest = users[:TOP_IDENTITIES], users[TOP_IDENTITIES:]
+        forgotten = self._service.shares.forgotten
+        other = (
+            sum(u.jobs_total for u in rest) + forgotten.jobs_total,
+            sum(u.tokens_total for u in rest) + forgotten.tokens_total,
+            sum(u.running for u in rest),
+            sum(u.queued for u in rest),
+        )
+        rows = [(u.identity, u.jobs_total, u.tokens_total, u.running, u.queued) for u in named]
+        if any(other):
+            rows.append((OTHER, *other))
+        families: tuple[CounterMetricFamily | GaugeMetricFamily, ...] = (
+            CounterMetricFamily("infertui_identity_jobs", "Jobs ended, per identity",
+                                labels=["identity"]),
+            CounterMetricFamily("infertui_identity_tokens", "Tokens in and out, per identity",
+                                labels=["identity"]),
+            GaugeMetricFamily("infertui_identity_running", "Jobs decoding, per identity",
+                              labels=["identity"]),
+            GaugeMetricFamily("infertui_identity_waiting", "Jobs queued, per identity",
+                              labels=["identity"]),
+        )  # fmt: skip
+        for identity, *values in rows:
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([identity], value)
+        yield from families
 
     @staticmethod
     def _loop_time(snapshots: list[MetricsSnapshot]) -> Iterator[Metric]:

@@ -87,6 +87,8 @@ _STREAM_EXAMPLE = (
 async def enqueue(body: TaskRequest, request: Request) -> TaskAccepted:
     service = service_of(request)
     request.app.state.tasks.check_new(body.task_id)
+    if body.budget is not None and body.session_id is not None:
+        service.shares.set_budget(access_of(request).who(request), body.session_id, body.budget)
     ask = Ask(
         model=body.model,
         pool_id=body.pool_id,  # a pin: this pool or a typed error, never another
@@ -155,6 +157,7 @@ async def task_events(task: Task, service: HostService) -> AsyncIterator[SseEven
 def metrics_event(task: Task, service: HostService) -> SseEvent:
     snapshot = service.pool_metrics(task.pool_id)
     metrics = SSEMetrics(
+        budget=service.shares.budget_left(task.identity, task.session_id),
         queue_depth=snapshot.queue_depth,
         kv_warmth=False,
         tokens_out=task.tokens_out,

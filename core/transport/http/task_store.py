@@ -29,6 +29,7 @@ class Task:
         self.id = job.id
         self.owner = owner  # the API key it came with (access.py): who may read or cancel it
         self.pool_id = job.pool_id
+        self.identity, self.session_id = job.identity, job.session_id  # for its session's budget
         self.job: Job | None = job  # None once it has ended
         self.admitted: Admitted | None = None
         self.pieces: list[str] = []

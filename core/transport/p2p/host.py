@@ -168,6 +168,7 @@ class P2PServer:
             "additive_types": [
                 *SNAPSHOT_TYPES,
                 "library",
+                "usage",
                 "metrics_subscribe",
                 *ADMIN_TYPES,
                 PULL_TYPE,
@@ -317,6 +318,8 @@ class PeerSession:
                 self.send(kind, self.server.service.snapshot(kind), rid)
             elif envelope.type == "library":
                 self.spawn(f"library:{rid}", self.send_library(rid))
+            elif envelope.type == "usage":
+                self.spawn(f"usage:{rid}", self.send_usage(rid))
             elif envelope.type == "metrics_subscribe":
                 self.subscribe(rid or "", Subscription.model_validate(envelope.payload))
             elif envelope.type == "unsubscribe":
@@ -362,6 +365,12 @@ class PeerSession:
             self.send_error(InferError(ErrorKind.INTERNAL, f"cannot list the library: {exc}"), rid)
             return
         self.send("library", {"models": [e.model_dump(mode="json") for e in entries]}, rid)
+
+    async def send_usage(self, rid: str | None) -> None:
+        """Who used the host: everyone's for an admin peer, else this peer's own."""
+        who = None if self.admin else self.identity
+        report = await self.server.service.usage.report(identity=who)
+        self.send("usage", report.model_dump(mode="json"), rid)
 
     def admin_operation(self, kind: str, payload: dict[str, Any], rid: str | None) -> None:
         if kind not in OPEN_TYPES:
