@@ -29,6 +29,7 @@ from bench_api import start_host  # bench/ is this script's folder: on sys.path
 from make_model import make_model
 
 KEYS = {"a": "key-a", "b": "key-b"}
+SHARE_KEYS = [f"key-{n}" for n in range(8)]  # the eight identities of the share scenario
 
 
 def completion(client: httpx.Client, key: str, tokens: int) -> float:
@@ -68,17 +69,41 @@ def batch(url: str, jobs: int, tokens: int) -> tuple[float, list[float]]:
         return time.perf_counter() - start, times
 
 
+def shares(url: str, jobs: int, tokens: int) -> list[int]:
+    """Eight identities each send `jobs` jobs at once; the tokens each had served when the
+    first of them ran out of work (the host's own count, GET /v1/host/usage)."""
+    done = threading.Event()
+    counts: list[int] = []
+
+    def identity(key: str) -> None:
+        with httpx.Client(base_url=url, timeout=None) as client, ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(lambda _: completion(client, key, tokens), range(jobs)))
+        if not done.is_set():
+            done.set()
+            users = httpx.get(f"{url}/v1/host/usage", timeout=30).json()["users"]
+            served = {user["identity"]: user["tokens_total"] for user in users}
+            counts.extend(served.get(f"key{SHARE_KEYS.index(k) + 2}", 0) for k in SHARE_KEYS)
+
+    threads = [threading.Thread(target=identity, args=(key,)) for key in SHARE_KEYS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=120)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--share-jobs", type=int, default=24, help="per identity, 8 of them")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-fair-"))
     model = make_model(work / "tiny-32k.gguf", "tiny", 32000)
     env = {**os.environ, "INFERTUI_DATA_DIR": str(work / "data"),
-           "INFERTUI_API_KEYS": json.dumps(list(KEYS.values())),
-           "INFERTUI_HOST__QUEUE": str(args.jobs + 8)}  # fmt: skip
+           "INFERTUI_API_KEYS": json.dumps([*KEYS.values(), *SHARE_KEYS]),
+           "INFERTUI_HOST__QUEUE": str(max(args.jobs, 8 * args.share_jobs) + 8)}  # fmt: skip
     proc, url = start_host(1, args.parallel, "--model", str(model), env=env)
     try:
         with httpx.Client(base_url=url, timeout=None) as client:
@@ -96,6 +121,7 @@ def main() -> None:
         asker.start()
         together_s, _ = batch(url, args.jobs, args.tokens)
         asker.join()
+        served = shares(url, args.share_jobs, 64)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -112,6 +138,14 @@ def main() -> None:
         f"  A's throughput alone        {a_alone:9.0f} tok/s\n"
         f"  A's throughput with B       {a_together:9.0f} tok/s   ({a_together / a_alone:.2f} of "
         "alone; goal >= 0.9)"
+    )
+    equal = statistics.mean(served)
+    worst = max(abs(count / equal - 1) for count in served)
+    print(
+        f"eight identities, {args.share_jobs} x 64 tokens each, all at once: tokens served when "
+        f"the first ran out of work\n"
+        f"  {', '.join(str(count) for count in served)}\n"
+        f"  furthest from an equal share: {worst * 100:.1f} %   (goal <= 10 %)"
     )
 
 

@@ -34,6 +34,7 @@ from .screens.metrics import MetricsScreen
 from .screens.options import OptionsModal
 from .screens.queue import QueueScreen
 from .screens.streams import StreamsScreen
+from .screens.users import UsersScreen
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class ClientApp(InfertuiApp):
         "metrics": MetricsScreen,
         "engines": EnginesScreen,
         "hosts": HostsScreen,
+        "users": UsersScreen,
     }
     MODE_TITLES = {
         "chat": "Chat",
@@ -147,6 +149,7 @@ class ClientApp(InfertuiApp):
         "metrics": "Metrics",
         "engines": "Engines",
         "hosts": "Hosts",
+        "users": "Users",
     }
     BINDINGS = [
         *mode_keys(MODE_TITLES),
@@ -207,6 +210,7 @@ class HostApp(InfertuiApp):
         "metrics": MetricsScreen,
         "engines": EnginesScreen,
         "chat": ChatScreen,  # the person on the GPU box chats here, with no second terminal
+        "users": UsersScreen,
     }
     MODE_TITLES = {
         "streams": "Streams",
@@ -214,6 +218,7 @@ class HostApp(InfertuiApp):
         "metrics": "Metrics",
         "engines": "Engines",
         "chat": "Chat",
+        "users": "Users",
     }
     # its own action: the footer leaves out keys of an action that Ctrl+Q (hidden) also has
     BINDINGS = [

@@ -20,6 +20,7 @@ from infertui.core.protocol import (
     QueueSnapshot,
     SamplingParams,
     TokenText,
+    UsageReport,
 )
 from infertui.core.scheduler import Job
 
@@ -119,6 +120,9 @@ class LocalClient(Client):
 
     async def metrics(self) -> list[MetricsSnapshot]:
         return self.service.metrics()
+
+    async def usage(self) -> UsageReport:
+        return await self.service.usage.report()  # the person at the host sees everyone
 
     async def add_engine(self, request: AddEngineRequest) -> None:
         await self.service.add_engine(request)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from infertui.core.client import ChatReply, ChatStats, Client, ConnectionState, HostInfo
 from infertui.core.protocol.common import ChatMessage
 from infertui.core.protocol.host_api import AddEngineRequest
+from infertui.core.protocol.shares import UsageDay, UsageReport, UserLimits, UserShare
 from infertui.core.protocol.snapshots import (
     EngineParameters,
     EngineState,
@@ -78,23 +79,93 @@ class ScriptedClient(Client):
     async def queue(self) -> list[QueueSnapshot]:
         slots = (
             SlotSnapshot(slot=0, job_id="job-7f3a", client_id="p2p:8nd3kq1wzt5e",
-                         phase="decode", tokens_in=48, tokens_out=130, tps=24.8),
+                         identity="alice", phase="decode", tokens_in=48, tokens_out=130,
+                         tps=24.8),
             SlotSnapshot(slot=1, job_id="job-91c2", client_id="http:127.0.0.1",
-                         phase="decode", tokens_in=312, tokens_out=12, tps=25.1),
+                         identity="http:127.0.0.1", phase="decode", tokens_in=312,
+                         tokens_out=12, tps=25.1),
             SlotSnapshot(slot=2),
             SlotSnapshot(slot=3),
         )  # fmt: skip
         waiting = (
-            QueueEntry(job_id="job-a001", client_id="p2p:c4xq9hdy1m0p", position=0,
-                       predicted_start_ms=1400, tokens_in=64, waited_ms=800.0),
+            QueueEntry(job_id="job-a001", client_id="p2p:c4xq9hdy1m0p", identity="bob",
+                       position=0, predicted_start_ms=1400, tokens_in=64, waited_ms=800.0),
+            QueueEntry(job_id="job-a002", client_id="http:10.0.0.7", identity="nightly",
+                       priority="batch", position=1, predicted_start_ms=2900, tokens_in=900,
+                       waited_ms=5200.0),
         )  # fmt: skip
         return [
-            QueueSnapshot(pool_id="gemma-3-270m", capacity=64, depth=1, waiting=waiting,
+            QueueSnapshot(pool_id="gemma-3-270m", capacity=64, depth=2, waiting=waiting,
                           slots=slots),
         ]  # fmt: skip
 
     async def metrics(self) -> list[MetricsSnapshot]:
         return self.metrics_now()
+
+    async def usage(self) -> UsageReport:
+        limited = UserLimits(weight=2, running=2, tokens_per_day=500_000)
+        users = (
+            UserShare(
+                identity="alice",
+                running=1,
+                queued=0,
+                requests_last_minute=4,
+                tokens_last_minute=1310,
+                tokens_today=48_200,
+                limits=limited,
+            ),
+            UserShare(
+                identity="bob",
+                running=0,
+                queued=1,
+                requests_last_minute=1,
+                tokens_last_minute=0,
+                tokens_today=2_950,
+                limits=UserLimits(),
+            ),
+            UserShare(
+                identity="nightly",
+                running=0,
+                queued=1,
+                requests_last_minute=0,
+                tokens_last_minute=0,
+                tokens_today=310_400,
+                limits=UserLimits(queued=200, tokens_per_minute=40_000),
+            ),
+        )
+        days = (
+            UsageDay(
+                day="2026-11-27",
+                identity="alice",
+                jobs=212,
+                failures=1,
+                tokens_in=31_000,
+                tokens_out=90_400,
+                queue_ms=8_100.0,
+                decode_ms=620_000.0,
+            ),
+            UsageDay(
+                day="2026-11-28",
+                identity="alice",
+                jobs=83,
+                failures=0,
+                tokens_in=9_900,
+                tokens_out=38_300,
+                queue_ms=2_400.0,
+                decode_ms=210_000.0,
+            ),
+            UsageDay(
+                day="2026-11-28",
+                identity="nightly",
+                jobs=1_204,
+                failures=3,
+                tokens_in=96_000,
+                tokens_out=214_400,
+                queue_ms=3.1e6,
+                decode_ms=1.9e6,
+            ),
+        )
+        return UsageReport(days=days, users=users)  # fmt: skip
 
     @staticmethod
     def metrics_now() -> list[MetricsSnapshot]:

@@ -204,3 +204,11 @@ async def test_the_host_dashboard_has_its_own_chat() -> None:
         await until(pilot, lambda: view.stats is not None, 60)
         assert view.stats is not None and view.stats.model == "smollm2-135m"
         assert view.stats.tokens_out > 0
+        # issue 37: F7 shows who used the host, from the ledger too: the dashboard's own chat
+        await pilot.press("f7")
+        users = app.screen.query_one("#users", DataTable)
+        await until(pilot, lambda: users.row_count > 0)
+        assert "local" in [str(users.get_row_at(n)[0]) for n in range(users.row_count)]
+        days = app.screen.query_one("#days", DataTable)  # (a ledger other hosts may share)
+        await until(pilot, lambda: days.row_count > 0)
+        assert "local" in [str(days.get_row_at(n)[1]) for n in range(days.row_count)]

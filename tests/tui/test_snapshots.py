@@ -114,6 +114,11 @@ def test_host_qr(snap_compare: Snap) -> None:
     assert snap_compare(ScriptedHostApp(Settings()), terminal_size=SIZE, run_before=go("g"))
 
 
+def test_users(snap_compare: Snap) -> None:
+    """F7: who uses the host now, their limits, and the ledger's days."""
+    assert snap_compare(ScriptedClientApp(Settings()), terminal_size=SIZE, run_before=go("f7"))
+
+
 def test_hosts(snap_compare: Snap) -> None:
     """F6: the hosts this client reaches (one here; every host of a topic there)."""
     assert snap_compare(ScriptedClientApp(Settings()), terminal_size=SIZE, run_before=go("f6"))

@@ -26,9 +26,9 @@ class QueueScreen(DashboardScreen):
     def on_mount(self) -> None:
         slots = self.query_one("#slots", DataTable)
         # figures first, long ids last: at 80 columns the ids are what is cut off
-        slots.add_columns("engine", "slot", "phase", "in", "out", "tok/s", "job", "client")
+        slots.add_columns("engine", "slot", "phase", "in", "out", "tok/s", "who", "job")
         waiting = self.query_one("#waiting", DataTable)
-        waiting.add_columns("engine", "#", "starts in", "waited", "tokens in", "job", "client")
+        waiting.add_columns("engine", "#", "who", "starts in", "waited", "tokens in", "job")
         super().on_mount()
 
     async def refresh_data(self, client: Client) -> None:
@@ -41,15 +41,18 @@ class QueueScreen(DashboardScreen):
                 slots.add_row(
                     pool.pool_id, s.slot, s.phase, s.tokens_in if busy else "",
                     s.tokens_out if busy else "", f"{s.tps:.1f}" if busy else "",
-                    s.job_id or "", s.client_id or "",
+                    s.identity or s.client_id or "", s.job_id or "",
                 )  # fmt: skip
         waiting = self.query_one("#waiting", DataTable)
         waiting.clear()
         for pool in pools:
             for e in pool.waiting:
+                who = e.identity or e.client_id or ""
+                who += " (batch)" if e.priority == "batch" else ""
                 waiting.add_row(
-                    pool.pool_id, e.position + 1, f"≈ {e.predicted_start_ms / 1000:.1f} s",
-                    f"{e.waited_ms / 1000:.1f} s", e.tokens_in, e.job_id, e.client_id or "",
+                    pool.pool_id, e.position + 1, who,
+                    f"≈ {e.predicted_start_ms / 1000:.1f} s", f"{e.waited_ms / 1000:.1f} s",
+                    e.tokens_in, e.job_id,
                 )  # fmt: skip
         depth = sum(p.depth for p in pools)
         capacity = sum(p.capacity for p in pools)
