@@ -66,7 +66,7 @@ async def test_a_teammates_question_starts_ahead_of_anothers_backlog(
     assert sum(who == "alice" for who, _ in waiting(host)) >= 5
     replies = await asyncio.gather(*alices)
     assert all(reply.status_code == 200 for reply in replies)
-    users = {u.identity: u for u in host.service.users()}
+    users = {u.identity: u for u in host.service.shares.users()}
     assert users["alice"].tokens_today > 12 * 24 and users["bob"].tokens_today > 24
     assert users["alice"].running == users["alice"].queued == 0
 
