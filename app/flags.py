@@ -90,6 +90,14 @@ HOST_FLAGS: tuple[Flag, ...] = (
         help="require 'Authorization: Bearer KEY' on HTTP (or set INFERTUI_API_KEY)",
     ),
     Flag(("--admin-key",), "admin_key", metavar="KEY"),
+    Flag(("--keys-file",), "host.keys_file", metavar="PATH"),
+    Flag(("--interactive-slots",), "host.shares.interactive_slots", metavar="N"),
+    Flag(
+        ("--no-ledger",),
+        "host.ledger.enabled",
+        const=False,
+        help="keep no usage ledger (default: a record per job in the data dir)",
+    ),
     Flag(("--origins", "--cors-origin"), "host.http.cors_origins", metavar="ORIGIN[,ORIGIN]"),
     Flag(
         ("--no-p2p",),
@@ -99,7 +107,7 @@ HOST_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(("--topic",), "host.p2p.topics", metavar="NAME"),
     Flag(("--bootstrap",), "bootstrap", metavar="HOST:PORT"),
-    Flag(("--allow",), "host.p2p.allow", metavar="SERVER_ID"),
+    Flag(("--allow",), "host.p2p.allow", metavar="[NAME=]SERVER_ID"),
     Flag(("--allow-file",), "host.p2p.allow_file", metavar="PATH"),
     Flag(("--admin",), "host.p2p.admins", metavar="SERVER_ID"),
     Flag(("--share",), "host.p2p.share", metavar="SERVER_ID"),

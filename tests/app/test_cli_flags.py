@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from infertui.app import flags
 from infertui.app.cli import build_parser, host_overrides, main
-from infertui.core.config import EngineDefaults, HostSettings, load_settings
+from infertui.core.config import EngineDefaults, HostSettings, UserPolicy, load_settings
 
 # Host settings kept to the file and the environment: tuning a person rarely changes per run
 FILE_ONLY = {
@@ -25,6 +25,12 @@ FILE_ONLY = {
     "host.http.max_connections",
     "host.http.default_max_tokens",
     "host.http.allowed_hosts",
+    # issue 37: tables of names, each with its own limits, and the ledger's upkeep
+    "host.keys",
+    "host.shares.users",
+    *(f"host.shares.default.{name}" for name in UserPolicy.model_fields),
+    "host.ledger.retention_days",
+    "host.ledger.keep_text",
 }
 
 

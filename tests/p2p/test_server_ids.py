@@ -50,8 +50,9 @@ def test_the_seed_is_created_once_with_0600_and_reset_on_request(tmp_path, monke
 def test_an_allow_file_lists_ids_with_comments(tmp_path) -> None:
     a, b = ids.public_key(bytes(32)), ids.public_key(bytes([1]) * 32)
     path = tmp_path / "allow"
-    path.write_text(f"# teammates\n{ids.z32_encode(a)}  # alice\n\n{b.hex()}\n")
-    assert ids.read_allow_file(path) == [a, b]
+    path.write_text(f"# teammates\nalice={ids.z32_encode(a)}  # named\n\n{b.hex()}\n")
+    entries = ids.read_allow_file(path)
+    assert [ids.parse_peer(entry) for entry in entries] == [(a, "alice"), (b, None)]
     path.write_text(f"{ids.z32_encode(a)}\nnot-an-id\n")
     with pytest.raises(InferError) as caught:
         ids.read_allow_file(path)
