@@ -6,10 +6,14 @@ headers, and never stop the host serving the others."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import openai
 import pytest
+
+from infertui.core.protocol.errors import InferError
+from infertui.core.transport.http.access import read_keys_file
 
 from ..conftest import wait_until
 from .conftest import MODEL, Host, HostFactory
@@ -132,3 +136,32 @@ async def test_a_queued_cap_refuses_the_extra_job_and_loses_none(start_host: Hos
     assert statuses == [200] * 4 + [429] * 2  # two running, two waiting, two refused
     refused = next(r for r in replies if r.status_code == 429)
     assert refused.json()["error"]["code"] == "client_busy" and "Retry-After" in refused.headers
+
+
+async def test_who_asks_is_in_the_logs_and_in_bounded_metrics(
+    start_host: HostFactory, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text("# the team\ndora = sk-dora\n")
+    host = await start_host(more={"keys": KEYS, "keys_file": str(keys_file)})
+    caplog.set_level(logging.INFO, logger="infertui.core.scheduler.pool")
+    for who in ("alice", "dora"):
+        headers = {"Authorization": "Bearer sk-dora"} if who == "dora" else as_(who)
+        reply = await host.client.post(
+            "/v1/completions", json={"model": MODEL, **JOB}, headers=headers
+        )
+        assert reply.status_code == 200
+    assert any(" from dora finished " in record.getMessage() for record in caplog.records)
+    metrics = (await host.client.get("/metrics", headers=as_("bob"))).text
+    assert 'infertui_identity_tokens_total{identity="dora"}' in metrics
+    assert 'infertui_identity_jobs_total{identity="alice"} 1.0' in metrics
+
+
+def test_a_keys_file_names_each_key_and_a_bad_line_is_named(tmp_path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("alice = sk-1  # first\n\nbob=sk-2\n")
+    assert read_keys_file(path) == {"alice": "sk-1", "bob": "sk-2"}
+    path.write_text("alice = sk-1\njust-a-key\n")
+    with pytest.raises(InferError) as caught:
+        read_keys_file(path)
+    assert f"{path}:2" in caught.value.message

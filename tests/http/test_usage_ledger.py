@@ -150,3 +150,15 @@ async def test_a_restarted_host_keeps_its_records_and_todays_token_budgets(
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
     usage = (await again.client.get("/v1/host/usage", headers=ALICE)).json()
     assert [d["jobs"] for d in usage["days"] if d["identity"] == "alice"] == [1]
+
+
+async def test_prompts_and_replies_are_kept_only_when_asked(start_host: HostFactory) -> None:
+    host = await start_host(more={"keys": KEYS, "ledger": {"keep_text": True}})
+    done = await host.client.post("/v1/tasks", json=JOB, headers=ALICE)
+    events = parse_sse((await host.client.get(done.json()["stream_url"], headers=ALICE)).text)
+    text = "".join(payload["t"] for kind, payload in events if kind == "token")
+    record = (
+        await host.client.get(f"/v1/artifacts/{done.json()['task_id']}", headers=ALICE)
+    ).json()
+    transcript = record["content"]["transcript"]
+    assert transcript["prompt"] == "Once upon a time" and transcript["text"] == text
