@@ -22,7 +22,7 @@ from ..ledger import Artifact, JobRecord, Ledger
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished
 from ..protocol.orchestrator import ArtifactRecord
-from ..protocol.shares import UsageDay, UsageReport
+from ..protocol.shares import UsageReport
 from ..scheduler import Job
 from ..scheduler.shares import Shares
 
@@ -129,16 +129,8 @@ class UsageLedger:
             return UsageReport(users=tuple(users), ledger=False)
         ledger = self._ledger
         await asyncio.to_thread(ledger.flush)  # the jobs that just ended count
-        rows = await asyncio.to_thread(ledger.usage, since=since, until=until, identity=identity)
-        days = tuple(
-            UsageDay(
-                day=row.day, identity=row.identity, jobs=row.jobs, failures=row.failures,
-                tokens_in=row.tokens_in, tokens_out=row.tokens_out,
-                queue_ms=row.queue_ms, decode_ms=row.decode_ms,
-            )
-            for row in rows
-        )  # fmt: skip
-        return UsageReport(days=days, users=tuple(users))
+        days = await asyncio.to_thread(ledger.usage, since=since, until=until, identity=identity)
+        return UsageReport(days=tuple(days), users=tuple(users))
 
     async def put_artifact(
         self,

@@ -5,12 +5,12 @@ on its event loop, once per job), and the writer gathers what came within `flush
 (or `max_batch` records) into one transaction. WAL mode with `synchronous=NORMAL`: a killed
 process loses no committed transaction (a power cut may lose the last ones). Reads go through
 a connection of their own, from any thread. Records older than `retention_days` are deleted
-at open and about once an hour.
+at open and about once an hour. Nothing the writer meets stops it: a record it cannot write is
+logged and dropped, since the host must never stop for its ledger.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import queue
@@ -19,18 +19,27 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..protocol.shares import UsageDay
+from .records import Artifact, JobRecord, artifact_id, job_row, record_of
+
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+_USAGE_FIELDS = (
+    "day", "identity", "jobs", "failures", "tokens_in", "tokens_out", "queue_ms", "decode_ms",
+)  # fmt: skip
+
+SCHEMA_VERSION = 1  # PRAGMA user_version: a later schema migrates from it
 PRUNE_EVERY_S = 3600.0
 DAY_S = 86400.0
+BUSY_TIMEOUT_S = 10.0
+WAIT_S = 30.0  # the longest put_artifact or prune waits on the writer
 
-_SCHEMA = """
+_SCHEMA = f"""
+BEGIN;
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
     identity TEXT NOT NULL,
@@ -55,6 +64,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_by_day ON jobs (day, identity);
 CREATE INDEX IF NOT EXISTS jobs_by_identity ON jobs (identity, ended_at);
+CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs (ended_at);
 CREATE TABLE IF NOT EXISTS artifacts (
     id TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
@@ -65,6 +75,8 @@ CREATE TABLE IF NOT EXISTS artifacts (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS artifacts_by_age ON artifacts (created_at);
+PRAGMA user_version = {SCHEMA_VERSION};
+COMMIT;
 """
 _JOB_COLUMNS = (
     "job_id", "identity", "day", "engine", "model_ref", "session_id", "correlation_id",
@@ -75,91 +87,62 @@ _INSERT_JOB = (
     f"INSERT OR REPLACE INTO jobs ({', '.join(_JOB_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_JOB_COLUMNS))})"
 )
+_INSERT_ARTIFACT = "INSERT OR IGNORE INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobRecord:
-    """One job as the ledger keeps it."""
-
-    job_id: str
-    identity: str  # who asked: "alice", "key1", "http:127.0.0.1", "p2p:ab12…"
-    engine: str
-    model_ref: str | None
-    session_id: str | None
-    correlation_id: str | None
-    priority: str  # "interactive" | "batch"
-    outcome: str  # its finish reason, or "error"
-    error_code: str | None
-    error_message: str | None
-    tokens_in: int
-    tokens_out: int
-    queue_ms: float
-    decode_ms: float
-    ttft_ms: float | None
-    admitted_at: float  # unix time
-    ended_at: float
-    params: dict[str, Any]  # redacted: never the prompt
-    transcript: dict[str, Any] | None = None
+# What the writer is asked besides records; each ends the batch it arrives in, so that
+# whoever waits on it is answered at once.
+@dataclass
+class _Flush:
+    done: Future[bool]
 
 
-@dataclass(frozen=True)
-class UsageRow:
-    """One identity on one UTC day."""
-
-    day: str
-    identity: str
-    jobs: int
-    failures: int
-    tokens_in: int
-    tokens_out: int
-    queue_ms: float
-    decode_ms: float
+@dataclass
+class _Put:
+    row: tuple[Any, ...]
+    done: Future[None]
 
 
-@dataclass(frozen=True)
-class Artifact:
-    id: str  # "sha256:<hex>" of its kind and content; a job's record: the job id
-    kind: str
-    content: Any
-    tags: list[str] = field(default_factory=list)
-    lineage: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-    created_at: float = 0.0
+@dataclass
+class _Prune:
+    now: float
+    done: Future[int]
 
 
-def day_of(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d")
+class _Stop:
+    pass
 
 
-def artifact_id(kind: str, content: Any) -> str:
-    """Content-addressed: the same kind and content give the same id, whatever the key order."""
-    canonical = json.dumps(
-        {"kind": kind, "content": content}, sort_keys=True, separators=(",", ":")
-    )
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-
-
-_STOP = object()
+_Command = _Flush | _Put | _Prune | _Stop
 
 
 class Ledger:
+    """The ledger's file: `open` it, `record` jobs, read sums, keep artifacts, `close`."""
+
     def __init__(
         self, path: Path, retention_days: int, flush_interval_s: float, max_batch: int
     ) -> None:
         self.path = path
         self.retention_days = retention_days
         self._interval = flush_interval_s
-        self._max_batch = max_batch
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._max_batch = max(1, max_batch)
+        self._inbox: queue.SimpleQueue[JobRecord | _Command] = queue.SimpleQueue()
         self._closed = False
+        self._lost = 0  # records not written since the last flush (the writer's own)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = _connect(path)
-        self._writer.executescript(_SCHEMA)
-        self._writer.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        version = self._writer.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            log.warning(
+                "ledger %s has schema %d, newer than this infertui's %d: used as it is",
+                path, version, SCHEMA_VERSION,
+            )  # fmt: skip
+        else:
+            self._writer.executescript(_SCHEMA)
         self._reader = _connect(path)
+        self._reader.execute("PRAGMA query_only = ON")
         self._read_lock = threading.Lock()
-        self._pruned_at = 0.0
-        self._prune(time.time())
+        self._prune_logged(time.time())
         self._thread = threading.Thread(target=self._write_loop, name="ledger", daemon=True)
         self._thread.start()
 
@@ -177,23 +160,24 @@ class Ledger:
     # ---- writing -----------------------------------------------------------------------------
 
     def record(self, record: JobRecord) -> None:
-        """Queue a job's record (any thread, never blocks): the writer commits it shortly."""
+        """Queue a job's record (any thread, never blocks nor raises): the writer commits it
+        within `flush_interval_s`. Encoding waits for the writer, off the caller's loop."""
         if self._closed:
             log.debug("ledger closed: record of %s dropped", record.job_id)
             return
         self._inbox.put(record)
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every record given before this call is committed."""
+        """Wait until every record given before this call is committed; False if that took
+        longer than `timeout` or some record since the last flush could not be written."""
         if self._closed:
             return True
-        done: Future[None] = Future()
-        self._inbox.put(done)
+        done: Future[bool] = Future()
+        self._inbox.put(_Flush(done))
         try:
-            done.result(timeout)
+            return done.result(timeout)
         except TimeoutError:
             return False
-        return True
 
     def put_artifact(
         self,
@@ -204,73 +188,141 @@ class Ledger:
         lineage: Sequence[str] = (),
         meta: Mapping[str, Any] | None = None,
     ) -> Artifact:
-        """Keep an artifact; one with the same kind and content is kept once (the first)."""
-        artifact = Artifact(
-            artifact_id(kind, content), kind, content, list(tags), list(lineage),
-            dict(meta or {}), time.time(),
+        """Keep an artifact, committed when this returns; one with the same kind and content
+        is kept once (the first, with its tags and meta). Raises TypeError for content that
+        is not JSON, sqlite3.Error if the write failed, RuntimeError once closed."""
+        self._open_or_raise()
+        row = (
+            artifact_id(kind, content), kind, json.dumps(content), json.dumps(list(tags)),
+            json.dumps(list(lineage)), json.dumps(dict(meta or {})), time.time(),
         )  # fmt: skip
         done: Future[None] = Future()
-        self._inbox.put((artifact, done))
-        done.result(30)
-        kept = self.artifact(artifact.id)
-        assert kept is not None
+        self._inbox.put(_Put(row, done))
+        done.result(WAIT_S)
+        kept = self.artifact(row[0])
+        assert kept is not None  # committed above, and the reader sees every commit
         return kept
 
-    def _write_loop(self) -> None:
-        while True:
-            batch = [self._inbox.get()]
-            deadline = time.monotonic() + self._interval
-            while len(batch) < self._max_batch and batch[-1] is not _STOP:
-                wait = deadline - time.monotonic()
-                if wait <= 0 or isinstance(batch[-1], Future | tuple):
-                    break  # someone waits on it (a flush, an artifact, a prune): commit now
-                try:
-                    batch.append(self._inbox.get(timeout=wait))
-                except queue.Empty:
-                    break
-            self._write(batch)
-            if batch[-1] is _STOP:
-                return
-            if time.time() - self._pruned_at > PRUNE_EVERY_S:
-                self._prune(time.time())
+    def prune(self, now: float | None = None) -> int:
+        """Delete jobs and artifacts older than `retention_days` (0: keep all) on the writer
+        thread; the number of rows deleted. The hourly prune keeps its own schedule."""
+        self._open_or_raise()
+        done: Future[int] = Future()
+        self._inbox.put(_Prune(time.time() if now is None else now, done))
+        return done.result(WAIT_S)
 
-    def _write(self, batch: list[Any]) -> None:
-        jobs = [_job_row(item) for item in batch if isinstance(item, JobRecord)]
-        artifacts = [item for item in batch if isinstance(item, tuple) and len(item) == 2]
+    def close(self) -> None:
+        """Commit what was recorded, stop the writer, close the file (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(_Stop())
+        self._thread.join(WAIT_S)
+        if self._thread.is_alive():  # a stuck disk: leave its connection to the daemon thread
+            log.warning("ledger: writer still busy after %.0f s; closing without it", WAIT_S)
+        else:
+            self._writer.close()
+        with self._read_lock:
+            self._reader.close()
+
+    def _open_or_raise(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"ledger {self.path} is closed")
+
+    def _write_loop(self) -> None:
+        next_prune = time.monotonic() + PRUNE_EVERY_S
+        stopping = False
+        while True:
+            wait = 0.0 if stopping else max(0.0, next_prune - time.monotonic())
+            batch = self._gather(wait, draining=stopping)
+            if not batch and stopping:
+                return  # drained: what came before close (or raced it) is committed
+            if batch and isinstance(batch[-1], _Stop):
+                stopping = True
+                batch.pop()
+            if batch:
+                try:
+                    self._commit(batch)
+                except Exception:  # a bug here must not cost the host its ledger
+                    log.exception("ledger: batch of %d not handled", len(batch))
+            if not stopping and time.monotonic() >= next_prune:
+                self._prune_logged(time.time())
+                next_prune = time.monotonic() + PRUNE_EVERY_S
+
+    def _gather(self, wait: float, *, draining: bool) -> list[JobRecord | _Command]:
+        """The next batch: its first item (waiting up to `wait` s), then records until
+        `max_batch` or `flush_interval_s`, or only those already queued when `draining`;
+        a command ends it."""
+        try:
+            first = self._inbox.get(timeout=wait) if wait > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return []
+        batch = [first]
+        deadline = time.monotonic() + self._interval
+        while len(batch) < self._max_batch and isinstance(batch[-1], JobRecord):
+            left = deadline - time.monotonic()
+            try:
+                if draining:
+                    batch.append(self._inbox.get_nowait())
+                elif left > 0:
+                    batch.append(self._inbox.get(timeout=left))
+                else:
+                    break
+            except queue.Empty:
+                break
+        return batch
+
+    def _commit(self, batch: list[JobRecord | _Command]) -> None:
+        """Write a batch's records (and an artifact that ends it) in one transaction, then
+        answer the command that ends it. Should the transaction fail, each row is tried in
+        one of its own, so that one odd row (an int too big, a type sqlite cannot bind)
+        costs only itself."""
+        command = batch[-1] if not isinstance(batch[-1], JobRecord) else None
+        rows: list[tuple[Any, ...]] = []
         for item in batch:
-            if isinstance(item, tuple) and len(item) == 3:  # ("prune", now, done)
-                item[2].set_result(self._prune(item[1]))
+            if isinstance(item, JobRecord):
+                try:
+                    rows.append(job_row(item))
+                except Exception:  # a circular params dict, say: that record only
+                    log.exception("ledger: record of %s not kept", item.job_id)
+                    self._lost += 1
+        put = command if isinstance(command, _Put) else None
+        writes = [(_INSERT_JOB, row) for row in rows]
+        if put is not None:
+            writes.append((_INSERT_ARTIFACT, put.row))
+        failed: dict[int, Exception] = {}
         try:
             with self._writer:
-                if jobs:
-                    self._writer.executemany(_INSERT_JOB, jobs)
-                for artifact, _ in artifacts:
-                    self._writer.execute(
-                        "INSERT OR IGNORE INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (artifact.id, artifact.kind, json.dumps(artifact.content),
-                         json.dumps(artifact.tags), json.dumps(artifact.lineage),
-                         json.dumps(artifact.meta), artifact.created_at),
-                    )  # fmt: skip
-        except (sqlite3.Error, TypeError, ValueError) as exc:  # a full disk, an odd value
-            log.error("ledger: %d records not written: %s", len(batch), exc)
-            for _, done in artifacts:
-                done.set_exception(exc)
-            artifacts = []
-        for item in batch:
-            if isinstance(item, Future):
-                item.set_result(None)
-        for _, done in artifacts:
-            done.set_result(None)
-
-    def prune(self, now: float | None = None) -> int:
-        """Delete jobs and artifacts older than `retention_days` (0: keep all); the number of
-        rows deleted. The writer thread does it."""
-        done: Future[int] = Future()
-        self._inbox.put(("prune", time.time() if now is None else now, done))
-        return done.result(30)
+                if rows:
+                    self._writer.executemany(_INSERT_JOB, rows)
+                if put is not None:
+                    self._writer.execute(_INSERT_ARTIFACT, put.row)
+        except Exception:
+            for n, (sql, row) in enumerate(writes):
+                try:
+                    with self._writer:
+                        self._writer.execute(sql, row)
+                except Exception as exc:  # a full disk, a file locked past the busy timeout
+                    failed[n] = exc
+            if failed:
+                first = next(iter(failed.values()))
+                log.error("ledger: %d of %d rows not written: %s", len(failed), len(writes), first)
+                self._lost += sum(1 for n in failed if n < len(rows))
+        if put is not None:
+            if (error := failed.get(len(rows))) is not None:
+                put.done.set_exception(error)
+            else:
+                put.done.set_result(None)
+        if isinstance(command, _Flush):
+            command.done.set_result(self._lost == 0)
+            self._lost = 0
+        elif isinstance(command, _Prune):
+            try:
+                command.done.set_result(self._prune(command.now))
+            except Exception as exc:
+                command.done.set_exception(exc)
 
     def _prune(self, now: float) -> int:
-        self._pruned_at = now
         if self.retention_days <= 0:
             return 0
         before = now - self.retention_days * DAY_S
@@ -279,16 +331,13 @@ class Ledger:
             kept = self._writer.execute("DELETE FROM artifacts WHERE created_at < ?", (before,))
         return jobs.rowcount + kept.rowcount
 
-    def close(self) -> None:
-        """Commit what was recorded, stop the writer, close the file (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(_STOP)
-        self._thread.join(30)
-        self._writer.close()
-        with self._read_lock:
-            self._reader.close()
+    def _prune_logged(self, now: float) -> None:
+        """The scheduled prune: a failure waits for the next one."""
+        try:
+            if deleted := self._prune(now):
+                log.info("ledger: %d rows past %d days deleted", deleted, self.retention_days)
+        except sqlite3.Error as exc:
+            log.warning("ledger: prune failed: %s", exc)
 
     # ---- reading -----------------------------------------------------------------------------
 
@@ -298,8 +347,9 @@ class Ledger:
 
     def usage(
         self, *, since: str | None = None, until: str | None = None, identity: str | None = None
-    ) -> list[UsageRow]:
-        """Per identity and UTC day (both inclusive), by day then identity."""
+    ) -> list[UsageDay]:
+        """Per identity and UTC day (`since` and `until` inclusive, "YYYY-MM-DD"), by day
+        then identity."""
         where, args = ["day >= ?", "day <= ?"], [since or "", until or "9999"]
         if identity is not None:
             where.append("identity = ?")
@@ -310,9 +360,10 @@ class Ledger:
             f"WHERE {' AND '.join(where)} GROUP BY day, identity ORDER BY day, identity",
             args,
         )
-        return [UsageRow(*row) for row in rows]
+        return [UsageDay(**dict(zip(_USAGE_FIELDS, row, strict=True))) for row in rows]
 
     def tokens_since(self, identity: str, since: float) -> int:
+        """Tokens in and out of `identity`'s jobs that ended at unix time `since` or later."""
         rows = self._read(
             "SELECT COALESCE(SUM(tokens_in + tokens_out), 0) FROM jobs "
             "WHERE identity = ? AND ended_at >= ?",
@@ -322,11 +373,11 @@ class Ledger:
 
     def jobs(self, *, identity: str | None = None, limit: int = 100) -> list[JobRecord]:
         """The latest jobs, newest first."""
-        where, args = ("WHERE identity = ?", [identity]) if identity else ("", [])
+        where, args = ("WHERE identity = ?", [identity]) if identity is not None else ("", [])
         rows = self._read(
             f"SELECT * FROM jobs {where} ORDER BY ended_at DESC LIMIT ?", [*args, limit]
         )
-        return [_record_of(row) for row in rows]
+        return [record_of(row) for row in rows]
 
     def artifact(self, artifact_id: str) -> Artifact | None:
         """An artifact, or a job's record (kind `job`) under its job id; None if neither."""
@@ -340,7 +391,7 @@ class Ledger:
         rows = self._read("SELECT * FROM jobs WHERE job_id = ?", (artifact_id,))
         if not rows:
             return None
-        record = _record_of(rows[0])
+        record = record_of(rows[0])
         return Artifact(
             record.job_id, "job", asdict(record),
             [record.identity, record.engine, record.outcome], [], {}, record.ended_at,
@@ -348,23 +399,10 @@ class Ledger:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, check_same_thread=False, timeout=10)
+    connection = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
     connection.row_factory = sqlite3.Row
-    connection.execute("PRAGMA journal_mode = WAL")
+    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode != "wal":  # a file system without shared memory: still correct, only slower
+        log.warning("ledger %s: journal mode %s, not WAL", path, mode)
     connection.execute("PRAGMA synchronous = NORMAL")
     return connection
-
-
-def _job_row(record: JobRecord) -> tuple[Any, ...]:
-    values = asdict(record)
-    values["day"] = day_of(record.ended_at)
-    values["params"] = json.dumps(record.params)
-    values["transcript"] = json.dumps(record.transcript) if record.transcript is not None else None
-    return tuple(values[column] for column in _JOB_COLUMNS)
-
-
-def _record_of(row: sqlite3.Row) -> JobRecord:
-    values = {key: row[key] for key in row.keys() if key != "day"}  # noqa: SIM118
-    values["params"] = json.loads(values["params"])
-    values["transcript"] = json.loads(values["transcript"]) if values["transcript"] else None
-    return JobRecord(**values)

@@ -4,14 +4,18 @@ an artifact (OC-CTRL-2067), bounded retention."""
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
 from pathlib import Path
 
+import pytest
+
 from infertui.core.ledger import JobRecord, Ledger, artifact_id
-from infertui.core.ledger.store import DAY_S
+from infertui.core.ledger.store import DAY_S, SCHEMA_VERSION
 
 NOON = 20_000 * DAY_S + 12 * 3600  # a fixed day, at noon UTC
 
@@ -36,6 +40,14 @@ def test_a_record_comes_back_whole(tmp_path: Path) -> None:
     ledger.close()
 
 
+def test_the_file_is_wal_with_a_schema_version(tmp_path: Path) -> None:
+    Ledger.open(tmp_path / "ledger.sqlite").close()
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
 def test_usage_sums_each_identity_per_utc_day_with_its_failures(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path / "ledger.sqlite", retention_days=0)
     for n in range(3):
@@ -52,6 +64,9 @@ def test_usage_sums_each_identity_per_utc_day_with_its_failures(tmp_path: Path) 
     assert rows[0].tokens_in == 30 and rows[0].tokens_out == 60 and rows[0].decode_ms == 90.0
     assert [r.identity for r in ledger.usage(since="2024-10-05")] == ["alice"]
     assert [r.identity for r in ledger.usage(until="2024-10-04", identity="bob")] == ["bob"]
+    assert [(r.day, r.identity) for r in ledger.usage(until="2024-10-04", identity="alice")] == [
+        ("2024-10-04", "alice")
+    ]
     assert ledger.tokens_since("alice", NOON + 1) == 30
     ledger.close()
 
@@ -92,6 +107,40 @@ def test_retention_deletes_old_rows_and_zero_keeps_everything(tmp_path: Path) ->
     forever.flush()
     assert forever.prune(now=NOON + 9999 * DAY_S) == 0 and len(forever.jobs()) == 1
     forever.close()
+
+
+def test_an_explicit_prune_leaves_the_hourly_one_on_its_schedule(tmp_path: Path) -> None:
+    # a prune at a time long past must not make the next batch prune at today's date
+    ledger = Ledger.open(tmp_path / "ledger.sqlite", retention_days=7)
+    ledger.record(job(1))
+    ledger.flush()
+    assert ledger.prune(now=NOON) == 0
+    ledger.record(job(2))
+    ledger.flush()
+    assert len(ledger.jobs()) == 2
+    ledger.close()
+
+
+def test_a_record_that_cannot_be_written_costs_only_itself(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = Ledger.open(tmp_path / "ledger.sqlite", retention_days=0)
+    circular = job(2)
+    circular.params["self"] = circular.params  # json cannot encode it
+    too_big = JobRecord(**{**job(3).__dict__, "tokens_in": 2**70})  # sqlite cannot bind it
+    odd = JobRecord(**{**job(4).__dict__, "params": {"path": tmp_path}})  # kept as its text
+    with caplog.at_level(logging.ERROR, logger="infertui.core.ledger"):
+        for record in (job(1), circular, too_big, odd, job(5)):
+            ledger.record(record)
+        assert not ledger.flush()  # two were lost
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 2
+    kept = {r.job_id: r for r in ledger.jobs()}
+    assert sorted(kept) == ["job-alice-1", "job-alice-4", "job-alice-5"]
+    assert kept["job-alice-4"].params == {"path": str(tmp_path)}
+    ledger.record(job(6))
+    assert ledger.flush()  # the writer goes on
+    assert ledger.put_artifact([1], kind="plan").content == [1]
+    ledger.close()
 
 
 def test_records_from_many_threads_are_all_kept(tmp_path: Path) -> None:
@@ -141,6 +190,9 @@ def test_close_is_idempotent_and_a_late_record_is_dropped(tmp_path: Path) -> Non
     ledger.close()
     ledger.close()
     ledger.record(job(2))  # after close: dropped, never raised
+    assert ledger.flush()
+    with pytest.raises(RuntimeError):  # at once, not after waiting on a writer that is gone
+        ledger.put_artifact({"a": 1}, kind="plan")
     reopened = Ledger.open(tmp_path / "ledger.sqlite", retention_days=0)
     assert [r.job_id for r in reopened.jobs()] == ["job-alice-1"]  # committed at close
     reopened.close()

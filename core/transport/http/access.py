@@ -21,6 +21,7 @@ from typing import Any
 from fastapi import Depends, Request
 from pydantic import BaseModel
 
+from ...paths import list_entries
 from ...protocol.errors import ErrorKind, InferError
 
 ADMIN = "admin"
@@ -110,17 +111,8 @@ def address_of(request: Request) -> str:
 
 def read_keys_file(path: Path) -> dict[str, str]:
     """Named API keys, one `NAME=KEY` a line, `#` comments; a bad line is an error naming it."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InferError(
-            ErrorKind.INVALID_PARAMS, f"cannot read the keys file {path}: {exc.strerror}"
-        ) from None
     keys: dict[str, str] = {}
-    for number, raw in enumerate(lines, start=1):
-        entry = raw.split("#", 1)[0].strip()
-        if not entry:
-            continue
+    for number, entry in list_entries(path, "keys file"):
         name, equals, key = (part.strip() for part in entry.partition("="))
         if not (equals and name and key):
             raise InferError(ErrorKind.INVALID_PARAMS, f"{path}:{number}: expected NAME=KEY")

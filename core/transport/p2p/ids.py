@@ -16,7 +16,7 @@ from typing import Literal
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ...paths import data_dir
+from ...paths import data_dir, list_entries
 from ...protocol.errors import ErrorKind, InferError
 
 Z32 = "ybndrfg8ejkmcpqxot1uwisza345h769"
@@ -71,17 +71,8 @@ def read_allow_file(path: Path) -> list[str]:
     """Peers from a file, one `SERVER_ID` or `NAME=SERVER_ID` per line; `#` starts a comment.
     A bad line is an error that names it (a typo must not silently let nobody, or everybody,
     in)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InferError(
-            ErrorKind.INVALID_PARAMS, f"cannot read the allow file {path}: {exc.strerror}"
-        ) from None
     keys = []
-    for number, raw in enumerate(lines, start=1):
-        entry = raw.split("#", 1)[0].strip()
-        if not entry:
-            continue
+    for number, entry in list_entries(path, "allow file"):
         try:
             parse_peer(entry)
             keys.append(entry)
