@@ -13,12 +13,11 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Any
 
 from .. import paths
 from ..config import LedgerSettings
-from ..ledger import Artifact, JobRecord, Ledger
+from ..ledger import Artifact, JobRecord, Ledger, day_of
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.events import Finished
 from ..protocol.orchestrator import ArtifactRecord
@@ -40,10 +39,6 @@ class UsageLedger:
         self.path = paths.data_dir() / LEDGER_FILE  # where the host's data dir is now
         self._ledger: Ledger | None = None
 
-    @property
-    def on(self) -> bool:
-        return self._ledger is not None
-
     async def open(self) -> None:
         """Open the ledger (if kept) and give each identity back what it used today."""
         if not self.settings.enabled:
@@ -51,7 +46,7 @@ class UsageLedger:
         self._ledger = await asyncio.to_thread(
             Ledger.open, self.path, retention_days=self.settings.retention_days
         )
-        today = await asyncio.to_thread(self._ledger.usage, since=_day(time.time()))
+        today = await asyncio.to_thread(self._ledger.usage, since=day_of(time.time()))
         self._shares.restore_today({row.identity: row.tokens_in + row.tokens_out for row in today})
         log.info("usage ledger: %s", self.path)
 
@@ -164,7 +159,3 @@ class UsageLedger:
 
 def _record(artifact: Artifact) -> ArtifactRecord:
     return ArtifactRecord(**asdict(artifact))
-
-
-def _day(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d")

@@ -42,6 +42,7 @@ class _Window:
         self.total = 0
 
     def add(self, now: float, amount: int) -> None:
+        self.used(now)  # what left the minute goes now: a window nobody reads stays small
         self.events.append((now, amount))
         self.total += amount
 
@@ -311,8 +312,14 @@ class Shares:
     def rate_headers(self, identity: str) -> dict[str, str]:
         """OpenAI's `x-ratelimit-*` headers for an identity with per-minute limits (and ours
         for its daily tokens); none for one without."""
-        limits, now = self.policy(identity).limits, self._clock()
-        use = self._use.get(identity) or _Use()
+        limits = self.policy(identity).limits
+        if (
+            limits.requests_per_minute is None
+            and limits.tokens_per_minute is None
+            and (limits.tokens_per_day is None)
+        ):
+            return {}  # every request asks: most identities have no limit to tell
+        now, use = self._clock(), self._use.get(identity) or _Use()
         headers: dict[str, str] = {}
         for kind, limit, window in (
             ("requests", limits.requests_per_minute, use.requests),
