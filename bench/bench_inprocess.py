@@ -21,13 +21,17 @@ import time
 from infertui.core.engine import EngineSpec
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.scheduler import Pool
+from infertui.core.scheduler.job import PreparedJob
 
 PROMPT = "{i}. Once upon a time in a small village there lived a"
 
 
 async def one_round(pool: Pool, streams: int, params: SamplingParams, nonce: int) -> float:
-    jobs = [pool.submit(prompt=PROMPT.format(i=nonce * 1000 + i), params=params)
-            for i in range(streams)]  # fmt: skip
+    prompts = [PROMPT.format(i=nonce * 1000 + i) for i in range(streams)]
+    jobs = [
+        pool.submit(PreparedJob(params=params, tokens=pool.tokenize(prompt, add_special=True)))
+        for prompt in prompts
+    ]
     start = time.perf_counter()
     ends = await asyncio.gather(*(job.text() for job in jobs))
     wall = time.perf_counter() - start
