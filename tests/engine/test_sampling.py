@@ -12,13 +12,18 @@ import asyncio
 from pathlib import Path
 
 import llama_cpp as llama
+import numpy as np
 import pytest
 
 from infertui.core.engine import BUNDLED_SAMPLING
 from infertui.core.engine.llama import recommended
 from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
 from infertui.core.engine.llama.sampler import SamplerChain
-from infertui.core.engine.llama.step_sampler import StepSampler
+from infertui.core.engine.llama.step_sampler import (
+    StepSampler,
+    _row_candidates,
+    _top_k_candidates,
+)
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.protocol.events import TokenText
 
@@ -363,3 +368,32 @@ async def test_the_bundled_model_samples_as_its_card_recommends(make_pool) -> No
     assert own.request.params.repeat_penalty == 1.1  # left unset: the model's
     for job in (plain, own):
         assert [e async for e in job.events()]
+
+
+@pytest.mark.parametrize("n_vocab", [8192, 32000, 49152, 128256])
+def test_the_top_k_prefilter_keeps_every_token_top_k_can_pick(n_vocab: int) -> None:
+    """Both prefilters (one row alone, many rows in one pass) return, for every k the fast path
+    takes, in ascending order, every token above the k-th highest logit and enough at it to
+    make k (which of tied tokens top-k keeps is the sort's choice, as on the full vocabulary);
+    the vocabulary's tail past the last whole group is held to the same floor."""
+    rng = np.random.default_rng(n_vocab)
+    block = rng.standard_normal((6, n_vocab)).astype(np.float32)
+    block[0, -3:] = 50.0  # the best tokens in the tail
+    block[1, :] = np.round(block[1, :])  # ties everywhere
+    sampler = StepSampler(n_vocab, threads=1)
+    for top_k in (1, 2, 40, 63, 256):
+        chain = SamplerChain(SEEDED.model_copy(update={"top_k": top_k}), n_vocab)
+        if sampler._kind(chain) != "top_k":
+            assert top_k >= n_vocab // 128  # too large for groups: the native chain
+            continue
+        candidates, bounds = _top_k_candidates(block, top_k)
+        for r, row in enumerate(block):
+            kth = np.sort(row)[-top_k]
+            above = np.flatnonzero(row > kth)
+            for ids in (candidates["id"][bounds[r] : bounds[r + 1]],
+                        _row_candidates(row, top_k)["id"]):  # fmt: skip
+                assert np.all(np.diff(ids) > 0)
+                assert set(above.tolist()) <= set(ids.tolist())
+                assert np.count_nonzero(row[ids] >= kth) >= top_k
+        chain.free()
+    sampler.close()
