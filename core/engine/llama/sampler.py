@@ -221,9 +221,8 @@ class SamplerChain:
     def sample_from(self, candidates: np.ndarray) -> int:
         """Sample (and accept) from a candidate array of llama_token_data, which must hold
         every token the chain could pick (see StepSampler's top-k prefilter)."""
-        array = llama.llama_token_data_array(
-            candidates.ctypes.data_as(llama.llama_token_data_p), len(candidates), -1, False
-        )
+        data = ctypes.cast(candidates.ctypes.data, llama.llama_token_data_p)  # (data_as: 2x)
+        array = llama.llama_token_data_array(data, len(candidates), -1, False)
         llama.llama_sampler_apply(self.ptr, ctypes.byref(array))
         token = int(candidates["id"][array.selected])
         llama.llama_sampler_accept(self.ptr, token)
