@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 
 from ..engine import AnySpec, Engine, GenerationRequest
 from ..engine.interface import Tokenizer
+from ..engine.types import Events
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Finished, JobEvent, TokenText
+from ..protocol.events import Finished, TokenText
 from ..protocol.shares import Priority
 from ..protocol.snapshots import (
     MetricsSnapshot,
@@ -37,6 +38,7 @@ from ..protocol.snapshots import (
 from .admission import check_fits
 from .forecast import expected_cost, forecast, spent_cost
 from .job import Job, PreparedJob, new_job_id
+from .mailbox import Mailbox
 from .metrics import MetricsRecorder
 from .pool_control import PoolControl
 from .queue import JobQueue
@@ -88,6 +90,7 @@ class Pool(PoolControl):
         self._deadline_now = asyncio.Event()  # a drain's deadline was brought to now
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        self._mailbox: Mailbox[Events] = Mailbox(self._loop, self._dispatch_steps)
 
     # What the engine has, or before it has loaded what its spec asks for.
     @property
@@ -308,18 +311,19 @@ class Pool(PoolControl):
 
     # ---- events from the engine thread -------------------------------------------------------
 
-    def _publish(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None:
-        """Hand a step's events to the event loop in one call: from the engine thread, or at
-        once from the loop itself (an upstream engine's tasks), sparing a wake-up per token."""
+    def _publish(self, batch: Events) -> None:
+        """Hand a step's events to the event loop: from the engine thread through the mailbox
+        (one wake-up for the steps the loop has not read yet), or at once from the loop itself
+        (an upstream engine's tasks)."""
         if threading.get_ident() == self._loop_thread:
             self._dispatch(batch)
-            return
-        try:
-            self._loop.call_soon_threadsafe(self._dispatch, batch)
-        except RuntimeError:
-            log.debug("pool %s: event loop closed; dropping %d events", self.id, len(batch))
+        else:
+            self._mailbox.post(batch)
 
-    def _dispatch(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None:
+    def _dispatch_steps(self, batches: list[Events]) -> None:
+        self._dispatch([event for batch in batches for event in batch])
+
+    def _dispatch(self, batch: Events) -> None:
         tokens, freed = 0, False
         for request, event in batch:
             job = self._jobs.get(request.job_id)

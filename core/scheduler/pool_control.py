@@ -11,11 +11,13 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ..engine import AnySpec, Engine, GenerationRequest, open_engine
+from ..engine import AnySpec, Engine, open_engine
+from ..engine.types import Events
 from ..protocol.errors import ErrorKind, InferError
-from ..protocol.events import Finished, JobEvent
+from ..protocol.events import Finished
 from ..protocol.snapshots import PoolState, TimingStats
 from .job import Job
+from .mailbox import Mailbox
 from .queue import JobQueue
 
 log = logging.getLogger("infertui.core.scheduler.pool")  # one logger for the pool's lines
@@ -43,10 +45,11 @@ class PoolControl:
     _idle: asyncio.Event
     _deadline_now: asyncio.Event
     _loop: asyncio.AbstractEventLoop
+    _mailbox: Mailbox[Events]
 
     if TYPE_CHECKING:  # Pool's own, which this plane calls
 
-        def _publish(self, batch: list[tuple[GenerationRequest, JobEvent]]) -> None: ...
+        def _publish(self, batch: Events) -> None: ...
         def _why_unready(self) -> str: ...
 
     async def load(self) -> None:
@@ -180,3 +183,4 @@ class PoolControl:
         for engine in engines:
             await engine.shutdown()
         await asyncio.gather(*self._closing, return_exceptions=True)
+        self._mailbox.close()  # the engines' last events, then no more
