@@ -56,6 +56,12 @@ class EngineDefaults(BaseModel):
         description="prefill each prompt alone, so that batching never changes a job's output; "
         "off: prompts are prefilled in the same decode as running streams (faster under load)",
     )
+    speculative: bool = Field(
+        True,
+        description="speculative decoding: each stream guesses tokens ahead from its own text "
+        "(prompt lookup) and keeps those the model picks, as many as pay at the batch's size; "
+        "the output is the same either way",
+    )
     backend_sampling: Literal["auto", "on", "off"] = Field(
         "auto",
         description="sample inside the graph, on the device; auto: when every layer is on a GPU",

@@ -45,6 +45,7 @@ class EngineSpec:
     deterministic: bool = False  # each prompt prefilled alone: batching never changes output
     backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
     overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
+    speculative: bool = True  # prompt-lookup guesses, as many as pay (drafts.py)
     chat_template: str | None = None  # a Jinja template in place of the GGUF's (its text)
     pooling: str | None = None  # embeddings: mean, cls or last; None: the GGUF's, else mean
     # SamplingParams fields a request leaves unset, over the GGUF's `general.sampling.*` keys
@@ -143,6 +144,7 @@ class EngineUsage:
 
     memory: MemoryUsage | None
     loop_time: tuple[float, float] | None
+    guesses: tuple[int, int] = (0, 0)  # speculative decoding's tokens (guessed, kept)
 
 
 @dataclass(slots=True)
@@ -184,3 +186,4 @@ class LoopOptions:
     # returns before the device is done (a GPU); on the CPU it would delay text by a step.
     overlap: bool = False
     pooling: str | None = None  # embeddings: the GGUF's when None (see embedder.py)
+    speculative: bool = False  # streams guess tokens ahead from their own text (drafts.py)

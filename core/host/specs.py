@@ -64,6 +64,7 @@ def engine_spec(
         n_batch=e.batch,
         extra_buffers=e.extra_buffers,
         deterministic=e.deterministic,
+        speculative=e.speculative,
         backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
         chat_template=read_template(e.chat_template),
         pooling=None if e.pooling == "auto" else e.pooling,

@@ -65,6 +65,7 @@ class BatchLoop:
         self._embed_s = 0.0
         self._busy_s = 0.0
         self.loop_time = (0.0, 0.0)
+        self.guesses = (0, 0)  # speculative decoding's tokens since loading: guessed, kept
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._wake_due: asyncio.AbstractEventLoop | None = None  # where a wake is on its way
@@ -189,6 +190,7 @@ class BatchLoop:
                 stepper.step(events)
                 self._busy_s += time.perf_counter() - began
                 self.loop_time = (stepper.decode_s + self._embed_s, self._busy_s)
+                self.guesses = (stepper.guessed, stepper.kept)
                 if events:
                     self._publish(events)
         except Exception:

@@ -28,6 +28,7 @@ from ..types import (
 from .backend import engine_version, idle_nvidia_gpu, supports_gpu_offload
 from .batch_loop import BatchLoop
 from .devices import MIB, Device, cards_in_use, gpus
+from .drafts import MAX_GUESSES
 from .embedder import MAX_SEQUENCES
 from .memory import auto_parallel
 from .native import LlamaContext, LlamaModel
@@ -106,19 +107,26 @@ class LlamaEngine:
                 if n_parallel == "auto":
                     n_parallel, why = auto_parallel(model, spec.n_ctx, spec.n_batch)
                     log.info("engine %s: %s", spec.engine_id, why)
+                on_gpu = bool(cards) and all_layers(n_gpu, model.n_layer)
+                in_graph = on_gpu if spec.backend_sampling is None else spec.backend_sampling
+                options = LoopOptions(
+                    n_batch=spec.n_batch,
+                    deterministic=spec.deterministic,
+                    backend_sampling=in_graph,
+                    overlap=on_gpu if spec.overlap is None else spec.overlap,
+                    pooling=spec.pooling,
+                    # Guesses need rows of their own, which chains in the graph cannot sample
+                    # one after another; deterministic mode keeps every step's shape.
+                    speculative=spec.speculative and not in_graph and not spec.deterministic,
+                )
                 threads = spec.n_threads or default_threads()
-                ctx = LlamaContext(model, spec.n_ctx, n_parallel, spec.n_batch, threads)
+                guesses = MAX_GUESSES if options.speculative else 0
+                ctx = LlamaContext(
+                    model, spec.n_ctx, n_parallel, spec.n_batch, threads, guesses=guesses
+                )
             except BaseException:
                 model.free()
                 raise
-            on_gpu = bool(cards) and all_layers(n_gpu, model.n_layer)
-            options = LoopOptions(
-                n_batch=spec.n_batch,
-                deterministic=spec.deterministic,
-                backend_sampling=on_gpu if spec.backend_sampling is None else spec.backend_sampling,
-                overlap=on_gpu if spec.overlap is None else spec.overlap,
-                pooling=spec.pooling,
-            )
             return model, ctx, options
 
         loop = BatchLoop(spec.engine_id, publish)
@@ -126,11 +134,12 @@ class LlamaEngine:
         taken = sum(before[d.index] - d.free_bytes for d in gpus() if d.index in before)
         engine = cls(spec, model, ctx, loop, n_gpu, options, taken)
         log.info(
-            "engine %s loaded %s (%s, %s, %d slots x %d ctx, %s sampling%s)",
+            "engine %s loaded %s (%s, %s, %d slots x %d ctx, %s sampling%s%s)",
             spec.engine_id, Path(spec.model_path).name, model.description,
             engine.chat_format.description, ctx.n_seq, ctx.n_ctx_seq,
             "in-graph" if options.backend_sampling else "host",
             ", deterministic" if options.deterministic else "",
+            ", speculative" if options.speculative else "",
         )  # fmt: skip
         log.info("engine %s: %s", spec.engine_id, engine.placement())
         return engine
@@ -192,7 +201,7 @@ class LlamaEngine:
             device_used_mb=round(cards.used_bytes / MIB) if cards else None,
             device_total_mb=round(cards.total_bytes / MIB) if cards else None,
         )
-        return EngineUsage(memory, self._loop.loop_time)
+        return EngineUsage(memory, self._loop.loop_time, self._loop.guesses)
 
     def cards(self) -> list[Device]:
         """The GPUs that hold the model, read anew: its card with `--main-gpu`, else every

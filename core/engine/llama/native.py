@@ -207,7 +207,8 @@ class LlamaModel:
 class LlamaContext:
     """One llama.cpp context holding `n_seq` sequences of `n_ctx_seq` tokens each, each in a KV
     stream of its own. A decode takes up to `n_batch` prompt tokens plus one token per
-    sequence; each sequence gives at most one output row per decode."""
+    sequence (and `guesses`); each sequence gives one output row per decode (and its
+    guesses' rows)."""
 
     def __init__(
         self,
@@ -217,12 +218,15 @@ class LlamaContext:
         n_batch: int,
         n_threads: int,
         flash_attn: int = -1,
+        guesses: int = 0,
     ) -> None:
+        """`guesses`: tokens a decode may hold beyond n_batch and one per sequence, each with
+        a logits row (speculative decoding's, drafts.py)."""
         check_context_memory(model, n_ctx_seq, n_seq, n_batch)
         params = llama.llama_context_default_params()
         params.n_ctx = n_ctx_seq * n_seq
         params.n_seq_max = n_seq
-        params.n_batch = n_batch + n_seq
+        params.n_batch = n_batch + n_seq + guesses
         # One ubatch holds a token of every sequence, so a decode step is one graph. Prompt
         # tokens beyond that go into further ubatches of up to this size.
         params.n_ubatch = max(n_batch, n_seq)
@@ -231,8 +235,9 @@ class LlamaContext:
         params.kv_unified = False  # one KV stream per sequence, as llama-server does by default
         params.swa_full = False  # sliding-window layers keep only their window
         params.flash_attn_type = flash_attn  # -1 auto, 0 off, 1 on
-        params.n_outputs_max = n_seq  # one logits row per sequence per step, not n_batch rows
-        params.n_outputs_max_per_seq = 1  # lets samplers in the graph draw without transactions
+        params.n_outputs_max = n_seq + guesses  # a row per sequence (and guess), not n_batch
+        # one: lets samplers in the graph draw without transactions
+        params.n_outputs_max_per_seq = 1 + guesses
         params.no_perf = True
         with CapturedLog() as lines:
             ptr = llama.llama_init_from_model(model.ptr, params)

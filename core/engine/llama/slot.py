@@ -12,6 +12,7 @@ import time
 from ...protocol.events import TokenLogprob, TokenText
 from ...protocol.snapshots import SlotSnapshot, TimingStats
 from ..types import GenerationRequest
+from .drafts import Guesser
 from .sampler import SamplerChain
 from .text import StopMatcher, Utf8Stream
 
@@ -21,7 +22,7 @@ class Slot:
 
     __slots__ = (
         "admitted_at", "admitted_step", "cached", "chain", "chunks", "copies_from",
-        "first_token_at", "generated", "index", "last_token", "logprobs", "n_past",
+        "first_token_at", "generated", "guesser", "index", "last_token", "logprobs", "n_past",
         "prefill_done_at", "prompt_pos", "request", "shared_tokens", "stops", "utf8",
     )  # fmt: skip
 
@@ -41,6 +42,7 @@ class Slot:
         self.cached = 0  # prompt tokens whose cells came from elsewhere (a source, kept cells)
         self.generated: list[int] = []  # every token sampled, in order
         self.last_token = -1
+        self.guesser: Guesser | None = None  # speculative decoding's, where it may guess
         self.chunks = 0
         self.utf8 = Utf8Stream()
         self.logprobs: list[TokenLogprob] = []  # of tokens whose text is not out yet

@@ -27,6 +27,7 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Admitted, Finished
 from ...protocol.snapshots import FinishReason, TimingStats
 from ..types import Events, GenerationRequest, LoopOptions
+from .drafts import Guesser
 from .graph_samplers import GraphSamplers
 from .native import LlamaContext, LlamaModel
 from .prompt_cache import PromptCache, window_intact
@@ -97,6 +98,8 @@ class SlotTable:
         if request.params.uses_penalties:
             chain.accept_prompt(request.prompt_tokens)
         slot = Slot(index, request, chain, self.steps)
+        if self.options.speculative and not chain.on_backend and not request.params.constrained:
+            slot.guesser = Guesser(list(request.prompt_tokens))
         keep = self.kept.take(index, reuse[1] if reuse else 0)
         slot.prompt_pos = slot.n_past = slot.cached = keep
         if source := self._source_for(request, keep):

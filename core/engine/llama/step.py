@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from ...protocol.errors import ErrorKind, InferError
 from ..types import Events, Publisher
+from .drafts import MAX_GUESSES, StepCost, plan_guesses
 from .native import Batch
 from .prompt_cache import window_intact
 from .sampler import token_logprob
@@ -40,11 +41,21 @@ class Stepper:
         self._seqs = seqs
         self._model, self._ctx, self._options = seqs.model, seqs.ctx, seqs.options
         self._publish = publish
-        self._batch = Batch(self._options.n_batch + self._ctx.n_seq)
+        guesses = MAX_GUESSES if self._options.speculative else 0
+        self._batch = Batch(self._options.n_batch + self._ctx.n_seq + guesses)
         self._sampler = StepSampler(self._model.n_vocab)
         self._filler_token = max(0, self._model.bos)
+        self._cost: StepCost | None = None  # a step's seconds, where streams may guess
+        if self._options.speculative:
+            self._cost = StepCost.measure(self._ctx, 0, self._filler_token)
+            log.info(
+                "a decode step takes %.2f ms + %.2f ms a token: guesses are worth it below "
+                "%.1f tokens a step", 1000 * self._cost.fixed, 1000 * self._cost.per_token,
+                self._cost.fixed_tokens,
+            )  # fmt: skip
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self.decode_s = 0.0
+        self.guessed = self.kept = 0  # tokens guessed ahead, and of them those kept
 
     def close(self) -> None:
         self._sampler.close()
@@ -84,12 +95,44 @@ class Stepper:
             decoding = [s for s in decoding if seqs.holds(s)]
         chunks = lasts
         if decoding or chunks:  # nothing left when the bodies' decode failed alone
-            self._decode(decoding, chunks, use_fillers=True, events=events)
+            guesses = self._guesses(decoding, chunks)
+            self._decode(decoding, chunks, use_fillers=True, events=events, guesses=guesses)
         # Jobs waiting for a source still reading its prompt copy after the step, and read
         # their rest in the next: joining this step's last decode delayed the first tokens
         # of all the others (+15 ms p50 TTFT at 64 streams, bench_gpu).
         for source, others in waiting.items():
             seqs.take_prompt(source, others)
+
+    def _guesses(
+        self, decoding: Sequence[Slot], chunks: Sequence[tuple[Slot, int]]
+    ) -> dict[Slot, list[int]]:
+        """The tokens each stream guesses ahead this step, as many as pay (drafts.py)."""
+        guessing = [(s, s.guesser) for s in decoding if s.guesser is not None]
+        if self._cost is None or not guessing:
+            return {}
+        tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
+        if max(g.rate for _, g in guessing) <= tokens / (self._cost.fixed_tokens + tokens):
+            for _, g in guessing:  # no guess can pay: none is looked for
+                g.idle()
+            return {}
+        offers = []
+        for slot, guesser in guessing:
+            request = slot.request
+            limit = min(
+                MAX_GUESSES,
+                request.max_tokens - request.tokens_out - 1,  # (the step's own token)
+                self._ctx.n_ctx_seq - slot.n_past - 2,
+            )
+            offers.append(guesser.guess(slot.generated, limit) if limit > 0 else [])
+        rates = [(g.rate, len(o)) for (_, g), o in zip(guessing, offers, strict=True)]
+        taken = plan_guesses(rates, tokens, tokens, self._cost, MAX_GUESSES)
+        guesses: dict[Slot, list[int]] = {}
+        for (slot, guesser), offer, n in zip(guessing, offers, taken, strict=True):
+            if n:
+                guesses[slot] = offer[:n]
+            else:
+                guesser.idle()
+        return guesses
 
     def _stop_at_shared_head(self, slot: Slot, n: int, waiting: Sequence[Slot]) -> int:
         """A chunk cut where a job waiting for this slot's cells can copy them: a model with
@@ -131,21 +174,29 @@ class Stepper:
         *,
         use_fillers: bool,
         events: Events,
+        guesses: dict[Slot, list[int]] | None = None,
     ) -> bool:
-        """One llama_decode: the next token of each decoding slot and the given prompt chunks,
-        in sequence order (llama.cpp forms its ubatches over consecutive sequences), then one
-        sample per slot that has logits. False where llama.cpp failed it (its jobs ended)."""
+        """One llama_decode: the next token of each decoding slot (and the tokens it guesses
+        after it) and the given prompt chunks, in sequence order (llama.cpp forms its ubatches
+        over consecutive sequences), then one sample per slot that has logits (and one per
+        guess, up to the first the model does not pick). False where llama.cpp failed it
+        (its jobs ended)."""
+        guesses = guesses or {}
         kept = self._seqs.kept
         share = {slot.index: n for slot, n in chunks}
         slots = {s.index: s for s in decoding}
         slots.update((slot.index, slot) for slot, _ in chunks)
         fill = fillers(slots, self._seqs.free()) if use_fillers else []
-        kept.drop_longer(fill, max((s.n_past for s in slots.values()), default=0))
+        longest = max((s.n_past + len(guesses.get(s, ())) for s in slots.values()), default=0)
+        kept.drop_longer(fill, longest)
         tokens: list[int] = []
         positions: list[int] = []
         seqs: list[int] = []
         logits: list[int] = []
         rows: list[tuple[Slot, int]] = []  # slots to sample, with their batch index
+        ranks: list[int] = []  # each row's place among the batch's outputs
+        guessed: list[tuple[Slot, int, int]] = []  # guessing slots: first row, its rank
+        outputs = 0
         for seq in sorted([*slots, *fill]):
             slot = slots.get(seq)
             if slot is None:  # a filler: a throw-away token on a free sequence
@@ -154,11 +205,18 @@ class Stepper:
                 seqs.append(seq)
                 logits.append(0)
             elif seq not in share:
-                rows.append((slot, len(tokens)))
-                tokens.append(slot.last_token)
-                positions.append(slot.n_past)
-                seqs.append(seq)
-                logits.append(1)
+                ahead = guesses.get(slot, [])
+                if ahead:
+                    guessed.append((slot, len(tokens), outputs))
+                else:
+                    rows.append((slot, len(tokens)))
+                    ranks.append(outputs)
+                n = 1 + len(ahead)
+                tokens.extend([slot.last_token, *ahead])
+                positions.extend(range(slot.n_past, slot.n_past + n))
+                seqs.extend([seq] * n)
+                logits.extend([1] * n)
+                outputs += n
             else:
                 n, start = share[seq], slot.prompt_pos
                 prompt = slot.request.prompt_tokens
@@ -169,6 +227,8 @@ class Stepper:
                 if start + n == len(prompt):
                     logits[-1] = 1
                     rows.append((slot, len(tokens) - 1))
+                    ranks.append(outputs)
+                    outputs += 1
         self._batch.fill(tokens, positions, seqs, logits)
         began = time.perf_counter()
         rc = self._ctx.decode(self._batch)
@@ -186,7 +246,6 @@ class Stepper:
             slot.n_past += n
             if not slot.prefilling:
                 slot.prefill_done_at = now
-        ranks = list(range(len(rows)))  # each row's place among the batch's outputs
         if self._pending:
             # A GPU is decoding this batch now: meanwhile, turn the last step's tokens into
             # text and hand it out, instead of leaving the device idle while we do it.
@@ -194,8 +253,8 @@ class Stepper:
             self._publish(events[:])
             events.clear()
             live = [k for k, (slot, _) in enumerate(rows) if self._seqs.holds(slot)]
-            rows, ranks = [rows[k] for k in live], live
-        if rows:  # the outputs are needed now: wait for them (sampling would anyway)
+            rows, ranks = [rows[k] for k in live], [ranks[k] for k in live]
+        if rows or guessed:  # the outputs are needed now: wait for them (sampling would anyway)
             self._ctx.synchronize()
         self.decode_s += time.perf_counter() - began
         if rows:
@@ -206,7 +265,42 @@ class Stepper:
                     logprob = token_logprob(self._ctx.ptr, i, token, alternatives, self._model)
                     slot.logprobs.append(logprob)
                 self._on_token(slot, token, events)
+        for slot, first, rank in guessed:
+            self._check_guesses(slot, guesses[slot], first, rank, events)
         return True
+
+    def _check_guesses(
+        self, slot: Slot, ahead: list[int], first: int, rank: int, events: Events
+    ) -> None:
+        """Sample a guessing stream's rows in order with its own chain, up to the first pick
+        that is not its guess (that pick is the step's last token, or the one after every
+        guess): the stream's tokens are what it would have drawn one step at a time. The
+        cells of the guesses not kept are dropped."""
+        if not self._seqs.holds(slot):  # ended by its text meanwhile (overlap)
+            self._ctx.trim_sequence(slot.index, slot.n_past)
+            return
+        picks: list[int] = []
+        for j in range(len(ahead) + 1):
+            row = first + j
+            picks.extend(self._sampler.sample(self._ctx.ptr, [(row, slot.chain)], [rank + j]))
+            if j == len(ahead) or picks[-1] != ahead[j]:
+                break
+        kept = len(picks) - 1
+        self.guessed += len(ahead)
+        self.kept += kept
+        if slot.guesser is not None:
+            slot.guesser.kept(len(ahead), kept)
+        slot.n_past += kept  # (its own token is counted already)
+        if kept < len(ahead):
+            self._ctx.trim_sequence(slot.index, slot.n_past)
+        for j, token in enumerate(picks):
+            if slot.request.params.logprobs is not None:
+                alternatives = slot.request.params.logprobs
+                logprob = token_logprob(self._ctx.ptr, first + j, token, alternatives, self._model)
+                slot.logprobs.append(logprob)
+            self._on_token(slot, token, events)
+            if not self._seqs.holds(slot):
+                return
 
     def _prefill_alone(self, prefilling: Sequence[Slot], events: Events) -> None:
         """Deterministic mode: each prompt chunk in its own llama_decode, starting at a

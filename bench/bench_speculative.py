@@ -1,0 +1,151 @@
+"""Speculative decoding (issue 38 §2): a task that quotes and edits a given text, on the
+bundled model, at 1, 2, 8 and 32 streams; infertui with and without its guesses, and
+llama-server from the same llama.cpp without and with its own prompt lookup
+(`--spec-type ngram-simple`), side by side in one run.
+
+    .venv/bin/python bench/bench_speculative.py --llama-server /tmp/lbuild/bin/llama-server
+
+Each stream asks (chat, temperature 0, no ignore_eos) to repeat one of a few passages with
+one word changed. Figures: aggregate completion tokens/s over the wall clock (median of
+`--rounds`), and whether each server's greedy texts with guesses are the texts without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import statistics
+import subprocess
+import time
+
+import httpx
+from bench_api import start_host  # bench/ is this script's folder: on sys.path
+
+from infertui.core.engine.bundled import bundled_model_path
+
+PASSAGES = [
+    ("fox", "cat", "The quick brown fox jumps over the lazy dog while the farmer watches from "
+     "the porch. Every morning the fox returns to the same field, looks at the hens, and "
+     "runs back into the forest before the sun is high."),
+    ("river", "canal", "The river runs through the old town, under seven stone bridges, past "
+     "the market and the cathedral. In spring the river rises and the boatmen wait on the "
+     "quay until the water is calm enough to carry their loads."),
+    ("train", "bus", "The last train leaves the station at eleven. Passengers who miss the "
+     "train sleep in the waiting room, where a stove burns all night and the clerk sells "
+     "tea and bread to anyone who asks."),
+    ("garden", "orchard", "My grandmother kept a garden behind the house, with beans, "
+     "tomatoes and a row of sunflowers taller than the fence. She said a garden teaches "
+     "patience, because nothing in it hurries for anyone."),
+]  # fmt: skip
+
+
+def ask(i: int) -> list[dict[str, str]]:
+    old, new, text = PASSAGES[i % len(PASSAGES)]
+    return [{"role": "user", "content": f"Repeat the following text exactly, but replace "
+             f"'{old}' with '{new}':\n\n{text}"}]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_llama_server(
+    exe: str, parallel: int, threads: int, *flags: str
+) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "-m", str(bundled_model_path()), "-np", str(parallel), "-c", str(parallel * 1024),
+         "--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-tb", str(threads),
+         "-ngl", "0", "--no-repack", "--no-webui", *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("llama-server did not start")
+
+
+async def one_round(url: str, streams: int, tokens: int) -> tuple[float, list[str]]:
+    async with httpx.AsyncClient(timeout=600) as client:
+
+        async def one(i: int) -> tuple[int, str]:
+            body = {"model": "default", "messages": ask(i), "max_tokens": tokens,
+                    "temperature": 0.0}  # fmt: skip
+            reply = (await client.post(f"{url}/v1/chat/completions", json=body)).json()
+            return reply["usage"]["completion_tokens"], reply["choices"][0]["message"]["content"]
+
+        start = time.perf_counter()
+        done = await asyncio.gather(*(one(i) for i in range(streams)))
+        wall = time.perf_counter() - start
+    return sum(n for n, _ in done) / wall, [text for _, text in done]
+
+
+def measure(url: str, streams: list[int], rounds: int, tokens: int) -> dict[int, tuple]:
+    asyncio.run(one_round(url, 1, 8))  # warm up
+    out = {}
+    for n in streams:
+        results = [asyncio.run(one_round(url, n, tokens)) for _ in range(rounds if n < 32 else 1)]
+        out[n] = (statistics.median(r[0] for r in results), [r[0] for r in results],
+                  results[0][1])  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-server", help="llama-server binary to compare with")
+    parser.add_argument("--streams", default="1,2,8,32")
+    parser.add_argument("--rounds", type=int, default=3, help="(one at 32 streams and more)")
+    parser.add_argument("--tokens", type=int, default=160)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+    parallel = max(streams)
+    ctx = ("--ctx", "1024")  # per slot, as llama-server's -c below
+    servers = {
+        "infertui": lambda: start_host(args.threads, parallel, *ctx, "--no-speculative"),
+        "infertui+guesses": lambda: start_host(args.threads, parallel, *ctx, "--speculative"),
+    }
+    if args.llama_server:
+        exe = args.llama_server
+        servers["llama-server"] = lambda: start_llama_server(exe, parallel, args.threads)
+        servers["llama-server+ngram"] = lambda: start_llama_server(
+            exe, parallel, args.threads, "--spec-type", "ngram-simple"
+        )
+    results = {}
+    for name, start in servers.items():
+        proc, url = start()
+        try:
+            results[name] = measure(url, streams, args.rounds, args.tokens)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print(f"bundled model, quote and edit, greedy, {args.tokens} tokens at most, "
+          f"{args.threads} threads; tokens/s, median of {args.rounds} (rounds)")  # fmt: skip
+    names = list(results)
+    print("| streams | " + " | ".join(names) + " | guesses / none (infertui) | same text |"
+          + (" ngram / none (llama-server) | same text | infertui+guesses / llama-server+ngram |"
+             if args.llama_server else ""))  # fmt: skip
+    print("|---" * (len(names) + 3 + (3 if args.llama_server else 0)) + "|")
+    for n in streams:
+        cells = [f"{results[k][n][0]:,.0f} ({', '.join(f'{r:.0f}' for r in results[k][n][1])})"
+                 for k in names]  # fmt: skip
+        on, off = results["infertui+guesses"][n], results["infertui"][n]
+        row = [*cells, f"{on[0] / off[0]:.2f}x", str(on[2] == off[2])]
+        if args.llama_server:
+            lon, loff = results["llama-server+ngram"][n], results["llama-server"][n]
+            row += [f"{lon[0] / loff[0]:.2f}x", str(lon[2] == loff[2]), f"{on[0] / lon[0]:.2f}x"]
+        print(f"| {n} | " + " | ".join(row) + " |")
+    sample = results["infertui+guesses"][streams[0]][2][0]
+    print(f"\nfirst reply with guesses: {sample[:200]!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Speculative decoding: which tokens each stream guesses ahead, and how many are worth it.
+
+A stream that guesses k tokens decodes them with its next token in one step, each with a
+logits row, and keeps the guesses the model itself picks (step.py samples each row with the
+stream's own chain and stops at the first that differs). Lossless: a guess is kept only where
+the model would have picked it anyway, at temperature 0 and with sampling alike. A guess is a
+fixed function of the text (no draw of its own), so keeping it where the chain's draw equals
+it is the standard rejection scheme for a one-hot draft: every token keeps its probability,
+and a seeded job draws the very numbers it draws without guesses.
+
+Guesses come from the stream's own text (prompt lookup, as llama.cpp's `ngram-simple`): the
+latest earlier place where its last few tokens occurred, and what followed there. It costs no
+second model and pays where the output quotes its input: edits, summaries, code, quotes.
+
+How many: a step costs about `a + b * tokens` seconds (measured when the engine loads, see
+`StepCost`). A guess kept with probability p adds p tokens for b seconds; it is worth it while
+the step's tokens per second grow, that is while p > T / (a/b + N), with T the tokens the step
+yields already and N the tokens it decodes. Each stream's j-th guess is kept with probability
+about alpha**j, alpha its recent rate of kept guesses. On a CPU, where b is large against a,
+a step of eight streams wants p > 0.9 and guessing turns itself off as the batch grows; on a
+GPU, b is small and guesses stay worth it far longer.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .native import Batch, LlamaContext
+
+NGRAM_SIZES = (4, 3, 2)  # the longest match first: it predicts best
+MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
+START_RATE = 0.8  # a new stream's kept-guess rate, until its own guesses tell
+_RATE_STEP = 0.3  # how fast the rate follows each guess's outcome
+_RETURN_STEP = 0.02  # per step without guesses, back toward START_RATE: streams try again
+
+
+@dataclass
+class Guesser:
+    """One stream's prompt lookup: the n-grams of its text so far, each at the latest place
+    it ended, and its recent rate of kept guesses."""
+
+    tokens: list[int]  # the prompt, then every token generated
+    rate: float = START_RATE
+    _ends: dict[tuple[int, ...], int] = field(default_factory=dict)
+    _indexed: int = 0  # n-grams ending before this index are in `_ends`
+    _seen: int = 0  # of the stream's generated tokens, those appended to `tokens`
+
+    def guess(self, generated: Sequence[int], limit: int) -> list[int]:
+        """Up to `limit` tokens that followed the latest earlier occurrence of the text's
+        last n tokens (n from the longest of NGRAM_SIZES)."""
+        self.tokens.extend(generated[self._seen :])
+        self._seen = len(generated)
+        tokens, n = self.tokens, len(self.tokens)
+        ends = self._ends
+        for end in range(self._indexed + 1, n):  # every n-gram with a token after it
+            for size in NGRAM_SIZES:
+                if end >= size:
+                    ends[tuple(tokens[end - size : end])] = end
+        self._indexed = max(self._indexed, n - 1)
+        for size in NGRAM_SIZES:
+            if n > size and (at := ends.get(tuple(tokens[n - size :]))) is not None:
+                return tokens[at : at + limit]
+        return []
+
+    def kept(self, guessed: int, kept: int) -> None:
+        """Learn from a step: of `guessed` guesses the first `kept` were kept."""
+        for j in range(min(guessed, kept + 1)):
+            self.rate += _RATE_STEP * ((1.0 if j < kept else 0.0) - self.rate)
+
+    def idle(self) -> None:
+        self.rate += _RETURN_STEP * (START_RATE - self.rate)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A decode step's seconds as `fixed + per_token * tokens`, from the engine's own device."""
+
+    fixed: float
+    per_token: float
+
+    @property
+    def fixed_tokens(self) -> float:
+        """The fixed part in tokens' worth: a/b."""
+        return self.fixed / self.per_token
+
+    @classmethod
+    def measure(cls, ctx: LlamaContext, seq: int, token: int, rounds: int = 3) -> StepCost:
+        """Time decodes of 1 and 1 + 8 tokens on a free sequence (left empty after), the
+        median of `rounds` each."""
+        batch = Batch(9)
+        times: dict[int, list[float]] = {1: [], 9: []}
+        try:
+            for _ in range(rounds + 1):  # the first round warms up
+                for n in (1, 9):
+                    batch.fill([token] * n, list(range(n)), [seq] * n, [1] * n)
+                    start = time.perf_counter()
+                    ctx.decode(batch)
+                    ctx.synchronize()
+                    times[n].append(time.perf_counter() - start)
+                    ctx.free_sequence(seq)
+        finally:
+            batch.free()
+        one, nine = (statistics.median(times[n][1:]) for n in (1, 9))
+        per_token = max((nine - one) / 8, one / 64)  # (noise must not make it ~0 or less)
+        return cls(max(one - per_token, per_token / 4), per_token)
+
+
+def plan_guesses(
+    offers: Sequence[tuple[float, int]], yields: float, tokens: int, cost: StepCost, room: int
+) -> list[int]:
+    """How many guesses each stream decodes this step. `offers` are each stream's kept-guess
+    rate and how many it can guess; `yields` the tokens the step gives without guesses
+    (one per stream, and the prompt tokens it reads), `tokens` those it decodes; `room` the
+    guesses the step can hold. Guesses go in order of their chance while it exceeds what a
+    token costs the step's rate (see the module's docstring)."""
+    taken = [0] * len(offers)
+    chances = [rate if n else 0.0 for rate, n in offers]
+    fixed = cost.fixed_tokens
+    while room > 0:
+        best = max(range(len(offers)), key=chances.__getitem__, default=None)
+        if best is None or chances[best] <= yields / (fixed + tokens):
+            break
+        yields += chances[best]
+        tokens += 1
+        room -= 1
+        taken[best] += 1
+        rate, n = offers[best]
+        chances[best] = chances[best] * rate if taken[best] < n else 0.0
+    return taken

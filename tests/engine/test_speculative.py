@@ -1,0 +1,68 @@
+"""Issue 38 §2 on the real model: a stream that quotes its prompt guesses tokens ahead from
+it and keeps those the model picks (drafts.py, step.py `_check_guesses`); the cells of the
+guesses it drops are gone; a seeded job draws the same text run after run with guesses; its
+logprobs cover every token, guessed or not. That guesses leave a job's text as it is without
+them is measured in bench/bench_speculative.py, not asserted here: the two take different
+paths through llama.cpp's kernels, whose rounding differs between CPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertui.core.engine.llama.drafts import StepCost
+from infertui.core.protocol.common import ChatMessage, SamplingParams
+
+from ..jobs import submit
+
+pytestmark = pytest.mark.model
+
+TEXT = (
+    "The river runs through the old town, under seven stone bridges, past the market and the "
+    "cathedral. In spring the river rises and the boatmen wait on the quay."
+)
+QUOTE = [ChatMessage(role="user", content=f"Repeat this text exactly:\n\n{TEXT}")]
+
+
+@pytest.fixture(autouse=True)
+def cheap_guesses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU's step cost, where guesses pay: on one CPU thread a guessed token costs about
+    what a step does, the engine measures so and guesses nothing (test_guesses.py has the
+    policy); these tests are about what happens to the guesses made."""
+    cost = StepCost(fixed=0.01, per_token=0.0005)
+    monkeypatch.setattr(StepCost, "measure", classmethod(lambda cls, *args: cost))
+
+
+async def test_a_quote_is_guessed_ahead_and_the_dropped_guesses_leave_no_cells(make_pool):
+    pool = await make_pool(parallel=1, speculative=True)
+    job = submit(pool, messages=QUOTE, params=SamplingParams(temperature=0.0, max_tokens=80))
+    text, end = await job.text()
+    assert "seven stone bridges" in text
+    engine = pool.ready_engine()
+    guessed, kept = engine.usage().guesses
+    assert 0 < kept <= guessed
+    assert kept >= end.timings.tokens_out // 3  # most of a quote comes from guesses
+    # the job's cells stay for the next prompt: its prompt and output, no dropped guess
+    cells = engine._loop.sequence_length(0)
+    assert cells <= end.timings.tokens_in + end.timings.tokens_out + 1
+
+
+async def test_a_seeded_job_draws_the_same_text_with_guesses_run_after_run(make_pool):
+    pool = await make_pool(parallel=1, speculative=True)
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, seed=7, max_tokens=60)
+    texts = []
+    for _ in range(2):
+        text, _ = await submit(pool, messages=QUOTE, params=params).text()
+        texts.append(text)
+    assert texts[0] == texts[1]
+    assert pool.ready_engine().usage().guesses[1] > 0
+
+
+async def test_logprobs_cover_every_token_guessed_or_not(make_pool):
+    pool = await make_pool(parallel=1, speculative=True)
+    params = SamplingParams(temperature=0.0, max_tokens=40, logprobs=2)
+    job = submit(pool, messages=QUOTE, params=params)
+    logprobs = []
+    async for event in job.events():
+        logprobs.extend(getattr(event, "logprobs", ()))
+    assert pool.ready_engine().usage().guesses[1] > 0
+    assert len(logprobs) == job.tokens_out > 0
