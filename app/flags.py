@@ -181,7 +181,7 @@ def help_of(flag: Flag, info: FieldInfo) -> str:
         text += f"; alone: {flag.const}"
     if shape.many:
         text += " (repeatable)"
-    elif shape.base is not bool and info.default not in (None, ""):
+    elif info.default not in (None, "", False):  # (a switch off by default says nothing)
         text += f" (default {info.default})"
     return text.replace("%", "%%")  # argparse formats help with %
 
