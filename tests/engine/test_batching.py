@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from infertui.core.engine.llama.drafts import StepCost
 from infertui.core.engine.llama.native import Batch, LlamaContext
 from infertui.core.engine.llama.step_plan import output_ubatches
 from infertui.core.protocol.common import ChatMessage, SamplingParams
@@ -456,11 +457,14 @@ async def test_kept_cells_past_a_sliding_window_serve_only_a_prompt_that_goes_on
 
 
 async def test_kept_cells_longer_than_the_running_streams_are_dropped_not_filled(
-    make_pool,
+    make_pool, monkeypatch
 ) -> None:
     """A filler on a long kept sequence would make every stream of the step attend over its
     length (llama.cpp sizes a ubatch's attention by its longest stream): between two short
-    running streams, long kept cells are freed instead."""
+    running streams, long kept cells are freed instead. (On a device where a hole is worth
+    a filler: on one CPU thread the engine measures it is not, and leaves the hole.)"""
+    gpu_like = StepCost(fixed=0.01, per_token=0.0005)
+    monkeypatch.setattr(StepCost, "measure", classmethod(lambda cls, *args: gpu_like))
     pool = await make_pool(parallel=3)
     long = SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True)
     first = submit(pool, prompt=prompt_of(pool, 20, 11), params=long)

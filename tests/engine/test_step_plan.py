@@ -84,6 +84,16 @@ def test_fillers_close_the_holes_between_running_sequences(
     assert fillers(active, free) == expected
 
 
+def test_only_holes_cheaper_than_an_extra_ubatch_are_filled() -> None:
+    """On a CPU a filler costs about what a step's fixed part does (widest ~1): a hole of one
+    is filled, a wider one splits the step into two ubatches instead."""
+    active, free = [0, 2, 6, 7, 9], [1, 3, 4, 5, 8, 10]
+    assert fillers(active, free, widest=1) == [1, 8]
+    assert fillers(active, free, widest=3) == [1, 3, 4, 5, 8]
+    assert fillers(active, free, widest=0.5) == []
+    assert fillers(active, free) == [1, 3, 4, 5, 8]
+
+
 def test_ubatches_are_rectangles_of_consecutive_sequences() -> None:
     """The mirror of llama.cpp's sequential split_equal, on cases worked by hand."""
     assert ubatches({0: 8, 1: 8, 2: 8}, 512) == [([0, 1, 2], 8)]

@@ -87,15 +87,17 @@ class StepCost:
         return self.fixed / self.per_token
 
     @classmethod
-    def measure(cls, ctx: LlamaContext, seq: int, token: int, rounds: int = 3) -> StepCost:
+    def measure(cls, ctx: LlamaContext, seq: int, token: int, rounds: int = 2) -> StepCost:
         """Time decodes of 1 and 1 + 8 tokens on a free sequence (left empty after), the
-        median of `rounds` each."""
+        median of `rounds` each; each token with a logits row where the context has rows
+        for guesses, else the last only (a filler has none)."""
         batch = Batch(9)
         times: dict[int, list[float]] = {1: [], 9: []}
         try:
             for _ in range(rounds + 1):  # the first round warms up
                 for n in (1, 9):
-                    batch.fill([token] * n, list(range(n)), [seq] * n, [1] * n)
+                    rows = [1] * n if ctx.guesses >= n - 1 else [0] * (n - 1) + [1]
+                    batch.fill([token] * n, list(range(n)), [seq] * n, rows)
                     start = time.perf_counter()
                     ctx.decode(batch)
                     ctx.synchronize()

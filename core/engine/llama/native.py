@@ -249,6 +249,7 @@ class LlamaContext:
             )
         self.ptr = ptr
         self.n_seq = n_seq
+        self.guesses = guesses
         self.n_ctx_seq = int(llama.llama_n_ctx_seq(ptr))
         self.n_ubatch = int(llama.llama_n_ubatch(ptr))  # tokens of one graph run
         self.memory = llama.llama_get_memory(ptr)

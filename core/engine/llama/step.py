@@ -45,9 +45,11 @@ class Stepper:
         self._batch = Batch(self._options.n_batch + self._ctx.n_seq + guesses)
         self._sampler = StepSampler(self._model.n_vocab)
         self._filler_token = max(0, self._model.bos)
-        self._cost: StepCost | None = None  # a step's seconds, where streams may guess
-        if self._options.speculative:
+        self._cost: StepCost | None = None  # a step's seconds: guesses, holes worth filling
+        self._widest_hole = float("inf")
+        if self._options.speculative or self._ctx.n_seq > 1:
             self._cost = StepCost.measure(self._ctx, 0, self._filler_token)
+            self._widest_hole = self._cost.fixed_tokens
             log.info(
                 "a decode step takes %.2f ms + %.2f ms a token: guesses are worth it below "
                 "%.1f tokens a step", 1000 * self._cost.fixed, 1000 * self._cost.per_token,
@@ -108,7 +110,7 @@ class Stepper:
     ) -> dict[Slot, list[int]]:
         """The tokens each stream guesses ahead this step, as many as pay (drafts.py)."""
         guessing = [(s, s.guesser) for s in decoding if s.guesser is not None]
-        if self._cost is None or not guessing:
+        if self._cost is None or not self._options.speculative or not guessing:
             return {}
         tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
         if max(g.rate for _, g in guessing) <= tokens / (self._cost.fixed_tokens + tokens):
@@ -159,7 +161,8 @@ class Stepper:
         share = {slot.index: n for slot, n in chunks}
         last = {s.index for s, n in chunks if s.prompt_pos + n == len(s.request.prompt_tokens)}
         running = [s.index for s in decoding]
-        if not last_tokens_apart(running, share, last, self._seqs.free(), self._ctx.n_ubatch):
+        free, n_ubatch = self._seqs.free(), self._ctx.n_ubatch
+        if not last_tokens_apart(running, share, last, free, n_ubatch, self._widest_hole):
             return chunks
         # No fillers: with no logits rows, a gap costs a pass over the layers, not the output's.
         bodies = [(s, n - 1 if s.index in last else n) for s, n in chunks]
@@ -186,7 +189,7 @@ class Stepper:
         share = {slot.index: n for slot, n in chunks}
         slots = {s.index: s for s in decoding}
         slots.update((slot.index, slot) for slot, _ in chunks)
-        fill = fillers(slots, self._seqs.free()) if use_fillers else []
+        fill = fillers(slots, self._seqs.free(), self._widest_hole) if use_fillers else []
         longest = max((s.n_past + len(guesses.get(s, ())) for s in slots.values()), default=0)
         kept.drop_longer(fill, longest)
         tokens: list[int] = []
