@@ -25,18 +25,19 @@ from bench_api import start_host  # bench/ is this script's folder: on sys.path
 from infertui.core.engine.bundled import bundled_model_path
 
 PASSAGES = [
-    ("fox", "cat", "The quick brown fox jumps over the lazy dog while the farmer watches from "
-     "the porch. Every morning the fox returns to the same field, looks at the hens, and "
-     "runs back into the forest before the sun is high."),
+    ("fox", "cat", "The quick brown fox jumps over the lazy dog. It was a bright cold day in "
+     "April, and the clocks were striking thirteen. Winston Smith, his chin nuzzled into his "
+     "breast in an effort to escape the vile wind, slipped quickly through the glass doors "
+     "of Victory Mansions."),
+    ("subtotal", "net", "def total_price(items, tax_rate):\n    subtotal = 0\n    for item "
+     "in items:\n        subtotal += item.price * item.quantity\n    tax = subtotal * "
+     "tax_rate\n    return subtotal + tax\n"),
     ("river", "canal", "The river runs through the old town, under seven stone bridges, past "
      "the market and the cathedral. In spring the river rises and the boatmen wait on the "
      "quay until the water is calm enough to carry their loads."),
     ("train", "bus", "The last train leaves the station at eleven. Passengers who miss the "
      "train sleep in the waiting room, where a stove burns all night and the clerk sells "
      "tea and bread to anyone who asks."),
-    ("garden", "orchard", "My grandmother kept a garden behind the house, with beans, "
-     "tomatoes and a row of sunflowers taller than the fence. She said a garden teaches "
-     "patience, because nothing in it hurries for anyone."),
 ]  # fmt: skip
 
 

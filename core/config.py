@@ -62,6 +62,11 @@ class EngineDefaults(BaseModel):
         "(prompt lookup) and keeps those the model picks, as many as pay at the batch's size; "
         "the output is the same either way",
     )
+    draft: str | None = Field(
+        None,
+        description="a small GGUF with the model's vocabulary that guesses ahead for "
+        "speculative decoding, in place of prompt lookup (llama-server's --model-draft)",
+    )
     backend_sampling: Literal["auto", "on", "off"] = Field(
         "auto",
         description="sample inside the graph, on the device; auto: when every layer is on a GPU",

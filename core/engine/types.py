@@ -46,6 +46,7 @@ class EngineSpec:
     backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
     overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
     speculative: bool = True  # prompt-lookup guesses, as many as pay (drafts.py)
+    draft_model_path: str | None = None  # a draft model's guesses instead (draft_model.py)
     chat_template: str | None = None  # a Jinja template in place of the GGUF's (its text)
     pooling: str | None = None  # embeddings: mean, cls or last; None: the GGUF's, else mean
     # SamplingParams fields a request leaves unset, over the GGUF's `general.sampling.*` keys
@@ -187,3 +188,5 @@ class LoopOptions:
     overlap: bool = False
     pooling: str | None = None  # embeddings: the GGUF's when None (see embedder.py)
     speculative: bool = False  # streams guess tokens ahead from their own text (drafts.py)
+    draft_path: str | None = None  # or a draft model guesses them (draft_model.py)
+    draft_gpu_layers: int = 0

@@ -65,6 +65,7 @@ def engine_spec(
         extra_buffers=e.extra_buffers,
         deterministic=e.deterministic,
         speculative=e.speculative,
+        draft_model_path=str(Path(e.draft).expanduser()) if e.draft else None,
         backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
         chat_template=read_template(e.chat_template),
         pooling=None if e.pooling == "auto" else e.pooling,

@@ -11,6 +11,7 @@ import pytest
 
 from infertui.core.engine.llama.drafts import StepCost
 from infertui.core.protocol.common import ChatMessage, SamplingParams
+from infertui.core.protocol.errors import ErrorKind, InferError
 
 from ..jobs import submit
 
@@ -66,3 +67,29 @@ async def test_logprobs_cover_every_token_guessed_or_not(make_pool):
         logprobs.extend(getattr(event, "logprobs", ()))
     assert pool.ready_engine().usage().guesses[1] > 0
     assert len(logprobs) == job.tokens_out > 0
+
+
+async def test_a_draft_model_guesses_and_follows_each_streams_text(make_pool, model_path):
+    """`--draft MODEL`, with the model as its own draft: its greedy guesses are the model's
+    own picks, so nearly all are kept (a near tie may round the other way in a batch); a
+    second job on the slot follows from the draft's cells of the first (the shared head kept,
+    the rest read anew), and its guesses are kept as well."""
+    pool = await make_pool(parallel=2, speculative=True, draft_model_path=str(model_path))
+    params = SamplingParams(temperature=0.0, max_tokens=40)
+    text, _ = await submit(pool, messages=QUOTE, params=params).text()
+    assert "seven stone bridges" in text
+    guessed, kept = pool.ready_engine().usage().guesses
+    assert guessed > 0 and kept >= guessed * 3 // 4
+    other = [ChatMessage(role="user", content="Name three colours and say why you like them.")]
+    text, _ = await submit(pool, messages=other, params=params).text()
+    more_guessed, more_kept = pool.ready_engine().usage().guesses
+    assert text and more_guessed > guessed and more_kept - kept >= (more_guessed - guessed) // 2
+
+
+async def test_a_draft_model_of_another_vocabulary_is_refused_by_name(make_pool, swa_model_path):
+    """Gemma 3's 262k tokens cannot guess for SmolLM2's 49k: the engine does not load, and
+    says which file and why."""
+    with pytest.raises(InferError) as caught:
+        await make_pool(parallel=1, speculative=True, draft_model_path=str(swa_model_path))
+    assert caught.value.kind == ErrorKind.INVALID_PARAMS and caught.value.param == "draft"
+    assert "vocabulary" in caught.value.message

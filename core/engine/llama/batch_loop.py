@@ -152,8 +152,14 @@ class BatchLoop:
         except BaseException as exc:
             self._opened.set_exception(exc)
             return
-        self._seqs = SlotTable(self._model, self._ctx, options)
-        self._stepper = Stepper(self._seqs, self._publish)
+        try:  # (a draft model that cannot guess for this one fails here)
+            self._seqs = SlotTable(self._model, self._ctx, options)
+            self._stepper = Stepper(self._seqs, self._publish)
+        except BaseException as exc:
+            self._ctx.free()
+            self._model.free()
+            self._opened.set_exception(exc)
+            return
         self._slots = self._seqs.slots
         self._opened.set_result((self._model, self._ctx, options))
         try:
@@ -207,9 +213,9 @@ class BatchLoop:
         given = [r for r in self._given if not r.embed]
         self._given = [r for r in self._given if r.embed]
         admitted = self._live(given, events)
-        if len(admitted) > len(self._seqs.free()):
-            raise RuntimeError("the scheduler started more jobs than the engine has slots")
         if admitted:
+            if len(admitted) > len(self._seqs.free()):
+                raise RuntimeError("the scheduler started more jobs than the engine has slots")
             self._seqs.admit(admitted, events)
 
     def _take_embeddings(self, events: Events) -> list[GenerationRequest]:

@@ -34,7 +34,7 @@ NGRAM_SIZES = (4, 3, 2)  # the longest match first: it predicts best
 MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
 START_RATE = 0.8  # a new stream's kept-guess rate, until its own guesses tell
 _RATE_STEP = 0.3  # how fast the rate follows each guess's outcome
-_RETURN_STEP = 0.02  # per step without guesses, back toward START_RATE: streams try again
+_RETURN_STEP = 0.005  # per step without guesses, back toward START_RATE: streams try again
 
 
 @dataclass
@@ -48,12 +48,17 @@ class Guesser:
     _indexed: int = 0  # n-grams ending before this index are in `_ends`
     _seen: int = 0  # of the stream's generated tokens, those appended to `tokens`
 
+    def text(self, generated: Sequence[int]) -> list[int]:
+        """The stream's text: its prompt and the tokens it has generated."""
+        self.tokens.extend(generated[self._seen :])
+        self._seen = len(generated)
+        return self.tokens
+
     def guess(self, generated: Sequence[int], limit: int) -> list[int]:
         """Up to `limit` tokens that followed the latest earlier occurrence of the text's
         last n tokens (n from the longest of NGRAM_SIZES)."""
-        self.tokens.extend(generated[self._seen :])
-        self._seen = len(generated)
-        tokens, n = self.tokens, len(self.tokens)
+        tokens = self.text(generated)
+        n = len(tokens)
         ends = self._ends
         for end in range(self._indexed + 1, n):  # every n-gram with a token after it
             for size in NGRAM_SIZES:

@@ -118,6 +118,8 @@ class LlamaEngine:
                     # Guesses need rows of their own, which chains in the graph cannot sample
                     # one after another; deterministic mode keeps every step's shape.
                     speculative=spec.speculative and not in_graph and not spec.deterministic,
+                    draft_path=spec.draft_model_path,
+                    draft_gpu_layers=n_gpu,
                 )
                 threads = spec.n_threads or default_threads()
                 guesses = MAX_GUESSES if options.speculative else 0

@@ -355,10 +355,15 @@ class Batch:
     ) -> None:
         """Replace the batch's contents in one go (four equally long sequences)."""
         n = len(tokens)
-        self.token[:n] = tokens
-        self.pos[:n] = positions
-        self.seq[:n] = seqs
-        self.logits[:n] = logits
+        if n <= 4:  # (a stream's step: item stores cost a tenth of a slice's conversion)
+            for i in range(n):
+                self.token[i], self.pos[i] = tokens[i], positions[i]
+                self.seq[i], self.logits[i] = seqs[i], logits[i]
+        else:
+            self.token[:n] = tokens
+            self.pos[:n] = positions
+            self.seq[:n] = seqs
+            self.logits[:n] = logits
         self.n = self.raw.n_tokens = n
 
     def free(self) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from ...protocol.errors import ErrorKind, InferError
 from ..types import Events, Publisher
+from .draft_model import DraftModel
 from .drafts import MAX_GUESSES, StepCost, plan_guesses
 from .native import Batch
 from .prompt_cache import window_intact
@@ -47,6 +48,12 @@ class Stepper:
         self._filler_token = max(0, self._model.bos)
         self._cost: StepCost | None = None  # a step's seconds: guesses, holes worth filling
         self._widest_hole = float("inf")
+        self._draft: DraftModel | None = None  # guesses from a draft model, not the text
+        if self._options.speculative and self._options.draft_path:
+            self._draft = DraftModel(
+                self._options.draft_path, self._model, self._ctx, self._options.n_batch,
+                self._options.draft_gpu_layers,
+            )  # fmt: skip
         if self._options.speculative or self._ctx.n_seq > 1:
             self._cost = StepCost.measure(self._ctx, 0, self._filler_token)
             self._widest_hole = self._cost.fixed_tokens
@@ -61,6 +68,8 @@ class Stepper:
 
     def close(self) -> None:
         self._sampler.close()
+        if self._draft is not None:
+            self._draft.free()
 
     def step(self, events: Events) -> None:
         seqs = self._seqs
@@ -69,6 +78,11 @@ class Stepper:
         if not running:
             return
         decoding = [s for s in running if not s.prefilling]
+        if len(decoding) == len(running) and not self._options.deterministic:
+            # every stream decodes (none reads a prompt or waits to copy one): no prompt plan
+            guesses = self._guesses(decoding, [])
+            self._decode(decoding, [], use_fillers=True, events=events, guesses=guesses)
+            return
         prefilling = sorted(
             (s for s in running if s.prefilling and s.copies_from is None),
             key=lambda s: s.admitted_at,
@@ -117,17 +131,29 @@ class Stepper:
             for _, g in guessing:  # no guess can pay: none is looked for
                 g.idle()
             return {}
-        offers = []
-        for slot, guesser in guessing:
-            request = slot.request
-            limit = min(
+        limits = [
+            max(0, min(
                 MAX_GUESSES,
-                request.max_tokens - request.tokens_out - 1,  # (the step's own token)
+                slot.request.max_tokens - slot.request.tokens_out - 1,  # (the step's own token)
                 self._ctx.n_ctx_seq - slot.n_past - 2,
-            )
-            offers.append(guesser.guess(slot.generated, limit) if limit > 0 else [])
-        rates = [(g.rate, len(o)) for (_, g), o in zip(guessing, offers, strict=True)]
-        taken = plan_guesses(rates, tokens, tokens, self._cost, MAX_GUESSES)
+            ))
+            for slot, _ in guessing
+        ]  # fmt: skip
+        pairs = list(zip(guessing, limits, strict=True))
+        if self._draft is None:  # the text's own continuations, then as many as pay
+            offers = [g.guess(s.generated, n) if n else [] for (s, g), n in pairs]
+            rates = [(g.rate, len(o)) for (_, g), o in zip(guessing, offers, strict=True)]
+            taken = plan_guesses(rates, tokens, tokens, self._cost, MAX_GUESSES)
+        else:  # as many as pay, then the draft model makes them
+            taken = plan_guesses([(g.rate, n) for (_, g), n in pairs], tokens, tokens,
+                                 self._cost, MAX_GUESSES)  # fmt: skip
+            asked = [
+                (s.index, g.text(s.generated), n)
+                for (s, g), n in zip(guessing, taken, strict=True)
+                if n
+            ]
+            made = iter(self._draft.guess(asked))
+            offers = [next(made) if n else [] for n in taken]
         guesses: dict[Slot, list[int]] = {}
         for (slot, guesser), offer, n in zip(guessing, offers, taken, strict=True):
             if n:
