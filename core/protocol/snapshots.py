@@ -244,3 +244,7 @@ class MetricsSnapshot(_Frozen):
         description="seconds its batch loop had work: the decodes and the host's own work "
         "between them (the device idles for the difference)",
     )
+    guessed_tokens_total: int = Field(
+        0, description="speculative decoding: tokens guessed ahead and checked"
+    )
+    kept_guesses_total: int = Field(0, description="of them, those the model picked")

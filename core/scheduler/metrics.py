@@ -208,6 +208,7 @@ class MetricsRecorder:
         slots_total: int,
         memory: MemoryUsage | None = None,
         loop_time: tuple[float, float] | None = None,
+        guesses: tuple[int, int] = (0, 0),
     ) -> MetricsSnapshot:
         """The counters now, with the GPU's memory when the engine has one, and the time
         its batch loop spent in llama_decode and in all (local engines)."""
@@ -240,4 +241,6 @@ class MetricsRecorder:
             device_memory_total_mb=memory.device_total_mb if memory else None,
             decode_seconds_total=round(loop_time[0], 3) if loop_time else None,
             busy_seconds_total=round(loop_time[1], 3) if loop_time else None,
+            guessed_tokens_total=guesses[0],
+            kept_guesses_total=guesses[1],
         )

@@ -449,4 +449,5 @@ class Pool(PoolControl):
             slots_total=self.n_slots,
             memory=usage.memory if usage else None,
             loop_time=usage.loop_time if usage else None,
+            guesses=usage.guesses if usage else (0, 0),
         )

@@ -15,10 +15,12 @@ second model and pays where the output quotes its input: edits, summaries, code,
 How many: a step costs about `a + b * tokens` seconds (measured when the engine loads, see
 `StepCost`). A guess kept with probability p adds p tokens for b seconds; it is worth it while
 the step's tokens per second grow, that is while p > T / (a/b + N), with T the tokens the step
-yields already and N the tokens it decodes. Each stream's j-th guess is kept with probability
-about alpha**j, alpha its recent rate of kept guesses. On a CPU, where b is large against a,
-a step of eight streams wants p > 0.9 and guessing turns itself off as the batch grows; on a
-GPU, b is small and guesses stay worth it far longer.
+yields already and N the tokens it decodes; a guess counts as a little more than a token
+there, for the host's own work on its row (which the step cost leaves out). Each stream's
+j-th guess is kept with probability about alpha**j, alpha its recent rate of kept guesses,
+which starts from the engine's. On a CPU, where b is large against a, a step of eight streams
+wants p > 1 and guessing turns itself off as the batch grows; on a GPU, b is small and
+guesses stay worth it far longer.
 """
 
 from __future__ import annotations
@@ -30,20 +32,41 @@ from dataclasses import dataclass, field
 
 from .native import Batch, LlamaContext
 
-NGRAM_SIZES = (4, 3, 2)  # the longest match first: it predicts best
+NGRAM_SIZES = (5, 4, 3)  # the longest match first: it predicts best (2 matched paraphrases)
 MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
-START_RATE = 0.8  # a new stream's kept-guess rate, until its own guesses tell
-_RATE_STEP = 0.3  # how fast the rate follows each guess's outcome
-_RETURN_STEP = 0.005  # per step without guesses, back toward START_RATE: streams try again
+START_RATE = 0.8  # the engine's kept-guess rate before any guess was checked
+_RATE_STEP = 0.3  # how fast a stream's rate follows each guess's outcome
+_ENGINE_STEP = 0.1  # and the engine's, which seeds each new stream's
+# A guessed token costs the step this much more than a token does: the host's own work on
+# its row, which the step cost leaves out (at 32 streams on the 2-core EPYC, guesses that
+# barely paid without it cost 30 %).
+_MARGIN = 0.1
+_RETURN_STEP = 0.005  # per step without guesses, back toward the engine's: streams try again
+
+
+@dataclass
+class KeptRate:
+    """How often guesses are kept, learnt from each guess checked: a guess's place counts
+    only if those before it were kept (the later ones were never checked)."""
+
+    rate: float = START_RATE
+    step: float = _ENGINE_STEP
+
+    def kept(self, guessed: int, kept: int) -> None:
+        """Learn from a step: of `guessed` guesses the first `kept` were kept."""
+        for j in range(min(guessed, kept + 1)):
+            self.rate += self.step * ((1.0 if j < kept else 0.0) - self.rate)
 
 
 @dataclass
 class Guesser:
     """One stream's prompt lookup: the n-grams of its text so far, each at the latest place
-    it ended, and its recent rate of kept guesses."""
+    it ended, and its recent rate of kept guesses, which starts from the engine's: where
+    guesses have been failing, a new stream does not pay to find out again."""
 
     tokens: list[int]  # the prompt, then every token generated
-    rate: float = START_RATE
+    engine: KeptRate = field(default_factory=KeptRate)  # the engine's, shared by its streams
+    rate: float = -1.0  # this stream's; from the engine's at its first guess
     _ends: dict[tuple[int, ...], int] = field(default_factory=dict)
     _indexed: int = 0  # n-grams ending before this index are in `_ends`
     _seen: int = 0  # of the stream's generated tokens, those appended to `tokens`
@@ -70,13 +93,18 @@ class Guesser:
                 return tokens[at : at + limit]
         return []
 
+    def __post_init__(self) -> None:
+        if self.rate < 0:
+            self.rate = self.engine.rate
+
     def kept(self, guessed: int, kept: int) -> None:
         """Learn from a step: of `guessed` guesses the first `kept` were kept."""
         for j in range(min(guessed, kept + 1)):
             self.rate += _RATE_STEP * ((1.0 if j < kept else 0.0) - self.rate)
+        self.engine.kept(guessed, kept)
 
     def idle(self) -> None:
-        self.rate += _RETURN_STEP * (START_RATE - self.rate)
+        self.rate += _RETURN_STEP * (self.engine.rate - self.rate)
 
 
 @dataclass(frozen=True)
@@ -122,16 +150,17 @@ def plan_guesses(
     rate and how many it can guess; `yields` the tokens the step gives without guesses
     (one per stream, and the prompt tokens it reads), `tokens` those it decodes; `room` the
     guesses the step can hold. Guesses go in order of their chance while it exceeds what a
-    token costs the step's rate (see the module's docstring)."""
+    guess costs the step's rate (see the module's docstring)."""
     taken = [0] * len(offers)
     chances = [rate if n else 0.0 for rate, n in offers]
-    fixed = cost.fixed_tokens
+    fixed, decoded = cost.fixed_tokens, float(tokens)
     while room > 0:
         best = max(range(len(offers)), key=chances.__getitem__, default=None)
-        if best is None or chances[best] <= yields / (fixed + tokens):
+        cost_tokens = 1 + _MARGIN  # a guess: its token, and the host's work on its row
+        if best is None or chances[best] <= yields * cost_tokens / (fixed + decoded):
             break
         yields += chances[best]
-        tokens += 1
+        decoded += cost_tokens
         room -= 1
         taken[best] += 1
         rate, n = offers[best]

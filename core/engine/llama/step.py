@@ -58,9 +58,9 @@ class Stepper:
             self._cost = StepCost.measure(self._ctx, 0, self._filler_token)
             self._widest_hole = self._cost.fixed_tokens
             log.info(
-                "a decode step takes %.2f ms + %.2f ms a token: guesses are worth it below "
-                "%.1f tokens a step", 1000 * self._cost.fixed, 1000 * self._cost.per_token,
-                self._cost.fixed_tokens,
+                "a decode step takes %.2f ms + %.2f ms a token (its fixed part is worth %.1f "
+                "tokens: guesses and fillers are weighed against it)", 1000 * self._cost.fixed,
+                1000 * self._cost.per_token, self._cost.fixed_tokens,
             )  # fmt: skip
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self.decode_s = 0.0
@@ -127,7 +127,8 @@ class Stepper:
         if self._cost is None or not self._options.speculative or not guessing:
             return {}
         tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
-        if max(g.rate for _, g in guessing) <= tokens / (self._cost.fixed_tokens + tokens):
+        surest = max(g.rate for _, g in guessing)
+        if not plan_guesses([(surest, 1)], tokens, tokens, self._cost, 1)[0]:
             for _, g in guessing:  # no guess can pay: none is looked for
                 g.idle()
             return {}

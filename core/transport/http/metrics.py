@@ -141,11 +141,23 @@ class HostCollector(prometheus_registry.Collector):
             "Seconds the batch loop had work (decodes and the host's work between them)",
             labels=["pool"],
         )
+        guessed = CounterMetricFamily(
+            "infertui_engine_guessed_tokens",
+            "Speculative decoding: tokens guessed ahead and checked by the model",
+            labels=["pool"],
+        )
+        kept = CounterMetricFamily(
+            "infertui_engine_kept_guesses",
+            "Speculative decoding: guessed tokens the model picked (kept)",
+            labels=["pool"],
+        )
         for snap in snapshots:
             if snap.decode_seconds_total is not None and snap.busy_seconds_total is not None:
                 decode.add_metric([snap.pool_id], snap.decode_seconds_total)
                 busy.add_metric([snap.pool_id], snap.busy_seconds_total)
-        yield from (decode, busy)
+                guessed.add_metric([snap.pool_id], snap.guessed_tokens_total)
+                kept.add_metric([snap.pool_id], snap.kept_guesses_total)
+        yield from (decode, busy, guessed, kept)
 
     def _vllm_named(self, snapshots: list[MetricsSnapshot]) -> Iterator[Metric]:
         running = GaugeMetricFamily(
