@@ -6,8 +6,9 @@ llama-server from the same llama.cpp without and with its own prompt lookup
     .venv/bin/python bench/bench_speculative.py --llama-server /tmp/lbuild/bin/llama-server
 
 Each stream asks (chat, temperature 0, repeat penalty 1, no ignore_eos) to repeat one of a
-few passages with one word changed. Figures: aggregate completion tokens/s over the wall clock (median of
-`--rounds`), and whether each server's greedy texts with guesses are the texts without.
+few passages with one word changed. Figures: aggregate completion tokens/s over the wall
+clock (median of `--rounds`), and whether each server's greedy texts with guesses are the
+texts without.
 """
 
 from __future__ import annotations
