@@ -60,6 +60,7 @@ _ENGINE_LOOKS: dict[str, dict[str, Any]] = {
     "main_gpu": {"metavar": "ID"},
     "parallel": {"metavar": "N|auto", "type": parallel_value},
     "chat_template": {"metavar": "FILE"},
+    "draft": {"metavar": "FILE"},
 }
 
 
