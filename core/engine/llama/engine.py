@@ -116,8 +116,12 @@ class LlamaEngine:
                     overlap=on_gpu if spec.overlap is None else spec.overlap,
                     pooling=spec.pooling,
                     # Guesses need rows of their own, which chains in the graph cannot sample
-                    # one after another; deterministic mode keeps every step's shape.
-                    speculative=spec.speculative and not in_graph and not spec.deterministic,
+                    # one after another; deterministic mode keeps every step's shape; and the
+                    # cells of dropped guesses must go, which a recurrent state cannot do.
+                    speculative=spec.speculative
+                    and not in_graph
+                    and not spec.deterministic
+                    and model.can_trim,
                     draft_path=spec.draft_model_path,
                     draft_gpu_layers=n_gpu,
                 )
