@@ -316,7 +316,7 @@ class Shares:
         if (
             limits.requests_per_minute is None
             and limits.tokens_per_minute is None
-            and (limits.tokens_per_day is None)
+            and limits.tokens_per_day is None
         ):
             return {}  # every request asks: most identities have no limit to tell
         now, use = self._clock(), self._use.get(identity) or _Use()

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from infertui.core.engine.llama.drafts import StepCost
 from infertui.core.engine.llama.native import Batch, LlamaContext
+from infertui.core.engine.llama.step_cost import StepCost
 from infertui.core.engine.llama.step_plan import output_ubatches
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import Finished, TokenLogprob, TokenText

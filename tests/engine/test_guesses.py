@@ -10,9 +10,9 @@ from infertui.core.engine.llama.drafts import (
     START_RATE,
     Guesser,
     KeptRate,
-    StepCost,
     plan_guesses,
 )
+from infertui.core.engine.llama.step_cost import StepCost
 
 CPU = StepCost(fixed=0.006, per_token=0.006)  # the bundled model on two EPYC cores, measured
 GPU = StepCost(fixed=0.004, per_token=0.0001)

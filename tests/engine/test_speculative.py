@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from infertui.core.engine.llama.drafts import StepCost
+from infertui.core.engine.llama.step_cost import StepCost
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind, InferError
 

@@ -1,4 +1,4 @@
-"""A draft model for speculative decoding (`--draft MODEL`, llama-server's `--model-draft`): a
+"""A draft model for speculative decoding (`--draft FILE`, llama-server's `--model-draft`): a
 small model with the target's vocabulary guesses each stream's next tokens greedily; the
 target keeps those it picks itself (step.py `_check_guesses`, the same check as prompt
 lookup's guesses).
@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import llama_cpp as llama
-import numpy as np
 
 from ...protocol.errors import ErrorKind, InferError
-from .native import Batch, LlamaContext, LlamaModel
+from .native import Batch, LlamaContext, LlamaModel, address_of, floats_at
 
 _SAME_TEXT_CHECKED = 256  # tokens whose text must match the target's (beyond the specials)
 
@@ -113,13 +112,9 @@ class DraftModel:
         self._check(self.ctx.decode(self._batch))
         for seq, token in zip(seqs, tokens, strict=True):
             self._cells[seq].append(token)
-        n_vocab = self.model.n_vocab
-        picks = []
-        for i in range(len(seqs)):
-            row = llama.llama_get_logits_ith(self.ctx.ptr, i)
-            logits = np.ctypeslib.as_array(row, shape=(n_vocab,))
-            picks.append(int(logits.argmax()))
-        return picks
+        n_vocab = self.model.n_vocab  # every token has a row, in batch order: one block
+        rows = floats_at(address_of(llama.llama_get_logits(self.ctx.ptr)), len(seqs) * n_vocab)
+        return [int(t) for t in rows.reshape(len(seqs), n_vocab).argmax(axis=1)]
 
     def _check(self, rc: int) -> None:
         if rc != 0:

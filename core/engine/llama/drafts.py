@@ -12,8 +12,8 @@ Guesses come from the stream's own text (prompt lookup, as llama.cpp's `ngram-si
 latest earlier place where its last few tokens occurred, and what followed there. It costs no
 second model and pays where the output quotes its input: edits, summaries, code, quotes.
 
-How many: a step costs about `a + b * tokens` seconds (measured when the engine loads, see
-`StepCost`). A guess kept with probability p adds p tokens for b seconds; it is worth it while
+How many: a step costs about `a + b * tokens` seconds (measured when the engine loads,
+step_cost.py). A guess kept with probability p adds p tokens for b seconds; it is worth it while
 the step's tokens per second grow, that is while p > T / (a/b + N), with T the tokens the step
 yields already and N the tokens it decodes; a guess counts as a little more than a token
 there, for the host's own work on its row (which the step cost leaves out). Each stream's
@@ -25,12 +25,10 @@ guesses stay worth it far longer.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .native import Batch, LlamaContext
+from .step_cost import StepCost
 
 NGRAM_SIZES = (5, 4, 3)  # the longest match first: it predicts best (2 matched paraphrases)
 MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
@@ -66,10 +64,17 @@ class Guesser:
 
     tokens: list[int]  # the prompt, then every token generated
     engine: KeptRate = field(default_factory=KeptRate)  # the engine's, shared by its streams
-    rate: float = -1.0  # this stream's; from the engine's at its first guess
+    _own: KeptRate = field(init=False)  # this stream's, quicker to follow
     _ends: dict[tuple[int, ...], int] = field(default_factory=dict)
     _indexed: int = 0  # n-grams ending before this index are in `_ends`
     _seen: int = 0  # of the stream's generated tokens, those appended to `tokens`
+
+    def __post_init__(self) -> None:
+        self._own = KeptRate(self.engine.rate, _RATE_STEP)
+
+    @property
+    def rate(self) -> float:
+        return self._own.rate
 
     def text(self, generated: Sequence[int]) -> list[int]:
         """The stream's text: its prompt and the tokens it has generated."""
@@ -93,54 +98,13 @@ class Guesser:
                 return tokens[at : at + limit]
         return []
 
-    def __post_init__(self) -> None:
-        if self.rate < 0:
-            self.rate = self.engine.rate
-
     def kept(self, guessed: int, kept: int) -> None:
         """Learn from a step: of `guessed` guesses the first `kept` were kept."""
-        for j in range(min(guessed, kept + 1)):
-            self.rate += _RATE_STEP * ((1.0 if j < kept else 0.0) - self.rate)
+        self._own.kept(guessed, kept)
         self.engine.kept(guessed, kept)
 
     def idle(self) -> None:
-        self.rate += _RETURN_STEP * (self.engine.rate - self.rate)
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """A decode step's seconds as `fixed + per_token * tokens`, from the engine's own device."""
-
-    fixed: float
-    per_token: float
-
-    @property
-    def fixed_tokens(self) -> float:
-        """The fixed part in tokens' worth: a/b."""
-        return self.fixed / self.per_token
-
-    @classmethod
-    def measure(cls, ctx: LlamaContext, seq: int, token: int, rounds: int = 2) -> StepCost:
-        """Time decodes of 1 and 1 + 8 tokens on a free sequence (left empty after), the
-        median of `rounds` each; each token with a logits row where the context has rows
-        for guesses, else the last only (a filler has none)."""
-        batch = Batch(9)
-        times: dict[int, list[float]] = {1: [], 9: []}
-        try:
-            for _ in range(rounds + 1):  # the first round warms up
-                for n in (1, 9):
-                    rows = [1] * n if ctx.guesses >= n - 1 else [0] * (n - 1) + [1]
-                    batch.fill([token] * n, list(range(n)), [seq] * n, rows)
-                    start = time.perf_counter()
-                    ctx.decode(batch)
-                    ctx.synchronize()
-                    times[n].append(time.perf_counter() - start)
-                    ctx.free_sequence(seq)
-        finally:
-            batch.free()
-        one, nine = (statistics.median(times[n][1:]) for n in (1, 9))
-        per_token = max((nine - one) / 8, one / 64)  # (noise must not make it ~0 or less)
-        return cls(max(one - per_token, per_token / 4), per_token)
+        self._own.rate += _RETURN_STEP * (self.engine.rate - self._own.rate)
 
 
 def plan_guesses(

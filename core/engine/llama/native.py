@@ -415,6 +415,16 @@ def out_of_memory(reason: str) -> bool:
     return any(marker in reason.lower() for marker in _OUT_OF_MEMORY)
 
 
+def address_of(pointer: ctypes._Pointer[ctypes.c_float]) -> int:
+    return ctypes.addressof(pointer.contents)
+
+
+def floats_at(address: int, n: int) -> np.ndarray:
+    """The n floats at an address (logits llama.cpp holds), as an array that reads them in
+    place: a fifth of what np.ctypeslib.as_array costs."""
+    return np.frombuffer(memoryview((ctypes.c_float * n).from_address(address)), np.float32)
+
+
 def release_freed_heap() -> None:
     """Hand memory freed by an unloaded model back to the system. glibc keeps freed heap in
     its arenas, so without this each reload left ~25-40 MB resident until it plateaued near

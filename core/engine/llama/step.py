@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from ...protocol.errors import ErrorKind, InferError
 from ..types import Events, Publisher
 from .draft_model import DraftModel
-from .drafts import MAX_GUESSES, StepCost, plan_guesses
+from .drafts import MAX_GUESSES, plan_guesses
 from .native import Batch
 from .prompt_cache import window_intact
 from .sampler import token_logprob
 from .slot import Slot
 from .slot_table import SlotTable
+from .step_cost import StepCost
 from .step_plan import fillers, last_tokens_apart, prompt_shares
 from .step_sampler import StepSampler
 
@@ -290,11 +291,7 @@ class Stepper:
         if rows:
             sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
             for (slot, i), token in zip(rows, sampled, strict=True):
-                if slot.request.params.logprobs is not None:
-                    alternatives = slot.request.params.logprobs
-                    logprob = token_logprob(self._ctx.ptr, i, token, alternatives, self._model)
-                    slot.logprobs.append(logprob)
-                self._on_token(slot, token, events)
+                self._take(slot, i, token, events)
         for slot, first, rank in guessed:
             self._check_guesses(slot, guesses[slot], first, rank, events)
         return True
@@ -324,11 +321,7 @@ class Stepper:
         if kept < len(ahead):
             self._ctx.trim_sequence(slot.index, slot.n_past)
         for j, token in enumerate(picks):
-            if slot.request.params.logprobs is not None:
-                alternatives = slot.request.params.logprobs
-                logprob = token_logprob(self._ctx.ptr, first + j, token, alternatives, self._model)
-                slot.logprobs.append(logprob)
-            self._on_token(slot, token, events)
+            self._take(slot, first + j, token, events)
             if not self._seqs.holds(slot):
                 return
 
@@ -344,6 +337,13 @@ class Stepper:
             budget -= take
 
     # ---- tokens out --------------------------------------------------------------------------
+
+    def _take(self, slot: Slot, row: int, token: int, events: Events) -> None:
+        """A token sampled from a batch row: its logprob where the job asks, then its way on."""
+        wanted = slot.request.params.logprobs
+        if wanted is not None:
+            slot.logprobs.append(token_logprob(self._ctx.ptr, row, token, wanted, self._model))
+        self._on_token(slot, token, events)
 
     def _on_token(self, slot: Slot, token: int, events: Events) -> None:
         """A sampled token: end the job, or keep it going. What only the text decides (a stop

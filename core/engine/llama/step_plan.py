@@ -32,7 +32,7 @@ sequence). A free sequence between two running ones would split the step into tw
 each reading every weight again: one throw-away token on that free sequence keeps the range
 contiguous, for the cost of one token. Where a token costs about what reading the weights
 does (a CPU), a wide hole costs more in fillers than the ubatch it saves: holes are filled up
-to the step's fixed cost in tokens (drafts.StepCost, measured at load), eight jobs scattered
+to the step's fixed cost in tokens (step_cost.py, measured at load), eight jobs scattered
 over 32 sequences by the prompt cache ran at 66 tokens/s with every hole filled, and at
 111-114 with only the narrow ones (bundled model, 2 cores, quote-and-edit chats).
 """

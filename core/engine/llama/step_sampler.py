@@ -6,7 +6,6 @@ costs on a 128k vocabulary); every other chain runs natively, spread over a few 
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import llama_cpp as llama
 import numpy as np
 
+from .native import address_of, floats_at
 from .sampler import NO_TOKEN, TOKEN_DATA, SamplerChain
 
 Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it)
@@ -77,8 +77,8 @@ class StepSampler:
         if len(host) == 1:  # one stream: none of the machinery for many rows
             k = host[0]
             row, chain = rows[k]
-            address = _address(llama.llama_get_logits_ith(ctx, row))
-            out[k] = self._sample_row(ctx, row, chain, _floats_at(address, self._n_vocab))
+            address = address_of(llama.llama_get_logits_ith(ctx, row))
+            out[k] = self._sample_row(ctx, row, chain, floats_at(address, self._n_vocab))
             return out
         # The first read synchronises the context and puts its outputs in batch order; after
         # it, reading logits has no side effects, so threads may share the rest.
@@ -107,13 +107,13 @@ class StepSampler:
         two reads and arithmetic do, checked on the last row; else one read per row."""
         get = llama.llama_get_logits_ith
         first, last = host[0], host[-1]
-        base = _address(get(ctx, rows[first][0]))
+        base = address_of(get(ctx, rows[first][0]))
         if ranks is not None:
             stride = self._n_vocab * 4
             at = {k: base + (ranks[k] - ranks[first]) * stride for k in host}
-            if last == first or _address(get(ctx, rows[last][0])) == at[last]:
+            if last == first or address_of(get(ctx, rows[last][0])) == at[last]:
                 return at
-        return {k: _address(get(ctx, rows[k][0])) for k in host}
+        return {k: address_of(get(ctx, rows[k][0])) for k in host}
 
     def _sample_part(
         self,
@@ -129,7 +129,7 @@ class StepSampler:
                     out[k] = rows[k][1].sample(ctx, rows[k][0])
                 continue
             size = len(run) * self._n_vocab
-            block = _floats_at(addresses[run[0]], size).reshape(len(run), self._n_vocab)
+            block = floats_at(addresses[run[0]], size).reshape(len(run), self._n_vocab)
             if kind == "greedy":
                 for k, token in zip(run, block.argmax(1).tolist(), strict=True):
                     out[k] = token
@@ -241,13 +241,3 @@ def _top_k_candidates(block: np.ndarray, top_k: int) -> tuple[np.ndarray, list[i
     candidates["logit"] = logits[order]
     ends = np.cumsum(np.bincount(rows_of, minlength=rows)).tolist()
     return candidates, [0, *ends]
-
-
-def _address(pointer: ctypes._Pointer[ctypes.c_float]) -> int:
-    return ctypes.addressof(pointer.contents)
-
-
-def _floats_at(address: int, n: int) -> np.ndarray:
-    """The n floats at an address, as an array that reads them in place (a fifth of what
-    np.ctypeslib.as_array costs)."""
-    return np.frombuffer(memoryview((ctypes.c_float * n).from_address(address)), np.float32)
