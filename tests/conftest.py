@@ -191,6 +191,9 @@ async def make_pool(model_path: Path) -> AsyncIterator[PoolFactory]:
                 n_parallel=parallel,
                 n_batch=batch,
                 n_threads=THREADS,
+                # Guessing follows the step cost measured on each machine: off unless a test
+                # asks, so that no other test's generations take a path another CPU would not.
+                speculative=spec.pop("speculative", False),
                 **spec,
             ),
             queue_capacity=queue,
@@ -388,7 +391,8 @@ class Hosts:
                       "model_dirs": [str(self._tmp.getbasetemp())],  # tests' copies load
                       "engine": {"ctx": ctx, "parallel": parallel, "threads": THREADS,
                                  "chat_template": chat_template, "pooling": pooling,
-                                 "deterministic": deterministic},
+                                 "deterministic": deterministic,
+                                 "speculative": False},  # (see make_pool)
                       "upstream": upstream or {},
                       "http": {**(limits.model_dump(exclude_unset=True) if limits else {}),
                                "listen": f"127.0.0.1:{port}" if http else None,

@@ -48,14 +48,17 @@ async def test_a_quote_is_guessed_ahead_and_the_dropped_guesses_leave_no_cells(m
 
 
 async def test_a_seeded_job_draws_the_same_text_with_guesses_run_after_run(make_pool):
-    pool = await make_pool(parallel=1, speculative=True)
+    """Each run on a fresh engine, so that both take the same path: the same prompt read
+    anew (no kept cells), the same guesses from the same starting rate and step cost."""
     params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, seed=7, max_tokens=60)
     texts = []
     for _ in range(2):
+        pool = await make_pool(parallel=1, speculative=True)
         text, _ = await submit(pool, messages=QUOTE, params=params).text()
         texts.append(text)
+        assert pool.ready_engine().usage().guesses[1] > 0
+        await pool.close()
     assert texts[0] == texts[1]
-    assert pool.ready_engine().usage().guesses[1] > 0
 
 
 async def test_logprobs_cover_every_token_guessed_or_not(make_pool):
