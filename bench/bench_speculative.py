@@ -6,9 +6,9 @@ llama-server from the same llama.cpp without and with its own prompt lookup
     .venv/bin/python bench/bench_speculative.py --llama-server /tmp/lbuild/bin/llama-server
 
 Each stream asks (chat, temperature 0, repeat penalty 1, no ignore_eos) to repeat one of a
-few passages with one word changed. Figures: aggregate completion tokens/s over the wall
-clock (median of `--rounds`), and whether each server's greedy texts with guesses are the
-texts without.
+few passages with one word changed. All servers run at once and take turns, round by round.
+Figures: aggregate completion tokens/s over the wall clock (median of `--rounds`), and
+whether each server's greedy texts with guesses are the texts without.
 """
 
 from __future__ import annotations
@@ -92,13 +92,20 @@ async def one_round(url: str, streams: int, tokens: int) -> tuple[float, list[st
     return sum(n for n, _ in done) / wall, [text for _, text in done]
 
 
-def measure(url: str, streams: list[int], rounds: int, tokens: int) -> dict[int, tuple]:
-    asyncio.run(one_round(url, 1, 8))  # warm up
-    out = {}
+def measure(urls: dict[str, str], streams: list[int], rounds: int, tokens: int) -> dict:
+    """Each server's rates at each number of streams, the servers taking turns round by
+    round (the machine's swings then reach them all alike)."""
+    for url in urls.values():
+        asyncio.run(one_round(url, 1, 8))  # warm up
+    out: dict[str, dict[int, tuple]] = {name: {} for name in urls}
     for n in streams:
-        results = [asyncio.run(one_round(url, n, tokens)) for _ in range(rounds if n < 32 else 1)]
-        out[n] = (statistics.median(r[0] for r in results), [r[0] for r in results],
-                  results[0][1])  # fmt: skip
+        results: dict[str, list] = {name: [] for name in urls}
+        for _ in range(rounds if n < 32 else 1):
+            for name, url in urls.items():
+                results[name].append(asyncio.run(one_round(url, n, tokens)))
+        for name, got in results.items():
+            rates = [r[0] for r in got]
+            out[name][n] = (statistics.median(rates), rates, got[0][1])
     return out
 
 
@@ -123,12 +130,14 @@ def main() -> None:
         servers["llama-server+ngram"] = lambda: start_llama_server(
             exe, parallel, args.threads, "--spec-type", "ngram-simple"
         )
-    results = {}
-    for name, start in servers.items():
-        proc, url = start()
-        try:
-            results[name] = measure(url, streams, args.rounds, args.tokens)
-        finally:
+    procs, urls = [], {}
+    try:
+        for name, start in servers.items():
+            proc, urls[name] = start()
+            procs.append(proc)
+        results = measure(urls, streams, args.rounds, args.tokens)
+    finally:
+        for proc in procs:
             proc.terminate()
             proc.wait(30)
     print(f"bundled model, quote and edit, greedy, {args.tokens} tokens at most, "

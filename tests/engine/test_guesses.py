@@ -1,15 +1,15 @@
 """Issue 38 §2, the policy of speculative decoding without a model: what a stream guesses
-from its own text (prompt lookup), how its rate of kept guesses follows what the model kept,
-and how many guesses a step takes for a device's measured step cost, turning itself down as
-the batch grows."""
+from its own text (prompt lookup) and how long a run it follows, how the engine's rates of
+kept guesses by run follow what the model kept, and how many guesses a step takes for a
+device's measured step cost, turning itself down as the batch grows."""
 
 from __future__ import annotations
 
 from infertui.core.engine.llama.drafts import (
     MAX_GUESSES,
-    START_RATE,
     Guesser,
-    KeptRate,
+    KeptRates,
+    least_chance,
     plan_guesses,
 )
 from infertui.core.engine.llama.step_cost import StepCost
@@ -18,13 +18,29 @@ CPU = StepCost(fixed=0.006, per_token=0.006)  # the bundled model on two EPYC co
 GPU = StepCost(fixed=0.004, per_token=0.0001)
 
 
+def geometric(rate: float, n: int) -> list[float]:
+    """The chances of n guesses each kept with `rate` once those before it were."""
+    return [rate ** (j + 1) for j in range(n)]
+
+
 def test_a_stream_guesses_what_followed_the_latest_place_its_last_tokens_occurred() -> None:
     prompt = [1, 2, 3, 4, 5, 6, 9, 2, 3, 4, 7, 8]
     guesser = Guesser(list(prompt))
     assert guesser.guess([], 4) == []  # "7 8" never came before
     assert guesser.guess([2, 3, 4], 3) == [7, 8, 2]  # the latest "2 3 4", not the first
+    assert guesser.run == 3  # "8 2 3 4" against "9 2 3 4": three tokens match
     assert guesser.guess([2, 3, 4, 7], 8) == [8, 2, 3, 4, 7]  # up to the text's end
+    assert guesser.run == 4
     assert guesser.guess([2, 3, 4, 7, 11], 4) == []  # nothing ends in 11 before
+
+
+def test_the_run_is_how_far_back_the_text_matches_its_source() -> None:
+    passage = list(range(100, 140))
+    guesser = Guesser([7, *passage, 8])
+    assert guesser.guess(passage[:3], 4) == passage[3:7]
+    assert guesser.run == 3
+    assert guesser.guess(passage[:30], 4) == passage[30:34]
+    assert guesser.run == 30  # a stream 30 tokens into a quote
 
 
 def test_the_longest_match_wins_over_a_later_shorter_one() -> None:
@@ -34,59 +50,79 @@ def test_the_longest_match_wins_over_a_later_shorter_one() -> None:
     assert guesser.guess([3], 1) == []  # one token alone is too short a match
 
 
-def test_the_kept_rate_follows_the_models_picks_and_returns_when_idle() -> None:
+def test_rates_are_learnt_by_run_and_come_back_when_idle() -> None:
+    rates = KeptRates()
+    assert rates.rate(3) < rates.rate(40)  # before any guess: a long run is likelier to go on
+    for _ in range(20):  # short matches fail (a paraphrase), long runs hold (a quote)
+        rates.kept(3, 4, 0)  # only the first guess counts: the others were never checked
+        rates.kept(20, 8, 8)
+    assert rates.rate(3) < 0.3 and rates.rate(20) > 0.97
+    rates.kept(20, 8, 3)  # one miss among many kept: an edit in a quote
+    assert rates.rate(20) > 0.95
+    low = rates.rate(3)
+    for _ in range(3000):
+        rates.idle()
+    assert low < rates.rate(3) <= KeptRates().rate(3) + 1e-9
+
+
+def test_a_draft_models_run_grows_with_its_guesses_kept_and_ends_at_one_dropped() -> None:
     guesser = Guesser([])
-    for _ in range(12):
-        guesser.kept(8, 8)
-    assert guesser.rate > 0.99
-    guesser.kept(8, 0)  # only the first guess counts: the others were never checked
-    assert 0.6 < guesser.rate < 0.75
-    for _ in range(10):
-        guesser.kept(4, 0)
-    low = guesser.rate
-    assert low < 0.05
-    for _ in range(300):
-        guesser.idle()
-    assert low < guesser.rate <= START_RATE + 1e-9
+    guesser.kept(4, 4)
+    guesser.kept(3, 3)
+    assert guesser.run == 7
+    guesser.kept(4, 2)
+    assert guesser.run == 0
 
 
 def test_one_stream_takes_more_guesses_the_surer_they_are() -> None:
-    unsure = plan_guesses([(0.6, 32)], 1, 1, CPU, MAX_GUESSES)
-    sure = plan_guesses([(0.95, 32)], 1, 1, CPU, MAX_GUESSES)
-    certain = plan_guesses([(0.999, 32)], 1, 1, CPU, MAX_GUESSES)
+    unsure = plan_guesses([geometric(0.6, 32)], 1, 1, CPU, MAX_GUESSES)
+    sure = plan_guesses([geometric(0.95, 32)], 1, 1, CPU, MAX_GUESSES)
+    certain = plan_guesses([geometric(0.999, 32)], 1, 1, CPU, MAX_GUESSES)
     assert unsure[0] <= 1 < sure[0] < certain[0] == MAX_GUESSES
-    assert plan_guesses([(0.999, 5)], 1, 1, CPU, MAX_GUESSES) == [5]  # no more than it has
-    assert plan_guesses([(0.4, 32)], 1, 1, CPU, MAX_GUESSES) == [0]  # below the step's cost
+    assert plan_guesses([geometric(0.999, 5)], 1, 1, CPU, MAX_GUESSES) == [5]  # what it has
+    assert plan_guesses([geometric(0.4, 32)], 1, 1, CPU, MAX_GUESSES) == [0]  # below the cost
+
+
+def test_no_guess_below_the_least_chance_pays() -> None:
+    floor = least_chance(1, 1, CPU)
+    assert plan_guesses([[floor]], 1, 1, CPU, MAX_GUESSES) == [0]
+    assert plan_guesses([[floor + 0.01]], 1, 1, CPU, MAX_GUESSES) == [1]
+    assert KeptRates().chances(3, 32, floor)[-1] > floor  # chances end where none can pay
 
 
 def test_guessing_turns_down_as_the_batch_grows_on_a_cpu_and_not_on_a_gpu() -> None:
     def taken(streams: int, cost: StepCost, rate: float = 0.9) -> float:
         """Guesses per stream."""
-        offers = [(rate, 32)] * streams
+        offers = [geometric(rate, 32)] * streams
         return sum(plan_guesses(offers, streams, streams, cost, MAX_GUESSES)) / streams
 
     cpu = [taken(n, CPU) for n in (1, 2, 8, 32)]
     assert cpu[0] > cpu[1] > cpu[2] == cpu[3] == 0  # 3, 2, 0, 0 a stream
     gpu = [taken(n, GPU) for n in (1, 2, 8, 32)]
     assert all(n > 0 for n in gpu) and gpu[0] > cpu[0]
-    assert sum(plan_guesses([(0.99, 32)] * 8, 8, 8, GPU, 10)) == 10  # the step's room
+    assert sum(plan_guesses([geometric(0.99, 32)] * 8, 8, 8, GPU, 10)) == 10  # the step's room
 
 
 def test_the_surest_streams_guess_first() -> None:
-    taken = plan_guesses([(0.7, 32), (0.99, 32), (0.0, 32), (0.9, 0)], 4, 4, GPU, MAX_GUESSES)
+    offers = [geometric(0.7, 32), geometric(0.99, 32), geometric(0.0, 32), []]
+    taken = plan_guesses(offers, 4, 4, GPU, MAX_GUESSES)
     assert taken[1] > taken[0] and taken[2] == taken[3] == 0
 
 
-def test_a_new_stream_starts_from_what_the_engines_guesses_have_been_worth() -> None:
+def test_a_stream_deep_in_a_quote_guesses_further_than_one_that_just_matched() -> None:
     """Short replies that paraphrase their prompt (guesses failing at once) taught each new
-    stream the same lesson again, a failed guess at a time (0.7x at one stream, measured):
-    the engine's rate, learnt from every stream, seeds the next one's."""
-    engine = KeptRate()
+    stream the same lesson again, a failed guess at a time (0.7x at one stream, measured);
+    guesses of a fixed rate per stream then ran 32 long through the edit of a quote (0.89x):
+    the engine's rates by run, learnt from every stream, set both apart."""
+    rates = KeptRates()
     for _ in range(8):
-        stream = Guesser([], engine)
+        stream = Guesser([], rates)
+        stream.run = 3
         stream.kept(1, 0)
-        stream.kept(1, 0)
-    assert Guesser([], engine).rate < 0.5 < START_RATE  # below what one guess costs a CPU
-    for _ in range(40):
-        Guesser([], engine).kept(8, 8)
-    assert Guesser([], engine).rate > 0.9
+        stream.run = 30
+        stream.kept(8, 8)
+    floor = least_chance(1, 1, CPU)
+    just_matched, deep = Guesser([], rates), Guesser([], rates)
+    just_matched.run, deep.run = 3, 30
+    assert just_matched.chances(32, floor) == []  # below what one guess costs a CPU
+    assert plan_guesses([deep.chances(32, floor)], 1, 1, CPU, MAX_GUESSES)[0] >= 4

@@ -12,15 +12,20 @@ Guesses come from the stream's own text (prompt lookup, as llama.cpp's `ngram-si
 latest earlier place where its last few tokens occurred, and what followed there. It costs no
 second model and pays where the output quotes its input: edits, summaries, code, quotes.
 
+How sure a guess is depends on its run: how many tokens before it the stream has followed
+the guess's source (for a lookup, how far back its text matches the place it copies from;
+for a draft model, how many of its guesses were kept in a row). A stream that has copied 40
+tokens is likely copying on; one that matched 3 is as likely paraphrasing. The engine learns
+the rate of kept guesses for each run length (in doubling bands) from every guess it checks,
+so a stream's j-th guess is kept with the product of the rates at the runs it passes.
+
 How many: a step costs about `a + b * tokens` seconds (measured when the engine loads,
 step_cost.py). A guess kept with probability p adds p tokens for b seconds; it is worth it while
 the step's tokens per second grow, that is while p > T / (a/b + N), with T the tokens the step
 yields already and N the tokens it decodes; a guess counts as a little more than a token
-there, for the host's own work on its row (which the step cost leaves out). Each stream's
-j-th guess is kept with probability about alpha**j, alpha its recent rate of kept guesses,
-which starts from the engine's. On a CPU, where b is large against a, a step of eight streams
-wants p > 1 and guessing turns itself off as the batch grows; on a GPU, b is small and
-guesses stay worth it far longer.
+there, for the host's own work on its row (which the step cost leaves out). On a CPU, where
+b is large against a, a step of eight streams wants p > 1 and guessing turns itself off as
+the batch grows; on a GPU, b is small and guesses stay worth it far longer.
 """
 
 from __future__ import annotations
@@ -30,51 +35,88 @@ from dataclasses import dataclass, field
 
 from .step_cost import StepCost
 
-NGRAM_SIZES = (5, 4, 3)  # the longest match first: it predicts best (2 matched paraphrases)
+NGRAM_SIZES = (5, 4, 3, 2)  # the longest match first: it is the likeliest source
 MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
-START_RATE = 0.8  # the engine's kept-guess rate before any guess was checked
-_RATE_STEP = 0.3  # how fast a stream's rate follows each guess's outcome
-_ENGINE_STEP = 0.1  # and the engine's, which seeds each new stream's
+BANDS = 8  # run lengths 0, 1, 2-3, 4-7, ... 64 and more
+# Before any guess is checked, a guess after a run of r tokens is kept with Laplace's rule of
+# succession at the band's shortest run: (r + 1) / (r + 2), worth this many checked guesses.
+_PRIOR_WEIGHT = 4.0
+_FORGET = 0.99  # each guess checked in a band weighs its older ones down: ~100 remembered
+_IDLE_FORGET = 0.998  # and each step without guesses, all bands: the priors come back
 # A guessed token costs the step this much more than a token does: the host's own work on
 # its row, which the step cost leaves out (at 32 streams on the 2-core EPYC, guesses that
 # barely paid without it cost 30 %).
 _MARGIN = 0.1
-_RETURN_STEP = 0.005  # per step without guesses, back toward the engine's: streams try again
+
+
+def band(run: int) -> int:
+    return min(run.bit_length(), BANDS - 1)
+
+
+def _prior(band: int) -> float:
+    shortest = 0 if band == 0 else 1 << (band - 1)
+    return (shortest + 1) / (shortest + 2)
 
 
 @dataclass
-class KeptRate:
-    """How often guesses are kept, learnt from each guess checked: a guess's place counts
-    only if those before it were kept (the later ones were never checked)."""
+class KeptRates:
+    """The engine's rates of kept guesses by run length, learnt from every guess checked (a
+    guess counts only if those before it in its step were kept: the later ones were never
+    checked). Shared by the engine's streams: a new stream starts from what the others
+    learnt, and does not pay to find out again where guesses fail."""
 
-    rate: float = START_RATE
-    step: float = _ENGINE_STEP
+    _kept: list[float] = field(default_factory=lambda: [0.0] * BANDS)
+    _checked: list[float] = field(default_factory=lambda: [0.0] * BANDS)
 
-    def kept(self, guessed: int, kept: int) -> None:
-        """Learn from a step: of `guessed` guesses the first `kept` were kept."""
+    def rate(self, run: int) -> float:
+        """How likely a guess after a run of `run` tokens is kept."""
+        return self._band_rate(band(run))
+
+    def chances(self, run: int, n: int, floor: float) -> list[float]:
+        """How likely each of up to `n` guesses after a run of `run` tokens is kept, while
+        that is above `floor`."""
+        out: list[float] = []
+        chance = 1.0
+        for j in range(n):
+            chance *= self.rate(run + j)
+            if chance <= floor:
+                break
+            out.append(chance)
+        return out
+
+    def surest(self) -> float:
+        """The best chance any first guess has."""
+        return max(self._band_rate(b) for b in range(BANDS))
+
+    def kept(self, run: int, guessed: int, kept: int) -> None:
+        """Learn from a step: of `guessed` guesses after a run of `run`, the first `kept`
+        were kept."""
         for j in range(min(guessed, kept + 1)):
-            self.rate += self.step * ((1.0 if j < kept else 0.0) - self.rate)
+            b = band(run + j)
+            self._kept[b] = self._kept[b] * _FORGET + (1.0 if j < kept else 0.0)
+            self._checked[b] = self._checked[b] * _FORGET + 1.0
+
+    def _band_rate(self, b: int) -> float:
+        return (self._kept[b] + _PRIOR_WEIGHT * _prior(b)) / (self._checked[b] + _PRIOR_WEIGHT)
+
+    def idle(self) -> None:
+        """A step without guesses: what was learnt fades a little, so that a rate too low to
+        guess at (which no guess will correct) comes back to try again."""
+        self._kept = [k * _IDLE_FORGET for k in self._kept]
+        self._checked = [c * _IDLE_FORGET for c in self._checked]
 
 
 @dataclass
 class Guesser:
     """One stream's prompt lookup: the n-grams of its text so far, each at the latest place
-    it ended, and its recent rate of kept guesses, which starts from the engine's: where
-    guesses have been failing, a new stream does not pay to find out again."""
+    it ended, and the run of its latest guesses (see the module's docstring)."""
 
     tokens: list[int]  # the prompt, then every token generated
-    engine: KeptRate = field(default_factory=KeptRate)  # the engine's, shared by its streams
-    _own: KeptRate = field(init=False)  # this stream's, quicker to follow
+    rates: KeptRates = field(default_factory=KeptRates)  # the engine's, shared by its streams
+    run: int = 0  # how long a run the latest guesses follow
     _ends: dict[tuple[int, ...], int] = field(default_factory=dict)
     _indexed: int = 0  # n-grams ending before this index are in `_ends`
     _seen: int = 0  # of the stream's generated tokens, those appended to `tokens`
-
-    def __post_init__(self) -> None:
-        self._own = KeptRate(self.engine.rate, _RATE_STEP)
-
-    @property
-    def rate(self) -> float:
-        return self._own.rate
 
     def text(self, generated: Sequence[int]) -> list[int]:
         """The stream's text: its prompt and the tokens it has generated."""
@@ -84,7 +126,8 @@ class Guesser:
 
     def guess(self, generated: Sequence[int], limit: int) -> list[int]:
         """Up to `limit` tokens that followed the latest earlier occurrence of the text's
-        last n tokens (n from the longest of NGRAM_SIZES)."""
+        last n tokens (n from the longest of NGRAM_SIZES); `run` becomes how far back the
+        text matches there."""
         tokens = self.text(generated)
         n = len(tokens)
         ends = self._ends
@@ -95,38 +138,50 @@ class Guesser:
         self._indexed = max(self._indexed, n - 1)
         for size in NGRAM_SIZES:
             if n > size and (at := ends.get(tuple(tokens[n - size :]))) is not None:
+                run = size
+                longest = min(at, 1 << (BANDS - 1))  # (the last band has no end)
+                while run < longest and tokens[at - run - 1] == tokens[n - run - 1]:
+                    run += 1
+                self.run = run
                 return tokens[at : at + limit]
         return []
 
-    def kept(self, guessed: int, kept: int) -> None:
-        """Learn from a step: of `guessed` guesses the first `kept` were kept."""
-        self._own.kept(guessed, kept)
-        self.engine.kept(guessed, kept)
+    def chances(self, n: int, floor: float) -> list[float]:
+        """How likely each of the stream's next `n` guesses is kept, while above `floor`."""
+        return self.rates.chances(self.run, n, floor)
 
-    def idle(self) -> None:
-        self._own.rate += _RETURN_STEP * (self.engine.rate - self._own.rate)
+    def kept(self, guessed: int, kept: int) -> None:
+        """Learn from a step: of `guessed` guesses the first `kept` were kept. A draft
+        model's run grows with the guesses kept in a row and ends at one dropped."""
+        self.rates.kept(self.run, guessed, kept)
+        self.run = self.run + kept if kept == guessed else 0
+
+
+def least_chance(yields: float, tokens: float, cost: StepCost) -> float:
+    """The chance below which no guess pays in a step that yields `yields` tokens and decodes
+    `tokens` (taking guesses only raises it: see `plan_guesses`)."""
+    return yields * (1 + _MARGIN) / (cost.fixed_tokens + tokens)
 
 
 def plan_guesses(
-    offers: Sequence[tuple[float, int]], yields: float, tokens: int, cost: StepCost, room: int
+    offers: Sequence[Sequence[float]], yields: float, tokens: int, cost: StepCost, room: int
 ) -> list[int]:
-    """How many guesses each stream decodes this step. `offers` are each stream's kept-guess
-    rate and how many it can guess; `yields` the tokens the step gives without guesses
-    (one per stream, and the prompt tokens it reads), `tokens` those it decodes; `room` the
-    guesses the step can hold. Guesses go in order of their chance while it exceeds what a
-    guess costs the step's rate (see the module's docstring)."""
+    """How many guesses each stream decodes this step. `offers` are how likely each stream's
+    guesses are kept, in order (each no likelier than the one before); `yields` the tokens
+    the step gives without guesses (one per stream, and the prompt tokens it reads), `tokens`
+    those it decodes; `room` the guesses the step can hold. Guesses go in order of their
+    chance while it exceeds what a guess costs the step's rate (see the module's docstring)."""
     taken = [0] * len(offers)
-    chances = [rate if n else 0.0 for rate, n in offers]
-    fixed, decoded = cost.fixed_tokens, float(tokens)
+    chances = [offer[0] if offer else 0.0 for offer in offers]
+    decoded = float(tokens)  # a guess counts 1 + _MARGIN: its token, and the host's work on it
     while room > 0:
         best = max(range(len(offers)), key=chances.__getitem__, default=None)
-        cost_tokens = 1 + _MARGIN  # a guess: its token, and the host's work on its row
-        if best is None or chances[best] <= yields * cost_tokens / (fixed + decoded):
+        if best is None or chances[best] <= least_chance(yields, decoded, cost):
             break
         yields += chances[best]
-        decoded += cost_tokens
+        decoded += 1 + _MARGIN
         room -= 1
         taken[best] += 1
-        rate, n = offers[best]
-        chances[best] = chances[best] * rate if taken[best] < n else 0.0
+        offer = offers[best]
+        chances[best] = offer[taken[best]] if taken[best] < len(offer) else 0.0
     return taken

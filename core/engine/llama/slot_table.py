@@ -27,7 +27,7 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Admitted, Finished
 from ...protocol.snapshots import FinishReason, TimingStats
 from ..types import Events, GenerationRequest, LoopOptions
-from .drafts import Guesser, KeptRate
+from .drafts import Guesser, KeptRates
 from .graph_samplers import GraphSamplers
 from .native import LlamaContext, LlamaModel
 from .prompt_cache import PromptCache, window_intact
@@ -49,7 +49,7 @@ class SlotTable:
         self.options = options
         self.slots: list[Slot | None] = [None] * ctx.n_seq
         self.graph = GraphSamplers(ctx, model.n_vocab) if options.backend_sampling else None
-        self.kept_rate = KeptRate()  # of this engine's guesses: where a new stream's starts
+        self.kept_rates = KeptRates()  # of this engine's guesses, by run: shared by its streams
         self.kept = PromptCache(ctx, model.n_swa)
         self.steps = 0
 
@@ -100,7 +100,7 @@ class SlotTable:
             chain.accept_prompt(request.prompt_tokens)
         slot = Slot(index, request, chain, self.steps)
         if self.options.speculative and not chain.on_backend and not request.params.constrained:
-            slot.guesser = Guesser(list(request.prompt_tokens), self.kept_rate)
+            slot.guesser = Guesser(list(request.prompt_tokens), self.kept_rates)
         keep = self.kept.take(index, reuse[1] if reuse else 0)
         slot.prompt_pos = slot.n_past = slot.cached = keep
         if source := self._source_for(request, keep):

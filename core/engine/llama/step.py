@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from ...protocol.errors import ErrorKind, InferError
 from ..types import Events, Publisher
 from .draft_model import DraftModel
-from .drafts import MAX_GUESSES, plan_guesses
+from .drafts import MAX_GUESSES, least_chance, plan_guesses
 from .native import Batch
 from .prompt_cache import window_intact
 from .sampler import token_logprob
@@ -127,11 +127,11 @@ class Stepper:
         guessing = [(s, s.guesser) for s in decoding if s.guesser is not None]
         if self._cost is None or not self._options.speculative or not guessing:
             return {}
+        rates = self._seqs.kept_rates
         tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
-        surest = max(g.rate for _, g in guessing)
-        if not plan_guesses([(surest, 1)], tokens, tokens, self._cost, 1)[0]:
-            for _, g in guessing:  # no guess can pay: none is looked for
-                g.idle()
+        floor = least_chance(tokens, tokens, self._cost)
+        if rates.surest() <= floor:
+            rates.idle()  # no guess can pay: none is looked for
             return {}
         limits = [
             max(0, min(
@@ -144,11 +144,11 @@ class Stepper:
         pairs = list(zip(guessing, limits, strict=True))
         if self._draft is None:  # the text's own continuations, then as many as pay
             offers = [g.guess(s.generated, n) if n else [] for (s, g), n in pairs]
-            rates = [(g.rate, len(o)) for (_, g), o in zip(guessing, offers, strict=True)]
-            taken = plan_guesses(rates, tokens, tokens, self._cost, MAX_GUESSES)
+            chances = [g.chances(len(o), floor) for (_, g), o in zip(guessing, offers, strict=True)]
+            taken = plan_guesses(chances, tokens, tokens, self._cost, MAX_GUESSES)
         else:  # as many as pay, then the draft model makes them
-            taken = plan_guesses([(g.rate, n) for (_, g), n in pairs], tokens, tokens,
-                                 self._cost, MAX_GUESSES)  # fmt: skip
+            chances = [g.chances(n, floor) for (_, g), n in pairs]
+            taken = plan_guesses(chances, tokens, tokens, self._cost, MAX_GUESSES)
             asked = [
                 (s.index, g.text(s.generated), n)
                 for (s, g), n in zip(guessing, taken, strict=True)
@@ -156,13 +156,13 @@ class Stepper:
             ]
             made = iter(self._draft.guess(asked))
             offers = [next(made) if n else [] for n in taken]
-        guesses: dict[Slot, list[int]] = {}
-        for (slot, guesser), offer, n in zip(guessing, offers, taken, strict=True):
-            if n:
-                guesses[slot] = offer[:n]
-            else:
-                guesser.idle()
-        return guesses
+        if not any(taken):
+            rates.idle()
+        return {
+            slot: offer[:n]
+            for (slot, _), offer, n in zip(guessing, offers, taken, strict=True)
+            if n
+        }
 
     def _stop_at_shared_head(self, slot: Slot, n: int, waiting: Sequence[Slot]) -> int:
         """A chunk cut where a job waiting for this slot's cells can copy them: a model with
