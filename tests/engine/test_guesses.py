@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from infertui.core.engine.llama.drafts import (
     MAX_GUESSES,
+    MAX_PAUSE,
     Guesser,
     KeptRates,
     least_chance,
@@ -126,3 +127,27 @@ def test_a_stream_deep_in_a_quote_guesses_further_than_one_that_just_matched() -
     just_matched.run, deep.run = 3, 30
     assert just_matched.chances(32, floor) == []  # below what one guess costs a CPU
     assert plan_guesses([deep.chances(32, floor)], 1, 1, CPU, MAX_GUESSES)[0] >= 4
+
+
+def test_a_stream_whose_lookups_find_nothing_looks_less_often_and_not_for_long() -> None:
+    """A lookup is host work between two decodes (26 us a token on the tiny model, where no
+    guess ever paid): text that does not repeat pauses its lookups, doubling up to
+    MAX_PAUSE steps; once its text repeats it is found within that many."""
+    guesser = Guesser([1, 2, 3])
+    lookups = []
+    look = guesser.guess
+    guesser.guess = lambda text, limit: lookups.append(limit) or look(text, limit)  # type: ignore[method-assign]
+    generated: list[int] = []
+    for token in range(100, 140):
+        generated.append(token)
+        if guesser.looks():
+            guesser.offer(generated, 8, 0.5)
+    assert len(lookups) <= 8  # of 40 steps
+    steps = 0
+    guesses: list[int] = []
+    while not guesses:  # the text now repeats what it said before
+        generated.append(100 + steps % 40)
+        if guesser.looks():
+            guesses, chances = guesser.offer(generated, 8, 0.5)
+        steps += 1
+    assert steps <= MAX_PAUSE + 2 and chances

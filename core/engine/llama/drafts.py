@@ -37,12 +37,14 @@ from .step_cost import StepCost
 
 NGRAM_SIZES = (5, 4, 3, 2)  # the longest match first: it is the likeliest source
 MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
+MAX_PAUSE = 8  # steps a stream goes at most without a lookup (see Guesser.offer)
 BANDS = 8  # run lengths 0, 1, 2-3, 4-7, ... 64 and more
 # Before any guess is checked, a guess after a run of r tokens is kept with Laplace's rule of
 # succession at the band's shortest run: (r + 1) / (r + 2), worth this many checked guesses.
 _PRIOR_WEIGHT = 4.0
 _FORGET = 0.99  # each guess checked in a band weighs its older ones down: ~100 remembered
 _IDLE_FORGET = 0.998  # and each step without guesses, all bands: the priors come back
+_IDLE_BATCH = 16
 # A guessed token costs the step this much more than a token does: the host's own work on
 # its row, which the step cost leaves out (at 32 streams on the 2-core EPYC, guesses that
 # barely paid without it cost 30 %).
@@ -58,35 +60,35 @@ def _prior(band: int) -> float:
     return (shortest + 1) / (shortest + 2)
 
 
-@dataclass
 class KeptRates:
     """The engine's rates of kept guesses by run length, learnt from every guess checked (a
     guess counts only if those before it in its step were kept: the later ones were never
     checked). Shared by the engine's streams: a new stream starts from what the others
     learnt, and does not pay to find out again where guesses fail."""
 
-    _kept: list[float] = field(default_factory=lambda: [0.0] * BANDS)
-    _checked: list[float] = field(default_factory=lambda: [0.0] * BANDS)
+    def __init__(self) -> None:
+        self._kept = [0.0] * BANDS
+        self._checked = [0.0] * BANDS
+        self._rates = [_prior(b) for b in range(BANDS)]  # read at every step: kept current
+        self.surest = max(self._rates)  # the best chance any first guess has
+        self._idle = 0  # steps without guesses whose fading is not applied yet
 
     def rate(self, run: int) -> float:
         """How likely a guess after a run of `run` tokens is kept."""
-        return self._band_rate(band(run))
+        return self._rates[band(run)]
 
     def chances(self, run: int, n: int, floor: float) -> list[float]:
         """How likely each of up to `n` guesses after a run of `run` tokens is kept, while
         that is above `floor`."""
+        rates, last = self._rates, BANDS - 1
         out: list[float] = []
         chance = 1.0
-        for j in range(n):
-            chance *= self.rate(run + j)
+        for j in range(run, run + n):
+            chance *= rates[min(j.bit_length(), last)]
             if chance <= floor:
                 break
             out.append(chance)
         return out
-
-    def surest(self) -> float:
-        """The best chance any first guess has."""
-        return max(self._band_rate(b) for b in range(BANDS))
 
     def kept(self, run: int, guessed: int, kept: int) -> None:
         """Learn from a step: of `guessed` guesses after a run of `run`, the first `kept`
@@ -95,15 +97,25 @@ class KeptRates:
             b = band(run + j)
             self._kept[b] = self._kept[b] * _FORGET + (1.0 if j < kept else 0.0)
             self._checked[b] = self._checked[b] * _FORGET + 1.0
-
-    def _band_rate(self, b: int) -> float:
-        return (self._kept[b] + _PRIOR_WEIGHT * _prior(b)) / (self._checked[b] + _PRIOR_WEIGHT)
+        self._update()
 
     def idle(self) -> None:
         """A step without guesses: what was learnt fades a little, so that a rate too low to
         guess at (which no guess will correct) comes back to try again."""
-        self._kept = [k * _IDLE_FORGET for k in self._kept]
-        self._checked = [c * _IDLE_FORGET for c in self._checked]
+        self._idle += 1
+        if self._idle == _IDLE_BATCH:  # (applied a batch of steps at a time: it is per token)
+            fade = _IDLE_FORGET**_IDLE_BATCH
+            self._kept = [k * fade for k in self._kept]
+            self._checked = [c * fade for c in self._checked]
+            self._idle = 0
+            self._update()
+
+    def _update(self) -> None:
+        self._rates = [
+            (k + _PRIOR_WEIGHT * _prior(b)) / (c + _PRIOR_WEIGHT)
+            for b, (k, c) in enumerate(zip(self._kept, self._checked, strict=True))
+        ]
+        self.surest = max(self._rates)
 
 
 @dataclass
@@ -117,6 +129,27 @@ class Guesser:
     _ends: dict[tuple[int, ...], int] = field(default_factory=dict)
     _indexed: int = 0  # n-grams ending before this index are in `_ends`
     _seen: int = 0  # of the stream's generated tokens, those appended to `tokens`
+    _pause: int = 0  # steps between lookups, while they find nothing worth guessing
+    _paused: int = 0  # steps left before the next lookup
+
+    def looks(self) -> bool:
+        """Whether the stream looks for guesses this step. One whose lookups find nothing
+        worth guessing (text that does not repeat) looks again after a pause that doubles up
+        to MAX_PAUSE steps: a lookup is host work between two decodes."""
+        if self._paused:
+            self._paused -= 1
+            return False
+        return True
+
+    def offer(
+        self, generated: Sequence[int], limit: int, floor: float
+    ) -> tuple[list[int], list[float]]:
+        """Up to `limit` guesses and their chances, those above `floor`."""
+        guesses = self.guess(generated, limit) if limit else []
+        chances = self.chances(len(guesses), floor) if guesses else []
+        self._pause = 0 if chances else min(max(1, 2 * self._pause), MAX_PAUSE)
+        self._paused = self._pause
+        return guesses, chances
 
     def text(self, generated: Sequence[int]) -> list[int]:
         """The stream's text: its prompt and the tokens it has generated."""

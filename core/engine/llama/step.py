@@ -124,13 +124,16 @@ class Stepper:
         self, decoding: Sequence[Slot], chunks: Sequence[tuple[Slot, int]]
     ) -> dict[Slot, list[int]]:
         """The tokens each stream guesses ahead this step, as many as pay (drafts.py)."""
-        guessing = [(s, s.guesser) for s in decoding if s.guesser is not None]
-        if self._cost is None or not self._options.speculative or not guessing:
+        if self._cost is None or not self._options.speculative:
             return {}
+        guessing = [(s, g) for s in decoding if (g := s.guesser) is not None and g.looks()]
         rates = self._seqs.kept_rates
+        if not guessing:
+            rates.idle()
+            return {}
         tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
         floor = least_chance(tokens, tokens, self._cost)
-        if rates.surest() <= floor:
+        if rates.surest <= floor:
             rates.idle()  # no guess can pay: none is looked for
             return {}
         limits = [
@@ -143,8 +146,11 @@ class Stepper:
         ]  # fmt: skip
         pairs = list(zip(guessing, limits, strict=True))
         if self._draft is None:  # the text's own continuations, then as many as pay
-            offers = [g.guess(s.generated, n) if n else [] for (s, g), n in pairs]
-            chances = [g.chances(len(o), floor) for (_, g), o in zip(guessing, offers, strict=True)]
+            found = [g.offer(s.generated, n, floor) for (s, g), n in pairs]
+            offers, chances = [o for o, _ in found], [c for _, c in found]
+            if not any(chances):
+                rates.idle()
+                return {}
             taken = plan_guesses(chances, tokens, tokens, self._cost, MAX_GUESSES)
         else:  # as many as pay, then the draft model makes them
             chances = [g.chances(n, floor) for (_, g), n in pairs]
