@@ -33,6 +33,7 @@ import numpy as np
 from ...protocol.common import SamplingParams
 from ...protocol.events import TokenLogprob
 from .grammar import schema_grammar
+from .short_calls import HOLDING, RELEASING, CandidateArray
 
 if TYPE_CHECKING:  # native.py imports this module
     from .native import LlamaModel
@@ -106,6 +107,8 @@ class SamplerChain:
             if not self.grammar:
                 param = "grammar" if params.grammar is not None else "response_format"
                 raise UnusableParam(param, "llama.cpp cannot parse the grammar")
+        self._candidates = CandidateArray()  # sample_from's, reused
+        self._candidates_at = ctypes.addressof(self._candidates)
         self.on_backend = False  # installed in a context's graph (see LlamaContext.set_sampler)
         chain_params = llama.llama_sampler_chain_default_params()
         chain_params.no_perf = True
@@ -218,14 +221,17 @@ class SamplerChain:
         llama.llama_sampler_apply(self.grammar, ctypes.byref(array))
         return bool(np.isfinite(one["logit"][0]))
 
-    def sample_from(self, candidates: np.ndarray) -> int:
+    def sample_from(self, candidates: np.ndarray, *, hold_gil: bool = False) -> int:
         """Sample (and accept) from a candidate array of llama_token_data, which must hold
-        every token the chain could pick (see StepSampler's top-k prefilter)."""
-        data = ctypes.cast(candidates.ctypes.data, llama.llama_token_data_p)  # (data_as: 2x)
-        array = llama.llama_token_data_array(data, len(candidates), -1, False)
-        llama.llama_sampler_apply(self.ptr, ctypes.byref(array))
+        every token the chain could pick (see StepSampler's top-k prefilter). `hold_gil`
+        where no other thread samples beside (short_calls.py)."""
+        calls = HOLDING if hold_gil else RELEASING
+        array = self._candidates
+        array.data, array.size = candidates.ctypes.data, len(candidates)
+        array.selected, array.sorted = -1, False
+        calls.sampler_apply(self.ptr, self._candidates_at)
         token = int(candidates["id"][array.selected])
-        llama.llama_sampler_accept(self.ptr, token)
+        calls.sampler_accept(self.ptr, token)
         return token
 
     def free(self) -> None:

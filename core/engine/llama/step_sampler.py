@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import llama_cpp as llama
 import numpy as np
 
-from .native import address_of, floats_at
+from .native import floats_at
 from .sampler import NO_TOKEN, TOKEN_DATA, SamplerChain
+from .short_calls import HOLDING, RELEASING, ShortCalls
 
 Row = tuple[int, SamplerChain]  # (index in the batch, the chain that samples it)
 _GROUPS_MIN_VOCAB = 8192  # below this a full pass is as cheap as the prefilter
@@ -25,6 +26,7 @@ _ROWS_PER_THREAD = 4  # fewer rows than this per thread are not worth a hand-off
 # 32k row on the EPYC): the vectorised pass over a block costs ~150 µs even for one row, and
 # wins from about eight rows on (bench/README.md, "One stream").
 _ROWS_ALONE = 4
+_VIEWS = 1024  # logits views kept (a context's output rows: its sequences and guesses)
 
 
 class StepSampler:
@@ -45,6 +47,7 @@ class StepSampler:
 
     def __init__(self, n_vocab: int, threads: int | None = None) -> None:
         self._n_vocab = n_vocab
+        self._views: dict[int, np.ndarray] = {}  # logits rows by address (see `_logits`)
         self._threads = max(1, min(8, threads or os.cpu_count() or 1))
         self._pool = (
             ThreadPoolExecutor(self._threads - 1, thread_name_prefix="sampler")
@@ -77,8 +80,7 @@ class StepSampler:
         if len(host) == 1:  # one stream: none of the machinery for many rows
             k = host[0]
             row, chain = rows[k]
-            address = address_of(llama.llama_get_logits_ith(ctx, row))
-            out[k] = self._sample_row(ctx, row, chain, floats_at(address, self._n_vocab))
+            out[k] = self._sample_row(ctx, row, chain, self._logits(ctx, row))
             return out
         # The first read synchronises the context and puts its outputs in batch order; after
         # it, reading logits has no side effects, so threads may share the rest.
@@ -105,15 +107,25 @@ class StepSampler:
     ) -> dict[int, int]:
         """Where each host row's logits are: llama.cpp keeps output rows in batch order, so
         two reads and arithmetic do, checked on the last row; else one read per row."""
-        get = llama.llama_get_logits_ith
         first, last = host[0], host[-1]
-        base = address_of(get(ctx, rows[first][0]))
+        base = _address(ctx, rows[first][0], RELEASING)  # (may wait for the device)
         if ranks is not None:
             stride = self._n_vocab * 4
             at = {k: base + (ranks[k] - ranks[first]) * stride for k in host}
-            if last == first or address_of(get(ctx, rows[last][0])) == at[last]:
+            if last == first or _address(ctx, rows[last][0]) == at[last]:
                 return at
-        return {k: address_of(get(ctx, rows[k][0])) for k in host}
+        return {k: _address(ctx, rows[k][0]) for k in host}
+
+    def _logits(self, ctx: object, row: int) -> np.ndarray:
+        """A row's logits, read in place: a view made once per address (llama.cpp keeps its
+        output buffer from step to step). The context has synchronised (step.py)."""
+        address = _address(ctx, row)
+        view = self._views.get(address)
+        if view is None:
+            if len(self._views) >= _VIEWS:  # (a buffer made anew leaves the old addresses)
+                self._views.clear()
+            view = self._views[address] = floats_at(address, self._n_vocab)
+        return view
 
     def _sample_part(
         self,
@@ -140,8 +152,8 @@ class StepSampler:
         kind = self._kind(chain)
         if kind == "greedy":
             return int(logits.argmax())
-        if kind == "top_k":
-            return chain.sample_from(_row_candidates(logits, chain.top_k))
+        if kind == "top_k":  # (one row: no other thread samples meanwhile)
+            return chain.sample_from(_row_candidates(logits, chain.top_k), hold_gil=True)
         return chain.sample(ctx, row)
 
     def _runs(
@@ -185,6 +197,13 @@ class StepSampler:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _address(ctx: object, row: int, calls: ShortCalls = HOLDING) -> int:
+    address = calls.logits_address(ctx, row)
+    if not address:
+        raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
+    return int(address)
 
 
 def _row_candidates(row: np.ndarray, top_k: int) -> np.ndarray:
