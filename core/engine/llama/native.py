@@ -248,6 +248,7 @@ class LlamaContext:
                 f"cannot allocate a context of {n_seq} x {n_ctx_seq} tokens: {reason}",
             )
         self.ptr = ptr
+        self._offloaded = model.n_gpu_layers != 0
         self.n_seq = n_seq
         self.guesses = guesses
         self.n_ctx_seq = int(llama.llama_n_ctx_seq(ptr))
@@ -269,8 +270,11 @@ class LlamaContext:
         return int(llama.llama_decode(self.ptr, batch.raw))
 
     def synchronize(self) -> None:
-        """Wait for the last decode's outputs (reading any of them waits as well)."""
-        llama.llama_synchronize(self.ptr)
+        """Wait for the last decode's outputs (reading any of them waits as well). A context
+        without offloaded layers computed them within llama_decode: no call (each lets go of
+        the GIL between two decodes, see short_calls.py)."""
+        if self._offloaded:
+            llama.llama_synchronize(self.ptr)
 
     def free_sequence(self, seq: int) -> None:
         """Drop every KV cell of the sequence (removing a whole sequence never fails)."""
