@@ -163,15 +163,15 @@ class _Handler(BaseHTTPRequestHandler):
             cut, src.cut_after = src.cut_after, None
         body = body[:cut] if cut is not None else body
         if src.sendfile_from is not None and cut is None and not (src.corrupt or src.throttle_s):
-            self._sendfile(src.sendfile_from, start, len(body))
-            with src.lock:
+            with src.lock:  # (counted first, as below)
                 src.sent[sha] = src.sent.get(sha, 0) + len(body)
+            self._sendfile(src.sendfile_from, start, len(body))
             return
         for i in range(0, len(body), 1 << 16):
             piece = body[i : i + (1 << 16)]
-            self.wfile.write(piece)
-            with src.lock:
+            with src.lock:  # counted before the write: the client may be done as it returns
                 src.sent[sha] = src.sent.get(sha, 0) + len(piece)
+            self.wfile.write(piece)
             if src.throttle_s:
                 time.sleep(src.throttle_s)
         if cut is not None:
