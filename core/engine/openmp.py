@@ -1,0 +1,18 @@
+"""OpenMP's waiting, set before llama.cpp's CPU backend (and with it libgomp) loads.
+
+ggml's CPU backend meets its threads at an OpenMP barrier after every node of the graph.
+libgomp spins there a while before it sleeps, but only 100 spins once the process holds more
+OpenMP threads than CPUs, which a host does as soon as it loads a second model (each engine's
+thread has a team of its own): every barrier then sleeps and wakes, and an engine decoded at
+half speed beside an idle one (48 against 98 tokens/s, the bundled model on two cores).
+`ACTIVE` makes that 1,000 spins; `GOMP_SPINCOUNT` keeps a lone team's wait at libgomp's usual
+300,000 (`ACTIVE` alone spins for ever: a core busy while the host is idle). A value the user
+set stays. Engines on the CPU also take turns to decode (native.py, `LlamaContext.decode`).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "ACTIVE")
+os.environ.setdefault("GOMP_SPINCOUNT", "300000")
