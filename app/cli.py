@@ -143,7 +143,7 @@ def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_host_flags(host: argparse.ArgumentParser) -> None:
-    """The settings' flags (flags.py: each from its field in config.py), and two of the run's
+    """The settings' flags (flags.py: each from its field in core/config/), and two of the run's
     own."""
     flags.add_flags(host, flags.HOST_FLAGS)
     host.add_argument(

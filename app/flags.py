@@ -1,7 +1,7 @@
-"""Command-line flags made from the settings' fields (core/config.py).
+"""Command-line flags made from the settings' fields (core/config/).
 
 A flag names the setting it gives (`host.engine.ctx`); its type, choices, default and help are
-that field's, so each setting is declared once, in config.py. Every engine setting is a flag
+that field's, so each setting is declared once, in core/config/. Every engine setting is a flag
 of its own name (`EngineDefaults.ctx` is `--ctx`): a new one needs no line here. What a flag
 gives goes to `load_settings` as nested dicts, and a bad value is said under the flag's name.
 """

@@ -1,4 +1,4 @@
-"""The command line's flags are the settings' fields (app/flags.py over core/config.py): every
+"""The command line's flags are the settings' fields (app/flags.py over core/config/): every
 engine setting is a flag, every flag reaches its field, and its help and default are the
 field's, so a setting is declared once."""
 
