@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import statistics
 import subprocess
@@ -48,6 +49,10 @@ def ask(i: int) -> list[dict[str, str]]:
              f"'{old}' with '{new}':\n\n{text}"}]  # fmt: skip
 
 
+# llama-server with libgomp's defaults, as it runs alone (importing infertui set openmp.py's)
+PLAIN_ENV = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,7 +67,7 @@ def start_llama_server(
         [exe, "-m", str(bundled_model_path()), "-np", str(parallel), "-c", str(parallel * 1024),
          "--host", "127.0.0.1", "--port", str(port), "-t", str(threads), "-tb", str(threads),
          "-ngl", "0", "--no-repack", "--no-webui", *flags],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, env=PLAIN_ENV,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

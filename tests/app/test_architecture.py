@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -92,3 +93,23 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
             rel = init.parent.relative_to(ROOT).parts
             found.add(".".join(("infertui", *rel)))
     assert found == listed
+
+
+def test_openmps_waiting_is_set_before_llama_cpp_loads() -> None:
+    """libgomp reads its environment once, when llama.cpp's CPU backend loads it: the engines'
+    package sets it first (core/engine/openmp.py), and libgomp itself, asked in a fresh
+    process, holds the policy and the spin count."""
+    init = (ROOT / "core" / "engine" / "__init__.py").read_text()
+    imports = [line for line in init.splitlines() if line.startswith(("from ", "import "))]
+    assert imports[0].startswith("from . import openmp")
+    probe = (
+        "import ctypes, infertui.core.engine, llama_cpp;"
+        "ctypes.CDLL('libgomp.so.1').omp_display_env(1)"
+    )
+    unset = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    if "OMP_WAIT_POLICY" not in out.stderr:
+        pytest.skip(f"no libgomp to ask here: {out.stderr[-200:]}")
+    assert "OMP_WAIT_POLICY = 'ACTIVE'" in out.stderr
+    assert "GOMP_SPINCOUNT = '300000'" in out.stderr

@@ -25,6 +25,7 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished
 from ...protocol.snapshots import SlotSnapshot, TimingStats
 from ..types import Events, GenerationRequest, LoopOptions, Publisher
+from . import cpu_turns
 from .embedder import MAX_INPUT_TOKENS, MAX_SEQUENCES, Embedder
 from .native import LlamaContext, LlamaModel, release_freed_heap
 from .slot import Slot
@@ -171,6 +172,7 @@ class BatchLoop:
                 self._embedder.free()
             self._ctx.free()
             self._model.free()
+            cpu_turns.leave()  # this thread decodes no more
             release_freed_heap()
 
     def _run(self) -> None:

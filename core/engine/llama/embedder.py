@@ -9,7 +9,6 @@ do. Batch loop thread only.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import time
 
@@ -21,7 +20,7 @@ from ...protocol.events import Finished
 from ...protocol.snapshots import TimingStats
 from ..types import GenerationRequest
 from .backend import CapturedLog
-from .native import CPU_DECODES, Batch, LlamaModel, last_error
+from .native import Batch, LlamaModel, decode_in_turn, last_error
 
 MAX_INPUT_TOKENS = 2048  # one input; all of it must fit one ubatch for pooling
 MAX_SEQUENCES = 16  # inputs per decode
@@ -59,7 +58,8 @@ class Embedder:
             reason = last_error(lines) or "llama.cpp could not create it"
             raise InferError(ErrorKind.OUT_OF_MEMORY, f"no embedding context: {reason}")
         self.ptr = ptr
-        self._turns = CPU_DECODES if model.n_gpu_layers == 0 else contextlib.nullcontext()
+        self._on_cpu = model.n_gpu_layers == 0
+        self._threads = n_threads
         self.memory = llama.llama_get_memory(ptr)
         self.batch = Batch(self.n_ctx)
 
@@ -71,8 +71,7 @@ class Embedder:
             for pos, token in enumerate(tokens):
                 batch.add(token, pos, seq, True)
         llama.llama_memory_clear(self.memory, True)
-        with self._turns:  # (engines on the CPU take turns, see native.py)
-            rc = llama.llama_decode(self.ptr, batch.raw)
+        rc, _ = decode_in_turn(self.ptr, batch.raw, self._on_cpu, self._threads)
         if rc != 0:
             raise InferError(ErrorKind.GENERATION_FAILED, f"llama_decode failed (code {rc})")
         vectors = []

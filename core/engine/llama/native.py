@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,10 @@ import llama_cpp as llama
 import numpy as np
 
 from ...protocol.errors import ErrorKind, InferError
-from .backend import CapturedLog, init_backend
+from . import cpu_turns
+from .backend import CapturedLog, init_backend, supports_gpu_offload
 from .memory import check_context_memory, check_weights_fit
 from .sampler import SamplerChain
-
-# Engines on the CPU take turns to decode: each decode uses every core it was given already,
-# and two at once oversubscribe them, OpenMP's barriers waiting on threads the system has put
-# aside (two engines decoding together made 46-84 tokens/s in all, one alone 100).
-CPU_DECODES = threading.Lock()
 
 
 def check_model_file(path: str, n_gpu_layers: int) -> int:
@@ -254,7 +249,12 @@ class LlamaContext:
                 f"cannot allocate a context of {n_seq} x {n_ctx_seq} tokens: {reason}",
             )
         self.ptr = ptr
-        self._offloaded = model.n_gpu_layers != 0
+        self._threads = n_threads
+        self._on_cpu = model.n_gpu_layers == 0
+        # A CPU build computes within llama_decode; a GPU build may still send a big batch's
+        # products to the device, which the outputs then wait for.
+        self._synchronous = self._on_cpu and not supports_gpu_offload()
+        self.waited_s = 0.0  # the last decode's wait for its turn (cpu_turns.py)
         self.n_seq = n_seq
         self.guesses = guesses
         self.n_ctx_seq = int(llama.llama_n_ctx_seq(ptr))
@@ -273,16 +273,14 @@ class LlamaContext:
 
     def decode(self, batch: Batch) -> int:
         """Start a decode; on a GPU it runs on after this returns (see `synchronize`)."""
-        if self._offloaded:
-            return int(llama.llama_decode(self.ptr, batch.raw))
-        with CPU_DECODES:
-            return int(llama.llama_decode(self.ptr, batch.raw))
+        rc, self.waited_s = decode_in_turn(self.ptr, batch.raw, self._on_cpu, self._threads)
+        return rc
 
     def synchronize(self) -> None:
-        """Wait for the last decode's outputs (reading any of them waits as well). A context
-        without offloaded layers computed them within llama_decode: no call (each lets go of
-        the GIL between two decodes, see short_calls.py)."""
-        if self._offloaded:
+        """Wait for the last decode's outputs (reading any of them waits as well). On a CPU
+        build they are there: no call (each lets go of the GIL between two decodes, see
+        short_calls.py)."""
+        if not self._synchronous:
             llama.llama_synchronize(self.ptr)
 
     def free_sequence(self, seq: int) -> None:
@@ -384,6 +382,14 @@ class Batch:
 
 
 _SIZE = re.compile(r"(?:KV|kv_cache|compute buffer|RS).*?size\s*=\s*([\d.]+)\s*MiB")
+
+
+def decode_in_turn(ptr: Any, raw: Any, on_cpu: bool, threads: int) -> tuple[int, float]:
+    """llama_decode, in turn with other engines where it runs on the CPU (cpu_turns.py): its
+    return code, and the seconds it waited for its turn."""
+    if not on_cpu:
+        return int(llama.llama_decode(ptr, raw)), 0.0
+    return cpu_turns.decode(lambda: int(llama.llama_decode(ptr, raw)), threads)
 
 
 def _buffer_sizes_mb(lines: list[str]) -> float:

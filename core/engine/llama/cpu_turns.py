@@ -1,0 +1,38 @@
+"""Engines on the CPU take turns to decode once their threads outnumber the CPUs.
+
+Each engine decodes on a thread of its own, and OpenMP gives each such thread a team of
+workers, which ggml's CPU backend meets at a barrier after every node of the graph. While the
+teams' threads add up to no more than the CPUs, decodes run side by side. Past that, two at
+once oversubscribe the cores and the barriers wait on threads the system has put aside (two
+2-thread engines on 2 cores decoding together: 46-84 tokens/s in all, one alone ~100,
+bench/bench_two_engines.py), so they take turns: each decode has every core its engine was
+given. (openmp.py sets how long those barriers spin.)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_turn = threading.Lock()
+_teams: dict[int, int] = {}  # each decoding thread's OpenMP team: its threads
+
+
+def decode(call: Callable[[], int], threads: int) -> tuple[int, float]:
+    """Run a CPU decode (`call`), in turn where the teams' threads outnumber the CPUs: its
+    result, and the seconds it waited for its turn (which timings leave out)."""
+    _teams[threading.get_ident()] = threads
+    if sum(tuple(_teams.values())) <= _CPUS:  # (a copy: other threads may join meanwhile)
+        return call(), 0.0
+    start = time.perf_counter()
+    with _turn:
+        waited = time.perf_counter() - start
+        return call(), waited
+
+
+def leave() -> None:
+    """The calling thread decodes no more (its engine closed): its team no longer counts."""
+    _teams.pop(threading.get_ident(), None)
