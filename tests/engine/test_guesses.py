@@ -45,8 +45,8 @@ def test_the_run_is_how_far_back_the_text_matches_its_source() -> None:
 
 
 def test_the_longest_match_wins_over_a_later_shorter_one() -> None:
-    guesser = Guesser([5, 6, 7, 1, 9, 7, 2, 0])
-    assert guesser.guess([5, 6, 7], 2) == [1, 9]  # "5 6 7" matches 3 tokens; "7" alone: 2
+    guesser = Guesser([5, 6, 7, 1, 9, 6, 7, 2, 0])
+    assert guesser.guess([5, 6, 7], 2) == [1, 9]  # "5 6 7" matches 3 tokens; a later "6 7": 2
     guesser = Guesser([3, 1, 3, 2, 8])
     assert guesser.guess([3], 1) == []  # one token alone is too short a match
 
@@ -88,7 +88,7 @@ def test_no_guess_below_the_least_chance_pays() -> None:
     floor = least_chance(1, 1, CPU)
     assert plan_guesses([[floor]], 1, 1, CPU, MAX_GUESSES) == [0]
     assert plan_guesses([[floor + 0.01]], 1, 1, CPU, MAX_GUESSES) == [1]
-    assert KeptRates().chances(3, 32, floor)[-1] > floor  # chances end where none can pay
+    assert len(KeptRates().chances(3, 32, floor)) < len(KeptRates().chances(3, 32, 0.0)) == 32
 
 
 def test_guessing_turns_down_as_the_batch_grows_on_a_cpu_and_not_on_a_gpu() -> None:
@@ -141,13 +141,33 @@ def test_a_stream_whose_lookups_find_nothing_looks_less_often_and_not_for_long()
     for token in range(100, 140):
         generated.append(token)
         if guesser.looks():
-            guesser.offer(generated, 8, 0.5)
+            guesser.offer(generated, 8, 0.5, 0.5)
     assert len(lookups) <= 8  # of 40 steps
     steps = 0
     guesses: list[int] = []
     while not guesses:  # the text now repeats what it said before
         generated.append(100 + steps % 40)
         if guesser.looks():
-            guesses, chances = guesser.offer(generated, 8, 0.5)
+            guesses, chances = guesser.offer(generated, 8, 0.5, 0.5)
         steps += 1
     assert steps <= MAX_PAUSE + 2 and chances
+
+
+def test_a_big_batch_raising_the_floor_pauses_no_lookup() -> None:
+    """A match whose guesses would pay a stream alone is looked up again next step, though
+    this step's batch wanted more than its chance."""
+    passage = list(range(100, 140))
+    guesser = Guesser([7, *passage, 8])
+    guesses, chances = guesser.offer(passage[:10], 8, 0.999, 0.5)  # (32 streams on a CPU)
+    assert guesses == chances == [] and guesser.looks()
+    guesses, chances = guesser.offer(passage[:11], 8, 0.5, 0.5)
+    assert chances and guesses == passage[11 : 11 + len(chances)]
+
+
+def test_a_draft_model_starts_sure_enough_to_guess_at_one_stream_on_a_cpu() -> None:
+    """A draft's run starts at 0 with every stream and after every dropped guess, where the
+    rule of succession says 0.5: on a CPU it would never guess, and so never learn."""
+    floor = least_chance(1, 1, CPU)
+    assert KeptRates().rate(0) <= floor < KeptRates.for_drafts().rate(0)
+    guesser = Guesser([], KeptRates.for_drafts())
+    assert plan_guesses([guesser.chances(8, floor)], 1, 1, CPU, MAX_GUESSES)[0] >= 1

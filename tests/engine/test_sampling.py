@@ -129,6 +129,31 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path) -> None:
     model.free()
 
 
+def test_one_streams_row_draws_what_the_full_chain_draws_step_after_step(model_path) -> None:
+    """One row alone takes its own path (a view of its logits kept by address, the chain over
+    its top-k candidates through calls that keep the GIL): the same draws as the chain over
+    the whole vocabulary, decode after decode on one sequence, the view read anew each time."""
+    model = LlamaModel(str(model_path), 0, 0)
+    ctx = LlamaContext(model, 64, 1, 64, 2)
+    batch = Batch(64)
+    tokens = model.tokenize(PROMPTS[0], add_bos=True, parse_special=False)
+    batch.fill(tokens, list(range(len(tokens))), [0] * len(tokens), [0] * (len(tokens) - 1) + [1])
+    sampler = StepSampler(model.n_vocab, threads=1)
+    fast, full = SamplerChain(SEEDED, model.n_vocab), SamplerChain(SEEDED, model.n_vocab)
+    drawn = []
+    for pos in range(len(tokens), len(tokens) + 12):
+        assert ctx.decode(batch) == 0
+        row = batch.n - 1
+        expected = full.sample(ctx.ptr, row)
+        assert sampler.sample(ctx.ptr, [(row, fast)]) == [expected]
+        drawn.append(expected)
+        batch.fill([expected], [pos], [0], [1])
+    assert len(set(drawn)) > 1  # (a seeded draw, not one token over and over)
+    sampler.close()
+    ctx.free()
+    model.free()
+
+
 def test_a_chain_installed_in_the_graph_samples_there(model_path) -> None:
     """Only token ids come back: the chain's row has no host-side logits to read."""
     model = LlamaModel(str(model_path), 0, 0)

@@ -39,12 +39,13 @@ NGRAM_SIZES = (5, 4, 3, 2)  # the longest match first: it is the likeliest sourc
 MAX_GUESSES = 32  # per stream and step, and in all per step (the context's spare rows)
 MAX_PAUSE = 8  # steps a stream goes at most without a lookup (see Guesser.offer)
 BANDS = 8  # run lengths 0, 1, 2-3, 4-7, ... 64 and more
+DRAFT_PRIOR = 0.8  # a draft model's guesses, kept before any was checked (KeptRates.for_drafts)
 # Before any guess is checked, a guess after a run of r tokens is kept with Laplace's rule of
 # succession at the band's shortest run: (r + 1) / (r + 2), worth this many checked guesses.
 _PRIOR_WEIGHT = 4.0
 _FORGET = 0.99  # each guess checked in a band weighs its older ones down: ~100 remembered
 _IDLE_FORGET = 0.998  # and each step without guesses, all bands: the priors come back
-_IDLE_BATCH = 16
+_IDLE_BATCH = 16  # idle steps whose fading is applied at once (idle() runs every step)
 # A guessed token costs the step this much more than a token does: the host's own work on
 # its row, which the step cost leaves out (at 32 streams on the 2-core EPYC, guesses that
 # barely paid without it cost 30 %).
@@ -52,6 +53,7 @@ _MARGIN = 0.1
 
 
 def band(run: int) -> int:
+    """The band of run lengths `run` is in: 0, 1, 2-3, 4-7, ...; the last holds the rest."""
     return min(run.bit_length(), BANDS - 1)
 
 
@@ -66,12 +68,20 @@ class KeptRates:
     checked). Shared by the engine's streams: a new stream starts from what the others
     learnt, and does not pay to find out again where guesses fail."""
 
-    def __init__(self) -> None:
+    def __init__(self, priors: Sequence[float] | None = None) -> None:
+        self._priors = list(priors) if priors else [_prior(b) for b in range(BANDS)]
         self._kept = [0.0] * BANDS
         self._checked = [0.0] * BANDS
-        self._rates = [_prior(b) for b in range(BANDS)]  # read at every step: kept current
+        self._rates = list(self._priors)  # read at every step: kept current
         self.surest = max(self._rates)  # the best chance any first guess has
         self._idle = 0  # steps without guesses whose fading is not applied yet
+
+    @classmethod
+    def for_drafts(cls) -> KeptRates:
+        """A draft model's: its run starts at 0 with every stream and after every guess
+        dropped, where the rule of succession says 0.5, below what a guess costs a CPU at one
+        stream (it would never guess, nor learn); a draft is about as sure at any run."""
+        return cls([DRAFT_PRIOR] * BANDS)
 
     def rate(self, run: int) -> float:
         """How likely a guess after a run of `run` tokens is kept."""
@@ -84,7 +94,7 @@ class KeptRates:
         out: list[float] = []
         chance = 1.0
         for j in range(run, run + n):
-            chance *= rates[min(j.bit_length(), last)]
+            chance *= rates[min(j.bit_length(), last)]  # (band(j), inline: per guess)
             if chance <= floor:
                 break
             out.append(chance)
@@ -112,8 +122,8 @@ class KeptRates:
 
     def _update(self) -> None:
         self._rates = [
-            (k + _PRIOR_WEIGHT * _prior(b)) / (c + _PRIOR_WEIGHT)
-            for b, (k, c) in enumerate(zip(self._kept, self._checked, strict=True))
+            (k + _PRIOR_WEIGHT * prior) / (c + _PRIOR_WEIGHT)
+            for prior, k, c in zip(self._priors, self._kept, self._checked, strict=True)
         ]
         self.surest = max(self._rates)
 
@@ -133,23 +143,26 @@ class Guesser:
     _paused: int = 0  # steps left before the next lookup
 
     def looks(self) -> bool:
-        """Whether the stream looks for guesses this step. One whose lookups find nothing
-        worth guessing (text that does not repeat) looks again after a pause that doubles up
-        to MAX_PAUSE steps: a lookup is host work between two decodes."""
+        """Whether the stream looks for guesses this step (asked once a step). One whose
+        lookups find nothing worth guessing (text that does not repeat) looks again after a
+        pause that doubles up to MAX_PAUSE steps: a lookup is host work between two decodes."""
         if self._paused:
             self._paused -= 1
             return False
         return True
 
     def offer(
-        self, generated: Sequence[int], limit: int, floor: float
+        self, generated: Sequence[int], limit: int, floor: float, alone: float
     ) -> tuple[list[int], list[float]]:
-        """Up to `limit` guesses and their chances, those above `floor`."""
+        """Up to `limit` guesses and their chances, those above `floor`. Lookups pause where
+        even a stream alone would not guess (`alone`: the least chance then): no match, or a
+        run at which guesses fail; not where a big batch raises the floor for a while."""
         guesses = self.guess(generated, limit) if limit else []
         chances = self.chances(len(guesses), floor) if guesses else []
-        self._pause = 0 if chances else min(max(1, 2 * self._pause), MAX_PAUSE)
+        pays_alone = bool(guesses) and self.rates.rate(self.run) > alone
+        self._pause = 0 if pays_alone else min(max(1, 2 * self._pause), MAX_PAUSE)
         self._paused = self._pause
-        return guesses, chances
+        return guesses[: len(chances)], chances
 
     def text(self, generated: Sequence[int]) -> list[int]:
         """The stream's text: its prompt and the tokens it has generated."""
@@ -172,7 +185,7 @@ class Guesser:
         for size in NGRAM_SIZES:
             if n > size and (at := ends.get(tuple(tokens[n - size :]))) is not None:
                 run = size
-                longest = min(at, 1 << (BANDS - 1))  # (the last band has no end)
+                longest = min(at, 1 << (BANDS - 2))  # (runs from there on share the last band)
                 while run < longest and tokens[at - run - 1] == tokens[n - run - 1]:
                     run += 1
                 self.run = run
@@ -197,24 +210,24 @@ def least_chance(yields: float, tokens: float, cost: StepCost) -> float:
 
 
 def plan_guesses(
-    offers: Sequence[Sequence[float]], yields: float, tokens: int, cost: StepCost, room: int
+    chances: Sequence[Sequence[float]], yields: float, tokens: int, cost: StepCost, room: int
 ) -> list[int]:
-    """How many guesses each stream decodes this step. `offers` are how likely each stream's
+    """How many guesses each stream decodes this step. `chances`: how likely each stream's
     guesses are kept, in order (each no likelier than the one before); `yields` the tokens
     the step gives without guesses (one per stream, and the prompt tokens it reads), `tokens`
     those it decodes; `room` the guesses the step can hold. Guesses go in order of their
     chance while it exceeds what a guess costs the step's rate (see the module's docstring)."""
-    taken = [0] * len(offers)
-    chances = [offer[0] if offer else 0.0 for offer in offers]
+    taken = [0] * len(chances)
+    best_next = [stream[0] if stream else 0.0 for stream in chances]
     decoded = float(tokens)  # a guess counts 1 + _MARGIN: its token, and the host's work on it
     while room > 0:
-        best = max(range(len(offers)), key=chances.__getitem__, default=None)
-        if best is None or chances[best] <= least_chance(yields, decoded, cost):
+        best = max(range(len(chances)), key=best_next.__getitem__, default=None)
+        if best is None or best_next[best] <= least_chance(yields, decoded, cost):
             break
-        yields += chances[best]
+        yields += best_next[best]
         decoded += 1 + _MARGIN
         room -= 1
         taken[best] += 1
-        offer = offers[best]
-        chances[best] = offer[taken[best]] if taken[best] < len(offer) else 0.0
+        stream = chances[best]
+        best_next[best] = stream[taken[best]] if taken[best] < len(stream) else 0.0
     return taken

@@ -49,7 +49,8 @@ class SlotTable:
         self.options = options
         self.slots: list[Slot | None] = [None] * ctx.n_seq
         self.graph = GraphSamplers(ctx, model.n_vocab) if options.backend_sampling else None
-        self.kept_rates = KeptRates()  # of this engine's guesses, by run: shared by its streams
+        # of this engine's guesses, by run: shared by its streams
+        self.kept_rates = KeptRates.for_drafts() if options.draft_path else KeptRates()
         self.kept = PromptCache(ctx, model.n_swa)
         self.steps = 0
 

@@ -49,6 +49,7 @@ class Stepper:
         self._filler_token = max(0, self._model.bos)
         self._cost: StepCost | None = None  # a step's seconds: guesses, holes worth filling
         self._widest_hole = float("inf")
+        self._alone = 1.0
         self._draft: DraftModel | None = None  # guesses from a draft model, not the text
         if self._options.speculative and self._options.draft_path:
             self._draft = DraftModel(
@@ -58,6 +59,7 @@ class Stepper:
         if self._options.speculative or self._ctx.n_seq > 1:
             self._cost = StepCost.measure(self._ctx, 0, self._filler_token)
             self._widest_hole = self._cost.fixed_tokens
+            self._alone = least_chance(1, 1, self._cost)  # what a guess needs at one stream
             log.info(
                 "a decode step takes %.2f ms + %.2f ms a token (its fixed part is worth %.1f "
                 "tokens: guesses and fillers are weighed against it)", 1000 * self._cost.fixed,
@@ -146,7 +148,7 @@ class Stepper:
         ]  # fmt: skip
         pairs = list(zip(guessing, limits, strict=True))
         if self._draft is None:  # the text's own continuations, then as many as pay
-            found = [g.offer(s.generated, n, floor) for (s, g), n in pairs]
+            found = [g.offer(s.generated, n, floor, self._alone) for (s, g), n in pairs]
             offers, chances = [o for o, _ in found], [c for _, c in found]
             if not any(chances):
                 rates.idle()
@@ -271,6 +273,7 @@ class Stepper:
         rc = self._ctx.decode(self._batch)
         for seq in fill:
             kept.filled(seq)
+        began += self._ctx.waited_s  # (its turn on the CPU is not decoding: cpu_turns.py)
         if rc != 0:
             self.decode_s += time.perf_counter() - began
             self._decode_failed(rc, list(slots.values()), events)
