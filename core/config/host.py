@@ -4,14 +4,13 @@ upstream servers, keys, fair shares and the ledger."""
 from __future__ import annotations
 
 import socket
-from typing import Annotated, Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import NoDecode
 
 from ..protocol.keep_alive import seconds_of
 from .engine import EngineDefaults
-from .lists import comma_separated
+from .lists import CommaList
 
 
 class HttpSettings(BaseModel):
@@ -41,7 +40,7 @@ class HttpSettings(BaseModel):
         description="reply length of an OpenAI request that sets none; unset: until the "
         "context is full, as OpenAI's, Ollama's and llama-server's (spec 004 says 128)",
     )
-    cors_origins: Annotated[list[str], NoDecode] = Field(
+    cors_origins: CommaList = Field(
         default_factory=list,
         description="let web pages of these origins call the HTTP API, as OLLAMA_ORIGINS: "
         "http://localhost:3000, http://localhost:*, * (comma-separated, in "
@@ -52,11 +51,6 @@ class HttpSettings(BaseModel):
         description="names a request's Host may give besides localhost, on a loopback listen "
         "without API keys (a proxy's name); others are refused against DNS rebinding",
     )
-
-    @field_validator("cors_origins", mode="before")
-    @classmethod
-    def _origins(cls, value: Any) -> Any:
-        return comma_separated(value)
 
 
 class P2PSettings(BaseModel):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic_settings import NoDecode
 
 
 def comma_separated(value: Any) -> Any:
@@ -16,3 +19,7 @@ def comma_separated(value: Any) -> Any:
     if isinstance(value, list):
         return [part.strip() for item in value for part in str(item).split(",") if part.strip()]
     return value
+
+
+# A list of strings that the environment or a flag may give comma-separated.
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(comma_separated)]

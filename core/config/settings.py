@@ -7,12 +7,11 @@ environment: `INFERTUI_HOST__QUEUE=16`, `INFERTUI_HOST__ENGINE__CTX=2048`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
-    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -21,7 +20,7 @@ from pydantic_settings import (
 from .. import paths
 from .client import ClientSettings, UiSettings
 from .host import HostSettings
-from .lists import comma_separated
+from .lists import CommaList
 
 
 class Settings(BaseSettings):
@@ -51,16 +50,11 @@ class Settings(BaseSettings):
         description="HTTP clients that send this key may manage engines (or INFERTUI_ADMIN_KEY); "
         "unset: only on a loopback bind",
     )
-    bootstrap: Annotated[list[str], NoDecode] = Field(
+    bootstrap: CommaList = Field(
         default_factory=list,
         description="a private DHT's nodes, HOST:PORT (comma-separated, in INFERTUI_BOOTSTRAP "
         "too); empty: the public Hyperswarm DHT",
     )
-
-    @field_validator("bootstrap", mode="before")
-    @classmethod
-    def _bootstrap(cls, value: Any) -> Any:
-        return comma_separated(value)
 
     @classmethod
     def settings_customise_sources(
