@@ -45,6 +45,9 @@ async def test_a_quote_is_guessed_ahead_and_the_dropped_guesses_leave_no_cells(m
     # the job's cells stay for the next prompt: its prompt and output, no dropped guess
     cells = engine._loop.sequence_length(0)
     assert cells <= end.timings.tokens_in + end.timings.tokens_out + 1
+    # what sampling a guessed row costs the host was timed, in tokens' worth of a step
+    row = engine._loop._stepper._cost.row
+    assert row != StepCost.row and 0.02 <= row < 1
 
 
 async def test_a_seeded_job_draws_the_same_text_with_guesses_run_after_run(make_pool):

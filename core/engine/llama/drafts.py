@@ -23,7 +23,8 @@ How many: a step costs about `a + b * tokens` seconds (measured when the engine 
 step_cost.py). A guess kept with probability p adds p tokens for b seconds; it is worth it while
 the step's tokens per second grow, that is while p > T / (a/b + N), with T the tokens the step
 yields already and N the tokens it decodes; a guess counts as a little more than a token
-there, for the host's own work on its row (which the step cost leaves out). On a CPU, where
+there, for the host's own work on its row (which the step cost leaves out; the engine times
+it, StepCost.row). On a CPU, where
 b is large against a, a step of eight streams wants p > 1 and guessing turns itself off as
 the batch grows; on a GPU, b is small and guesses stay worth it far longer.
 """
@@ -46,10 +47,6 @@ _PRIOR_WEIGHT = 4.0
 _FORGET = 0.99  # each guess checked in a band weighs its older ones down: ~100 remembered
 _IDLE_FORGET = 0.998  # and each step without guesses, all bands: the priors come back
 _IDLE_BATCH = 16  # idle steps whose fading is applied at once (idle() runs every step)
-# A guessed token costs the step this much more than a token does: the host's own work on
-# its row, which the step cost leaves out (at 32 streams on the 2-core EPYC, guesses that
-# barely paid without it cost 30 %).
-_MARGIN = 0.1
 
 
 def band(run: int) -> int:
@@ -206,7 +203,7 @@ class Guesser:
 def least_chance(yields: float, tokens: float, cost: StepCost) -> float:
     """The chance below which no guess pays in a step that yields `yields` tokens and decodes
     `tokens` (taking guesses only raises it: see `plan_guesses`)."""
-    return yields * (1 + _MARGIN) / (cost.fixed_tokens + tokens)
+    return yields * (1 + cost.row) / (cost.fixed_tokens + tokens)
 
 
 def plan_guesses(
@@ -219,13 +216,13 @@ def plan_guesses(
     chance while it exceeds what a guess costs the step's rate (see the module's docstring)."""
     taken = [0] * len(chances)
     best_next = [stream[0] if stream else 0.0 for stream in chances]
-    decoded = float(tokens)  # a guess counts 1 + _MARGIN: its token, and the host's work on it
+    decoded = float(tokens)  # a guess counts 1 + cost.row: its token, and the host's work on it
     while room > 0:
         best = max(range(len(chances)), key=best_next.__getitem__, default=None)
         if best is None or best_next[best] <= least_chance(yields, decoded, cost):
             break
         yields += best_next[best]
-        decoded += 1 + _MARGIN
+        decoded += 1 + cost.row
         room -= 1
         taken[best] += 1
         stream = chances[best]

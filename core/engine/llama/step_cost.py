@@ -18,6 +18,9 @@ class StepCost:
 
     fixed: float
     per_token: float
+    # The host's work on a guessed row (its sampling with the stream's chain), in tokens' worth:
+    # a guess costs the step 1 + row tokens. A guess, until the engine has timed its own.
+    row: float = 0.1
 
     @property
     def fixed_tokens(self) -> float:
