@@ -36,7 +36,7 @@ from .step_sampler import StepSampler
 log = logging.getLogger(__name__)
 
 _ROW_STEP = 0.05  # how fast the time of a guessed row's sampling follows each stream's rows
-_ROWS_PER_UPDATE = 32  # guessed rows timed between two updates of the step cost's `row`
+_ROWS_PER_UPDATE = 16  # guessed rows timed between two updates of the step cost's `row`
 _LEAST_ROW = 0.02  # a guess never counts less than this over its token: the model's error
 
 
@@ -327,14 +327,18 @@ class Stepper:
         for j in range(len(ahead) + 1):
             row = first + j
             picks.extend(self._sampler.sample(self._ctx.ptr, [(row, slot.chain)], [rank + j]))
-            if j == len(ahead) or picks[-1] != ahead[j]:
+            if j == len(ahead) or picks[-1] != ahead[j] or self._ends(slot, picks[-1]):
                 break
         self._time_rows(time.perf_counter() - began, len(picks))
-        kept = len(picks) - 1
-        self.guessed += len(ahead)
-        self.kept += kept
+        kept = len(picks) - 1  # guesses whose cells stay (the last pick is the next token)
+        # A kept guess that ends the job: the guesses after it were never checked, and no
+        # miss is learnt from them (one at every quote's end held long runs' rates down).
+        ended = len(picks) <= len(ahead) and picks[-1] == ahead[len(picks) - 1]
+        checked, matched = (len(picks), len(picks)) if ended else (len(ahead), kept)
+        self.guessed += checked
+        self.kept += matched
         if slot.guesser is not None:
-            slot.guesser.kept(len(ahead), kept)
+            slot.guesser.kept(checked, matched)
         slot.n_past += kept  # (its own token is counted already)
         if kept < len(ahead):
             self._ctx.trim_sequence(slot.index, slot.n_past)
@@ -387,10 +391,7 @@ class Stepper:
         if slot.first_token_at is None:
             slot.first_token_at = time.perf_counter()
         slot.generated.append(token)
-        # ignore_eos (benchmarks) goes past every end, a chat's turn markers too, as
-        # llama-server's does
-        ends = token in request.stop_tokens or self._model.is_end_of_generation(token)
-        if ends and not request.params.ignore_eos:
+        if self._ends(slot, token):
             self._seqs.finish(slot, "stop", events)
             return
         request.tokens_out += 1
@@ -405,6 +406,13 @@ class Stepper:
             self._seqs.finish(slot, "length", events)
             return
         slot.last_token = token
+
+    def _ends(self, slot: Slot, token: int) -> bool:
+        """Whether the token ends the job. ignore_eos (benchmarks) goes past every end, a
+        chat's turn markers too, as llama-server's does."""
+        request = slot.request
+        ends = token in request.stop_tokens or self._model.is_end_of_generation(token)
+        return ends and not request.params.ignore_eos
 
     def _text(self, slot: Slot, token: int, events: Events) -> bool:
         """Publish a token's text; False when a stop string ended the job."""
