@@ -14,23 +14,28 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from typing import Any
+
+import llama_cpp as llama
 
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _turn = threading.Lock()
 _teams: dict[int, int] = {}  # each decoding thread's OpenMP team: its threads
 
 
-def decode(call: Callable[[], int], threads: int) -> tuple[int, float]:
-    """Run a CPU decode (`call`), in turn where the teams' threads outnumber the CPUs: its
-    result, and the seconds it waited for its turn (which timings leave out)."""
+def decode(ptr: Any, raw: Any, on_cpu: bool, threads: int) -> tuple[int, float]:
+    """llama_decode of a context's batch, in turn where it runs on the CPU and the teams'
+    threads outnumber the CPUs: its return code, and the seconds it waited for its turn
+    (which timings leave out)."""
+    if not on_cpu:
+        return int(llama.llama_decode(ptr, raw)), 0.0
     _teams[threading.get_ident()] = threads
     if sum(tuple(_teams.values())) <= _CPUS:  # (a copy: other threads may join meanwhile)
-        return call(), 0.0
+        return int(llama.llama_decode(ptr, raw)), 0.0
     start = time.perf_counter()
     with _turn:
         waited = time.perf_counter() - start
-        return call(), waited
+        return int(llama.llama_decode(ptr, raw)), waited
 
 
 def leave() -> None:

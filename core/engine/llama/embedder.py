@@ -19,8 +19,9 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished
 from ...protocol.snapshots import TimingStats
 from ..types import GenerationRequest
+from . import cpu_turns
 from .backend import CapturedLog
-from .native import Batch, LlamaModel, decode_in_turn, last_error
+from .native import Batch, LlamaModel, last_error
 
 MAX_INPUT_TOKENS = 2048  # one input; all of it must fit one ubatch for pooling
 MAX_SEQUENCES = 16  # inputs per decode
@@ -71,7 +72,7 @@ class Embedder:
             for pos, token in enumerate(tokens):
                 batch.add(token, pos, seq, True)
         llama.llama_memory_clear(self.memory, True)
-        rc, _ = decode_in_turn(self.ptr, batch.raw, self._on_cpu, self._threads)
+        rc, _ = cpu_turns.decode(self.ptr, batch.raw, self._on_cpu, self._threads)
         if rc != 0:
             raise InferError(ErrorKind.GENERATION_FAILED, f"llama_decode failed (code {rc})")
         vectors = []

@@ -273,7 +273,7 @@ class LlamaContext:
 
     def decode(self, batch: Batch) -> int:
         """Start a decode; on a GPU it runs on after this returns (see `synchronize`)."""
-        rc, self.waited_s = decode_in_turn(self.ptr, batch.raw, self._on_cpu, self._threads)
+        rc, self.waited_s = cpu_turns.decode(self.ptr, batch.raw, self._on_cpu, self._threads)
         return rc
 
     def synchronize(self) -> None:
@@ -382,14 +382,6 @@ class Batch:
 
 
 _SIZE = re.compile(r"(?:KV|kv_cache|compute buffer|RS).*?size\s*=\s*([\d.]+)\s*MiB")
-
-
-def decode_in_turn(ptr: Any, raw: Any, on_cpu: bool, threads: int) -> tuple[int, float]:
-    """llama_decode, in turn with other engines where it runs on the CPU (cpu_turns.py): its
-    return code, and the seconds it waited for its turn."""
-    if not on_cpu:
-        return int(llama.llama_decode(ptr, raw)), 0.0
-    return cpu_turns.decode(lambda: int(llama.llama_decode(ptr, raw)), threads)
 
 
 def _buffer_sizes_mb(lines: list[str]) -> float:
