@@ -4,11 +4,13 @@ llama-server from the same llama.cpp without and with its own prompt lookup
 (`--spec-type ngram-simple`), side by side in one run.
 
     .venv/bin/python bench/bench_speculative.py --llama-server /tmp/lbuild/bin/llama-server
+        [--streams 1,2,8,32] [--rounds 3] [--many-rounds 1]
 
 Each stream asks (chat, temperature 0, repeat penalty 1, no ignore_eos) to repeat one of a
 few passages with one word changed. All servers run at once and take turns, round by round.
-Figures: aggregate completion tokens/s over the wall clock (median of `--rounds`), and
-whether each server's greedy texts with guesses are the texts without.
+Figures: aggregate completion tokens/s over the wall clock (the median of `--rounds`, of
+`--many-rounds` from 32 streams on), and whether each server's greedy texts with guesses are
+the texts without.
 """
 
 from __future__ import annotations
@@ -97,15 +99,19 @@ async def one_round(url: str, streams: int, tokens: int) -> tuple[float, list[st
     return sum(n for n, _ in done) / wall, [text for _, text in done]
 
 
-def measure(urls: dict[str, str], streams: list[int], rounds: int, tokens: int) -> dict:
+def measure(
+    urls: dict[str, str], streams: list[int], rounds: int, many_rounds: int, tokens: int
+) -> dict:
     """Each server's rates at each number of streams, the servers taking turns round by
-    round (the machine's swings then reach them all alike)."""
-    for url in urls.values():
-        asyncio.run(one_round(url, 1, 8))  # warm up
+    round (the machine's swings then reach them all alike). A short round at each number
+    of streams warms every server up first: the first round at a new batch size ran
+    slower for all of them (82 against 130 tokens/s at 8 streams, 96-117 against 168 at 32)."""
     out: dict[str, dict[int, tuple]] = {name: {} for name in urls}
     for n in streams:
+        for url in urls.values():
+            asyncio.run(one_round(url, n, 16))
         results: dict[str, list] = {name: [] for name in urls}
-        for _ in range(rounds if n < 32 else 1):
+        for _ in range(rounds if n < 32 else many_rounds):
             for name, url in urls.items():
                 results[name].append(asyncio.run(one_round(url, n, tokens)))
         for name, got in results.items():
@@ -118,7 +124,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-server", help="llama-server binary to compare with")
     parser.add_argument("--streams", default="1,2,8,32")
-    parser.add_argument("--rounds", type=int, default=3, help="(one at 32 streams and more)")
+    parser.add_argument("--rounds", type=int, default=3, help="below 32 streams")
+    parser.add_argument("--many-rounds", type=int, default=1, help="at 32 streams and more")
     parser.add_argument("--tokens", type=int, default=160)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -140,13 +147,14 @@ def main() -> None:
         for name, start in servers.items():
             proc, urls[name] = start()
             procs.append(proc)
-        results = measure(urls, streams, args.rounds, args.tokens)
+        results = measure(urls, streams, args.rounds, args.many_rounds, args.tokens)
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(30)
     print(f"bundled model, quote and edit, greedy, {args.tokens} tokens at most, "
-          f"{args.threads} threads; tokens/s, median of {args.rounds} (rounds)")  # fmt: skip
+          f"{args.threads} threads; tokens/s, median of {args.rounds} rounds "
+          f"({args.many_rounds} at 32 streams and more)")  # fmt: skip
     names = list(results)
     print("| streams | " + " | ".join(names) + " | guesses / none (infertui) | same text |"
           + (" ngram / none (llama-server) | same text | infertui+guesses / llama-server+ngram |"
