@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import statistics
 import sys
@@ -91,7 +92,7 @@ def main() -> None:
         for name, env in versions.items():
             cmd = [*env, *front_cmd(upstream, BURST * 2)]
             url = stack.enter_context(server(cmd, logs / f"front-{name.split()[0]}.log"))
-            fronts.append((url, front_pid(url)))
+            fronts.append((url, listening_pid(url)))
         asyncio.run(one_round(fronts, 4, 3))  # warm: connections, first-use imports
         print(f"front CPU per request (ms), bursts of {BURST}, medians of {args.rounds} rounds")
         for tokens in map(int, args.tokens.split(",")):
@@ -104,18 +105,22 @@ def main() -> None:
             print(f"{tokens:>4} tokens: {line}{ratio}")
 
 
-def front_pid(url: str) -> int:
-    """The pid of the host process that listens at `url` (its command line names the port)."""
+def listening_pid(url: str) -> int:
+    """The pid of the server process that listens at `url`: its command line names the port
+    (infertui's `--http 127.0.0.1:PORT`, llama-server's `--port PORT`)."""
     listen = url.removeprefix("http://")
+    port = listen.rpartition(":")[2].encode()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if listen.encode() in argv and b"python" in argv[0]:
+            if listen.encode() in argv or any(
+                a == b"--port" and b == port for a, b in itertools.pairwise(argv)
+            ):
                 return int(entry.name)
-    raise RuntimeError(f"no host process listens at {url}")
+    raise RuntimeError(f"no server process listens at {url}")
 
 
 if __name__ == "__main__":
