@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .events import TokenText
-from .openai import FunctionCall, ToolCallOut
+from .openai_replies import FunctionCall, ToolCallOut
 from .tool_stream import CallDelta, CallStream, may_be_a_call, parse_calls
 
 

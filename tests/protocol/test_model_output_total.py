@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from infertui.core.protocol.events import TokenText
-from infertui.core.protocol.openai import AssistantMessage, ToolCallOut
+from infertui.core.protocol.openai_replies import AssistantMessage, ToolCallOut
 from infertui.core.protocol.sse_reader import sse_batches
 from infertui.core.protocol.tool_stream import CallDelta, CallStream, partial_calls
 from infertui.core.protocol.tool_use import HeldReply, ToolUse

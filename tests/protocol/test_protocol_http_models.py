@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from infertui.core.protocol import chat_api, host_api, openai, orchestrator, p2p
+from infertui.core.protocol import chat_api, host_api, openai, openai_replies, orchestrator, p2p
 from infertui.core.protocol.errors import ErrorKind, InferError
 
 
@@ -59,7 +59,7 @@ def test_spec_004_sampling_maps_stop_and_extras() -> None:
 
 def test_spec_004_error_envelope_shape() -> None:
     err = InferError(ErrorKind.MODEL_NOT_FOUND, "Model 'x' not found", param="model")
-    body = openai.error_envelope(err).model_dump()
+    body = openai_replies.error_envelope(err).model_dump()
     assert body == {
         "error": {
             "message": "Model 'x' not found",

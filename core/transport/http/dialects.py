@@ -14,7 +14,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from ...protocol import chat_api, openai, orchestrator
+from ...protocol import chat_api, openai_replies, orchestrator
 from ...protocol.errors import ErrorKind, InferError
 
 
@@ -79,7 +79,7 @@ def error_response(err: InferError, family: Dialect) -> JSONResponse:
             base = orchestrator.Backpressure(**base.model_dump(), policy_label=label)
         body = base.model_dump(exclude_none=True)
     else:
-        body = openai.error_envelope(err).model_dump()
+        body = openai_replies.error_envelope(err).model_dump()
     headers = {}
     if err.retry_after_ms is not None and err.retriable:
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_ms / 1000)))

@@ -21,7 +21,7 @@ from ...protocol.conversations import (
     item_page,
 )
 from ...protocol.errors import ErrorKind, InferError
-from ...protocol.openai import ErrorEnvelope
+from ...protocol.openai_replies import ErrorEnvelope
 from ...protocol.responses import check_items
 from .access import access_of
 from .dialects import documented_errors

@@ -19,7 +19,7 @@ from ...protocol.host_api import (
     RemoveEngineResponse,
     SystemUsage,
 )
-from ...protocol.openai import ErrorEnvelope
+from ...protocol.openai_replies import ErrorEnvelope
 from ...protocol.snapshots import EngineState, EngineStatus
 from .access import ADMIN_ONLY, admin_refusals
 from .deps import service_of

@@ -18,20 +18,22 @@ from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import TokenText
 from ...protocol.finish import openai_finish
 from ...protocol.openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+)
+from ...protocol.openai_replies import (
     AssistantMessage,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChatLogprobs,
     ChunkChoice,
     CompletionChoice,
     CompletionLogprobs,
-    CompletionRequest,
     Delta,
     EmbeddingData,
     EmbeddingList,
-    EmbeddingRequest,
     EmbeddingUsage,
     ErrorEnvelope,
     FunctionCall,

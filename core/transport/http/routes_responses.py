@@ -30,7 +30,7 @@ from ...host.reply import reply
 from ...protocol.conversations import MAX_PAGE, ItemList, item_page, stored_item
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.events import Finished, TokenText
-from ...protocol.openai import ErrorEnvelope, ToolCallOut
+from ...protocol.openai_replies import ErrorEnvelope, ToolCallOut
 from ...protocol.responses import (
     DeletedResponse,
     FunctionCallItem,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, Request
 
-from ...protocol.openai import ErrorEnvelope
+from ...protocol.openai_replies import ErrorEnvelope
 from ...protocol.tokens import (
     DetokenizeRequest,
     DetokenizeResponse,
