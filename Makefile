@@ -13,7 +13,8 @@ TYPED  := build/typed/infertui
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml core/transport/p2p/bridge/package-lock.json tools/install_llama_cpp.sh
+$(STAMP): pyproject.toml core/transport/p2p/bridge/package-lock.json tools/install_llama_cpp.sh \
+		setup.py core/engine/llama/fast_rows.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	sh tools/install_llama_cpp.sh $(BIN)/python

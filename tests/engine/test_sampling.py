@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from infertui.core.engine import BUNDLED_SAMPLING
-from infertui.core.engine.llama import recommended
+from infertui.core.engine.llama import recommended, step_sampler
+from infertui.core.engine.llama.fast_rows import FAST_ROWS
 from infertui.core.engine.llama.native import Batch, LlamaContext, LlamaModel
 from infertui.core.engine.llama.sampler import SamplerChain
 from infertui.core.engine.llama.step_sampler import (
@@ -38,6 +39,25 @@ PROMPTS = [
     "The three primary colors are",
 ]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+# A top-k row is sampled in C where the install built fast_rows.c, else through numpy: the
+# tests that draw rows take both ways.
+ROW_WAYS = [
+    pytest.param(
+        "compiled",
+        marks=pytest.mark.skipif(FAST_ROWS is None, reason="fast_rows.c is not built here"),
+    ),
+    "numpy",
+]
+
+
+@pytest.fixture
+def row_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    way: str = request.param
+    if way == "numpy":
+        monkeypatch.setattr(step_sampler, "FAST_ROWS", None)
+    return way
+
+
 SEEDED = SamplingParams(temperature=0.9, top_k=40, top_p=0.95, seed=4242, max_tokens=24)
 PENALISED = SEEDED.model_copy(update={"repeat_penalty": 1.3, "presence_penalty": 0.5})
 
@@ -99,7 +119,8 @@ async def test_penalties_and_mixed_chains_share_a_step(make_pool, backend: bool)
     assert end.finish_reason in ("stop", "length") and text
 
 
-def test_the_host_samplers_draw_what_the_full_chain_draws(model_path) -> None:
+@pytest.mark.parametrize("row_way", ROW_WAYS, indirect=True)
+def test_the_host_samplers_draw_what_the_full_chain_draws(model_path, row_way: str) -> None:
     """StepSampler's fast paths (one argmax for greedy rows, a top-k prefilter for sampled ones)
     against each chain sampling the whole vocabulary, on one real decode step, with the rows'
     kinds interleaved so that runs break."""
@@ -129,9 +150,12 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path) -> None:
     model.free()
 
 
-def test_one_streams_row_draws_what_the_full_chain_draws_step_after_step(model_path) -> None:
-    """One row alone takes its own path (a view of its logits kept by address, the chain over
-    its top-k candidates through calls that keep the GIL): the same draws as the chain over
+@pytest.mark.parametrize("row_way", ROW_WAYS, indirect=True)
+def test_one_streams_row_draws_what_the_full_chain_draws_step_after_step(
+    model_path, row_way: str
+) -> None:
+    """One row alone takes its own path (its top-k candidates and the chain over them in one C
+    call, or a view of its logits kept by address and calls that keep the GIL): the same draws as the chain over
     the whole vocabulary, decode after decode on one sequence, the view read anew each time."""
     model = LlamaModel(str(model_path), 0, 0)
     ctx = LlamaContext(model, 64, 1, 64, 2)
@@ -422,3 +446,24 @@ def test_the_top_k_prefilter_keeps_every_token_top_k_can_pick(n_vocab: int) -> N
                 assert np.count_nonzero(row[ids] >= kth) >= top_k
         chain.free()
     sampler.close()
+
+
+@pytest.mark.skipif(FAST_ROWS is None, reason="fast_rows.c is not built here")
+@pytest.mark.parametrize("n_vocab", [8192, 32000, 32001, 49152, 128256])
+def test_the_compiled_prefilter_picks_numpys_candidates(n_vocab: int) -> None:
+    """fast_rows.c's candidates are `_row_candidates`' own, in the same order: the chain then
+    draws the same token from either (values compared, none computed: exact on any CPU)."""
+    assert FAST_ROWS is not None
+    rng = np.random.default_rng(n_vocab)
+    for t in range(40):
+        row = (rng.standard_normal(n_vocab) * rng.uniform(0.1, 5.0)).astype(np.float32)
+        if t % 4 == 0:
+            row[rng.integers(0, n_vocab, 100)] = row.max()  # ties at the top
+        if t % 5 == 0:
+            row[: n_vocab // 2] = -np.inf  # half the vocabulary banned
+        if t % 6 == 0:
+            row[-3:] = 50.0  # the best tokens in the tail past the last whole group
+        for top_k in (1, 40, 63):
+            ours, numpys = FAST_ROWS.candidates(row, top_k), _row_candidates(row, top_k)
+            assert np.array_equal(ours["id"], numpys["id"])
+            assert np.array_equal(ours["logit"], numpys["logit"])

@@ -7,12 +7,14 @@ costs on a 128k vocabulary); every other chain runs natively, spread over a few 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import llama_cpp as llama
 import numpy as np
 
+from .fast_rows import FAST_ROWS
 from .native import floats_at
 from .sampler import NO_TOKEN, TOKEN_DATA, SamplerChain
 from .short_calls import HOLDING, RELEASING, ShortCalls
@@ -48,6 +50,7 @@ class StepSampler:
     def __init__(self, n_vocab: int, threads: int | None = None) -> None:
         self._n_vocab = n_vocab
         self._views: dict[int, np.ndarray] = {}  # logits rows by address (see `_logits`)
+        self._rooms = threading.local()  # each thread's candidates for fast_rows.c
         self._threads = max(1, min(8, threads or os.cpu_count() or 1))
         self._pool = (
             ThreadPoolExecutor(self._threads - 1, thread_name_prefix="sampler")
@@ -79,8 +82,7 @@ class StepSampler:
             return out
         if len(host) == 1:  # one stream: none of the machinery for many rows
             k = host[0]
-            row, chain = rows[k]
-            out[k] = self._sample_row(ctx, row, chain, self._logits(ctx, row))
+            out[k] = self._sample_row(ctx, *rows[k])
             return out
         # The first read synchronises the context and puts its outputs in batch order; after
         # it, reading logits has no side effects, so threads may share the rest.
@@ -148,13 +150,27 @@ class StepSampler:
             else:
                 self._top_k(block, [rows[k][1] for k in run], run, out)
 
-    def _sample_row(self, ctx: object, row: int, chain: SamplerChain, logits: np.ndarray) -> int:
+    def _sample_row(self, ctx: object, row: int, chain: SamplerChain) -> int:
         kind = self._kind(chain)
         if kind == "greedy":
-            return int(logits.argmax())
+            return int(self._logits(ctx, row).argmax())
         if kind == "top_k":  # (one row: no other thread samples meanwhile)
-            return chain.sample_from(_row_candidates(logits, chain.top_k), hold_gil=True)
+            token = self._fast_top_k(_address(ctx, row), chain, hold_gil=True)
+            if token >= 0:
+                return token
+            candidates = _row_candidates(self._logits(ctx, row), chain.top_k)
+            return chain.sample_from(candidates, hold_gil=True)
         return chain.sample(ctx, row)
+
+    def _fast_top_k(self, address: int, chain: SamplerChain, *, hold_gil: bool) -> int:
+        """A top-k row's token through fast_rows.c; -1 where it is not built (or declines)."""
+        if FAST_ROWS is None:
+            return -1
+        room = getattr(self._rooms, "room", None)
+        if room is None:  # (the whole vocabulary: a row whose top tokens tie may need it)
+            room = self._rooms.room = np.empty(self._n_vocab, dtype=TOKEN_DATA)
+        return FAST_ROWS.sample(address, self._n_vocab, chain.top_k, chain.ptr, room,
+                                hold_gil=hold_gil)  # fmt: skip
 
     def _runs(
         self, rows: Sequence[Row], part: list[int], addresses: dict[int, int]
@@ -188,7 +204,10 @@ class StepSampler:
     ) -> None:
         if len(run) <= _ROWS_ALONE:
             for logits, chain, k in zip(block, chains, run, strict=True):
-                out[k] = chain.sample_from(_row_candidates(logits, chain.top_k))
+                token = self._fast_top_k(logits.ctypes.data, chain, hold_gil=False)
+                out[k] = (
+                    token if token >= 0 else chain.sample_from(_row_candidates(logits, chain.top_k))
+                )
             return
         candidates, bounds = _top_k_candidates(block, max(chain.top_k for chain in chains))
         for r, (chain, k) in enumerate(zip(chains, run, strict=True)):

@@ -1,0 +1,100 @@
+/* One logits row's top-k candidates and its draw, for step_sampler.py's one-stream path.
+
+   Between two decodes every call the host makes runs with cold caches: numpy's few calls
+   that pick one 32k row's candidates took ~60 us there, and the chain over them ~20 us more.
+   These loops do the same work in one call. The candidates are exactly step_sampler's
+   `_row_candidates` (its docstring says why they hold every top-k token), in ascending token
+   order, so that the chain draws the very token it draws from numpy's.
+
+   Called through ctypes (fast_rows.py); the module below only lets Python find the file. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GROUP_ROWS 128  /* step_sampler._GROUP_ROWS */
+#define MAX_GROUPS 8192 /* a 1M vocabulary */
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;
+} token_data; /* llama_token_data */
+
+typedef struct {
+    token_data *data;
+    size_t size;
+    int64_t selected;
+    _Bool sorted;
+} token_data_array; /* llama_token_data_array */
+
+typedef void (*apply_fn)(void *chain, token_data_array *candidates);
+typedef void (*accept_fn)(void *chain, int32_t token);
+
+/* The k-th largest value of v[0..n) (k from 1), v reordered. */
+static float kth_largest(float *v, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    return v[want];
+}
+
+/* The tokens of `row` that reach the top_k-th highest maximum of its interleaved groups
+   (group g: tokens g, g + nb, g + 2nb, ...), into `out`: how many, or -1 where the row is
+   too short or too long for groups, or they would not fit in `cap`. */
+int32_t infertui_row_candidates(const float *row, int32_t n_vocab, int32_t top_k,
+                                token_data *out, int32_t cap) {
+    int nb = n_vocab / GROUP_ROWS;
+    float group_max[MAX_GROUPS];
+    if (nb < 1 || nb > MAX_GROUPS || top_k < 1 || top_k > nb) return -1;
+    memcpy(group_max, row, (size_t)nb * sizeof(float));
+    for (int r = 1; r < GROUP_ROWS; r++) {
+        const float *part = row + (size_t)r * nb;
+        for (int g = 0; g < nb; g++) group_max[g] = part[g] > group_max[g] ? part[g] : group_max[g];
+    }
+    float floor = kth_largest(group_max, nb, top_k);
+    int32_t n = 0;
+    for (int32_t t = 0; t < n_vocab; t++) {
+        if (row[t] >= floor) {
+            if (n == cap) return -1;
+            out[n].id = t;
+            out[n].logit = row[t];
+            out[n].p = 0.0f;
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Sample one row with a chain whose first sampler is top-k: its candidates, the chain over
+   them, the token accepted. The token, or -1 where the candidates could not be made. */
+int32_t infertui_sample_row(const float *row, int32_t n_vocab, int32_t top_k, void *chain,
+                            apply_fn apply, accept_fn accept, token_data *out, int32_t cap) {
+    int32_t n = infertui_row_candidates(row, n_vocab, top_k, out, cap);
+    if (n < 1) return -1;
+    token_data_array candidates = {out, (size_t)n, -1, 0};
+    apply(chain, &candidates);
+    if (candidates.selected < 0 || (size_t)candidates.selected >= candidates.size) return -1;
+    int32_t token = candidates.data[candidates.selected].id;
+    accept(chain, token);
+    return token;
+}
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast_rows", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__fast_rows(void) { return PyModule_Create(&module); }
