@@ -449,7 +449,7 @@ def test_the_top_k_prefilter_keeps_every_token_top_k_can_pick(n_vocab: int) -> N
 
 
 @pytest.mark.skipif(FAST_ROWS is None, reason="fast_rows.c is not built here")
-@pytest.mark.parametrize("n_vocab", [8192, 32000, 32001, 49152, 128256])
+@pytest.mark.parametrize("n_vocab", [8192, 32000, 32001, 49152, 128256, 262144])
 def test_the_compiled_prefilter_picks_numpys_candidates(n_vocab: int) -> None:
     """fast_rows.c's candidates are `_row_candidates`' own, in the same order: the chain then
     draws the same token from either (values compared, none computed: exact on any CPU)."""
@@ -463,6 +463,8 @@ def test_the_compiled_prefilter_picks_numpys_candidates(n_vocab: int) -> None:
             row[: n_vocab // 2] = -np.inf  # half the vocabulary banned
         if t % 6 == 0:
             row[-3:] = 50.0  # the best tokens in the tail past the last whole group
+        if t == 39:
+            row[:] = 1.0  # every token ties: every one is a candidate
         for top_k in (1, 40, 63):
             ours, numpys = FAST_ROWS.candidates(row, top_k), _row_candidates(row, top_k)
             assert np.array_equal(ours["id"], numpys["id"])

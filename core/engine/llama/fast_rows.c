@@ -11,10 +11,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GROUP_ROWS 128  /* step_sampler._GROUP_ROWS */
-#define MAX_GROUPS 8192 /* a 1M vocabulary */
+#define SUBGROUPS 8     /* step_sampler._SUBGROUPS */
+#define RUN (GROUP_ROWS / SUBGROUPS)
+#define MAX_GROUPS 2048 /* a 262,143-token vocabulary (the arrays below live on the stack) */
 
 typedef struct {
     int32_t id;
@@ -54,22 +57,51 @@ static float kth_largest(float *v, int n, int k) {
     return v[want];
 }
 
+static int by_id(const void *a, const void *b) {
+    return ((const token_data *)a)->id - ((const token_data *)b)->id;
+}
+
 /* The tokens of `row` that reach the top_k-th highest maximum of its interleaved groups
-   (group g: tokens g, g + nb, g + 2nb, ...), into `out`: how many, or -1 where the row is
-   too short or too long for groups, or they would not fit in `cap`. */
+   (group g: tokens g, g + nb, g + 2nb, ...), into `out` in ascending token order: how many,
+   or -1 where the row is too short or too long for groups, or they would not fit in `cap`.
+   As step_sampler's vectorised pass, each group is read in SUBGROUPS runs of its members,
+   and only the runs whose maximum reaches the floor are read again. */
 int32_t infertui_row_candidates(const float *row, int32_t n_vocab, int32_t top_k,
                                 token_data *out, int32_t cap) {
     int nb = n_vocab / GROUP_ROWS;
-    float group_max[MAX_GROUPS];
+    float run_max[SUBGROUPS][MAX_GROUPS], group_max[MAX_GROUPS];
     if (nb < 1 || nb > MAX_GROUPS || top_k < 1 || top_k > nb) return -1;
-    memcpy(group_max, row, (size_t)nb * sizeof(float));
-    for (int r = 1; r < GROUP_ROWS; r++) {
-        const float *part = row + (size_t)r * nb;
-        for (int g = 0; g < nb; g++) group_max[g] = part[g] > group_max[g] ? part[g] : group_max[g];
+    for (int s = 0; s < SUBGROUPS; s++) {
+        float *m = run_max[s];
+        const float *first = row + (size_t)s * RUN * nb;
+        memcpy(m, first, (size_t)nb * sizeof(float));
+        for (int r = 1; r < RUN; r++) {
+            const float *part = first + (size_t)r * nb;
+            for (int g = 0; g < nb; g++) m[g] = part[g] > m[g] ? part[g] : m[g];
+        }
     }
+    memcpy(group_max, run_max[0], (size_t)nb * sizeof(float));
+    for (int s = 1; s < SUBGROUPS; s++)
+        for (int g = 0; g < nb; g++)
+            group_max[g] = run_max[s][g] > group_max[g] ? run_max[s][g] : group_max[g];
     float floor = kth_largest(group_max, nb, top_k);
     int32_t n = 0;
-    for (int32_t t = 0; t < n_vocab; t++) {
+    for (int s = 0; s < SUBGROUPS; s++) {
+        for (int g = 0; g < nb; g++) {
+            if (!(run_max[s][g] >= floor)) continue;
+            for (int r = s * RUN; r < (s + 1) * RUN; r++) {
+                int32_t t = r * nb + g;
+                if (row[t] >= floor) {
+                    if (n == cap) return -1;
+                    out[n].id = t;
+                    out[n].logit = row[t];
+                    out[n].p = 0.0f;
+                    n++;
+                }
+            }
+        }
+    }
+    for (int32_t t = nb * GROUP_ROWS; t < n_vocab; t++) {  /* the tail past the last group */
         if (row[t] >= floor) {
             if (n == cap) return -1;
             out[n].id = t;
@@ -77,6 +109,19 @@ int32_t infertui_row_candidates(const float *row, int32_t n_vocab, int32_t top_k
             out[n].p = 0.0f;
             n++;
         }
+    }
+    if (n > 64) {  /* (rows whose top tokens tie, or a floor many tokens reach) */
+        qsort(out, (size_t)n, sizeof(token_data), by_id);
+        return n;
+    }
+    for (int32_t i = 1; i < n; i++) {  /* ascending ids: a few dozen, an insertion sort */
+        token_data x = out[i];
+        int32_t j = i - 1;
+        while (j >= 0 && out[j].id > x.id) {
+            out[j + 1] = out[j];
+            j--;
+        }
+        out[j + 1] = x;
     }
     return n;
 }

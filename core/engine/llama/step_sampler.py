@@ -24,9 +24,11 @@ _GROUPS_MIN_VOCAB = 8192  # below this a full pass is as cheap as the prefilter
 _GROUP_ROWS = 128  # tokens per group of the top-k prefilter
 _SUBGROUPS = 8  # runs per group that are read again only if they can hold a top-k token
 _ROWS_PER_THREAD = 4  # fewer rows than this per thread are not worth a hand-off
-# Up to this many rows in a run, each row's candidates come alone (`_row_candidates`, ~45 µs a
-# 32k row on the EPYC): the vectorised pass over a block costs ~150 µs even for one row, and
-# wins from about eight rows on (bench/README.md, "One stream").
+# Without fast_rows.c, up to this many rows in a run, each row's candidates come alone
+# (`_row_candidates`, ~45 µs a 32k row on the EPYC): the vectorised pass over a block costs
+# ~150 µs even for one row, and wins from about eight rows on (bench/README.md, "One stream").
+# fast_rows.c takes every run, row by row: 10-13 µs a 32k row against the block's 26-62, 21-35
+# a 128k row against 46-58 (warm, the 2-core Xeon).
 _ROWS_ALONE = 4
 _VIEWS = 1024  # logits views kept (a context's output rows: its sequences and guesses)
 
@@ -39,11 +41,12 @@ class StepSampler:
     rows of one kind are done together:
 
     - greedy: one argmax over the run's logits;
-    - top-k chains (temperature, top-k, top-p, min-p, a seeded draw): numpy finds a small
-      superset of each row's top-k tokens (`_row_candidates` row by row for a few rows, one
-      vectorised pass, `_top_k_candidates`, for more) and the native chain runs on those
-      only. Top-k keeps the same tokens from them as from the whole vocabulary, so the
-      draw is the very one the full chain makes, at a fraction of its cost;
+    - top-k chains (temperature, top-k, top-p, min-p, a seeded draw): a small superset of
+      each row's top-k tokens is found (fast_rows.c row by row where the install built it;
+      else numpy, `_row_candidates` row by row for a few rows, one vectorised pass,
+      `_top_k_candidates`, for more) and the native chain runs on those only. Top-k keeps
+      the same tokens from them as from the whole vocabulary, so the draw is the very one
+      the full chain makes, at a fraction of its cost;
     - anything else (penalties): the native chain over the whole vocabulary.
     """
 
@@ -202,7 +205,7 @@ class StepSampler:
     def _top_k(
         self, block: np.ndarray, chains: list[SamplerChain], run: list[int], out: list[int]
     ) -> None:
-        if len(run) <= _ROWS_ALONE:
+        if FAST_ROWS is not None or len(run) <= _ROWS_ALONE:
             for logits, chain, k in zip(block, chains, run, strict=True):
                 token = self._fast_top_k(logits.ctypes.data, chain, hold_gil=False)
                 out[k] = (
