@@ -61,6 +61,13 @@ static int by_id(const void *a, const void *b) {
     return ((const token_data *)a)->id - ((const token_data *)b)->id;
 }
 
+/* Appends token t to the candidates; 0 where they fill `cap` already. */
+static int keep(token_data *out, int32_t *n, int32_t cap, int32_t t, float logit) {
+    if (*n == cap) return 0;
+    out[(*n)++] = (token_data){t, logit, 0.0f};
+    return 1;
+}
+
 /* The tokens of `row` that reach the top_k-th highest maximum of its interleaved groups
    (group g: tokens g, g + nb, g + 2nb, ...), into `out` in ascending token order: how many,
    or -1 where the row is too short or too long for groups, or they would not fit in `cap`.
@@ -91,25 +98,12 @@ int32_t infertui_row_candidates(const float *row, int32_t n_vocab, int32_t top_k
             if (!(run_max[s][g] >= floor)) continue;
             for (int r = s * RUN; r < (s + 1) * RUN; r++) {
                 int32_t t = r * nb + g;
-                if (row[t] >= floor) {
-                    if (n == cap) return -1;
-                    out[n].id = t;
-                    out[n].logit = row[t];
-                    out[n].p = 0.0f;
-                    n++;
-                }
+                if (row[t] >= floor && !keep(out, &n, cap, t, row[t])) return -1;
             }
         }
     }
-    for (int32_t t = nb * GROUP_ROWS; t < n_vocab; t++) {  /* the tail past the last group */
-        if (row[t] >= floor) {
-            if (n == cap) return -1;
-            out[n].id = t;
-            out[n].logit = row[t];
-            out[n].p = 0.0f;
-            n++;
-        }
-    }
+    for (int32_t t = nb * GROUP_ROWS; t < n_vocab; t++)  /* the tail past the last group */
+        if (row[t] >= floor && !keep(out, &n, cap, t, row[t])) return -1;
     if (n > 64) {  /* (rows whose top tokens tie, or a floor many tokens reach) */
         qsort(out, (size_t)n, sizeof(token_data), by_id);
         return n;
@@ -127,19 +121,20 @@ int32_t infertui_row_candidates(const float *row, int32_t n_vocab, int32_t top_k
 }
 
 /* Sample one row with a chain whose first sampler is top-k: its candidates, the chain over
-   them, the token accepted. The token, or -1 where the candidates could not be made. */
+   them, the token accepted. The token; -1 where the candidates could not be made (nothing
+   drawn: the caller may sample the row another way); -2 where the chain selected none. */
 int32_t infertui_sample_row(const float *row, int32_t n_vocab, int32_t top_k, void *chain,
                             apply_fn apply, accept_fn accept, token_data *out, int32_t cap) {
     int32_t n = infertui_row_candidates(row, n_vocab, top_k, out, cap);
     if (n < 1) return -1;
     token_data_array candidates = {out, (size_t)n, -1, 0};
     apply(chain, &candidates);
-    if (candidates.selected < 0 || (size_t)candidates.selected >= candidates.size) return -1;
+    if (candidates.selected < 0 || (size_t)candidates.selected >= candidates.size) return -2;
     int32_t token = candidates.data[candidates.selected].id;
     accept(chain, token);
     return token;
 }
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast_rows", NULL, -1, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_fast_rows", .m_size = -1};
 
 PyMODINIT_FUNC PyInit__fast_rows(void) { return PyModule_Create(&module); }

@@ -48,11 +48,15 @@ class FastRows:
         self, row: int, n_vocab: int, top_k: int, chain: int, out: np.ndarray, *, hold_gil: bool
     ) -> int:
         """The token a chain (top-k first) draws from the logits at address `row`, accepted;
-        -1 where the row has no candidates this way. `out`: TOKEN_DATA room for the row."""
+        -1 where the row has no candidates this way (nothing drawn). `out`: TOKEN_DATA room
+        for the row."""
         call = self._holding if hold_gil else self._releasing
-        return int(
+        token = int(
             call(row, n_vocab, top_k, chain, self._apply, self._accept, out.ctypes.data, len(out))
         )
+        if token < -1:
+            raise RuntimeError("the sampler chain selected no token")
+        return token
 
     def candidates(self, row: np.ndarray, top_k: int) -> np.ndarray:
         """The row's candidates as step_sampler._row_candidates makes them (for the tests)."""
