@@ -135,8 +135,12 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path, row_way: s
     rows = [i for i in range(batch.n) if batch.logits[i]]
     typical = SEEDED.model_copy(update={"typical_p": 0.5})  # still on the top-k prefilter
     biased = GREEDY.model_copy(update={"logit_bias": ((1000, 4.0), (107, -100.0))})
+    # penalties that only push tokens down take the prefilter (wider by repeat_last_n), one
+    # that lifts them (a negative presence penalty) the whole vocabulary
+    greedy_penalised = GREEDY.model_copy(update={"repeat_penalty": 1.3, "frequency_penalty": 0.4})
+    lifted = SEEDED.model_copy(update={"presence_penalty": -0.5})
     kinds = [GREEDY, SEEDED, PENALISED, typical, biased, SEEDED.model_copy(update={"top_k": 5})]
-    kinds = kinds * 2
+    kinds = [*kinds, greedy_penalised, lifted] * 2
     params = [kinds[i].model_copy(update={"seed": 100 + i}) for i in range(len(rows))]
     expected = [
         SamplerChain(p, model.n_vocab).sample(ctx.ptr, r) for p, r in zip(params, rows, strict=True)
@@ -151,19 +155,28 @@ def test_the_host_samplers_draw_what_the_full_chain_draws(model_path, row_way: s
 
 
 @pytest.mark.parametrize("row_way", ROW_WAYS, indirect=True)
+@pytest.mark.parametrize(
+    "params",
+    [SEEDED, PENALISED, GREEDY.model_copy(update={"repeat_penalty": 1.5})],
+    ids=["seeded", "penalised", "greedy-penalised"],
+)
 def test_one_streams_row_draws_what_the_full_chain_draws_step_after_step(
-    model_path, row_way: str
+    model_path, row_way: str, params: SamplingParams
 ) -> None:
     """One row alone takes its own path (its top-k candidates and the chain over them in one C
-    call, or a view of its logits kept by address and calls that keep the GIL): the same draws as the chain over
-    the whole vocabulary, decode after decode on one sequence, the view read anew each time."""
+    call, or a view of its logits kept by address and calls that keep the GIL): the same
+    draws as the chain over the whole vocabulary, decode after decode on one sequence, the
+    view read anew each time."""
     model = LlamaModel(str(model_path), 0, 0)
     ctx = LlamaContext(model, 64, 1, 64, 2)
     batch = Batch(64)
     tokens = model.tokenize(PROMPTS[0], add_bos=True, parse_special=False)
     batch.fill(tokens, list(range(len(tokens))), [0] * len(tokens), [0] * (len(tokens) - 1) + [1])
     sampler = StepSampler(model.n_vocab, threads=1)
-    fast, full = SamplerChain(SEEDED, model.n_vocab), SamplerChain(SEEDED, model.n_vocab)
+    fast, full = SamplerChain(params, model.n_vocab), SamplerChain(params, model.n_vocab)
+    for chain in (fast, full):  # the penalties' history: the prompt, then every draw
+        chain.accept_prompt(tokens)
+    assert sampler._kind(fast) == "top_k"  # (penalties that push down keep the prefilter)
     drawn = []
     for pos in range(len(tokens), len(tokens) + 12):
         assert ctx.decode(batch) == 0
@@ -172,7 +185,7 @@ def test_one_streams_row_draws_what_the_full_chain_draws_step_after_step(
         assert sampler.sample(ctx.ptr, [(row, fast)]) == [expected]
         drawn.append(expected)
         batch.fill([expected], [pos], [0], [1])
-    assert len(set(drawn)) > 1  # (a seeded draw, not one token over and over)
+    assert len(set(drawn)) > 1  # (a draw or a penalty, not one token over and over)
     sampler.close()
     ctx.free()
     model.free()
