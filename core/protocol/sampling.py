@@ -183,7 +183,8 @@ class SamplingParams(BaseModel):
     @property
     def plain(self) -> bool:
         """Whether the raw logits decide alone: no bias, penalty or grammar shifts them. The
-        host's fast paths (one argmax, the top-k prefilter) need it."""
+        host's one argmax needs it; its top-k prefilter also takes penalties that only push
+        tokens down (SamplerChain.top_k)."""
         return not (self.logit_bias or self.uses_penalties or self.constrained)
 
     @property
