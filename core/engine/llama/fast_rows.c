@@ -1,4 +1,4 @@
-/* One logits row's top-k candidates and its draw, for step_sampler.py's one-stream path.
+/* One logits row's top-k candidates and its draw, for step_sampler.py's top-k rows.
 
    Between two decodes every call the host makes runs with cold caches: numpy's few calls
    that pick one 32k row's candidates took ~60 us there, and the chain over them ~20 us more.

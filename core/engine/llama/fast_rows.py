@@ -1,5 +1,5 @@
 """fast_rows.c, where the install compiled it: one logits row's top-k candidates and its draw
-in one call (step_sampler.py's few-row path). `FAST_ROWS` is None where it was not built (no
+in one call (step_sampler.py's top-k rows). `FAST_ROWS` is None where it was not built (no
 C compiler, no Python headers): numpy does the same work then, at about twice the cost."""
 
 from __future__ import annotations
