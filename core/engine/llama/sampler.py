@@ -84,30 +84,28 @@ class SamplerChain:
         # must see every token, wherever it was sampled: penalties count them, Mirostat
         # learns from each draw's surprise
         self.stateful = params.uses_penalties or params.mirostat != 0
-        # How many of a row's best tokens a candidate set must hold for the chain to draw from
-        # it what it draws from the whole vocabulary (StepSampler's prefilter; 0: it needs the
-        # whole vocabulary): a top-k chain keeps k of them, greedy one. Penalties that only
-        # push tokens down (repeat >= 1, frequency and presence >= 0) push at most
-        # repeat_last_n of them below the rest, so the best k + repeat_last_n hold the
-        # penalised row's best k (the bundled model's card asks a repeat penalty of 1.1).
         top_k_first = params.temperature > 0 and not params.mirostat
         keeps = 1 if params.temperature <= 0.0 else params.top_k if top_k_first else 0
+        # How many of a row's best tokens a candidate set must hold for the chain to draw from
+        # it what it draws from the whole vocabulary (StepSampler's prefilter; 0: it needs the
+        # whole vocabulary; plain greedy rows are one argmax): a top-k chain keeps k of them.
+        # Penalties that only push tokens down (repeat >= 1, frequency and presence >= 0) push
+        # at most repeat_last_n of them below the rest, so the best k + repeat_last_n hold the
+        # penalised row's best k (the bundled model's card asks a repeat penalty of 1.1).
         lowers_only = (
             params.repeat_penalty >= 1.0
             and params.frequency_penalty >= 0.0
             and params.presence_penalty >= 0.0
         )
-        if not 0 < keeps <= 256 or params.logit_bias or params.constrained:
+        prefiltered = 0 < keeps <= 256 and lowers_only and not params.logit_bias
+        if self.greedy or not prefiltered or params.constrained:
             self.top_k = 0
-        elif plain:
-            self.top_k = keeps if top_k_first else 0  # (plain greedy rows: one argmax)
         else:
-            self.top_k = keeps + params.repeat_last_n if lowers_only else 0
+            self.top_k = keeps + (0 if plain else params.repeat_last_n)
         self.grammar = None
         # A grammar's picks look at the best _NARROW tokens only, where that is exact: a chain
         # that keeps at most `narrow` tokens (greedy: 1, top-k: k) and nothing that could
         # lift one from below (a penalty, a bias). 0: the whole vocabulary.
-        keeps = 1 if params.temperature <= 0.0 else params.top_k if top_k_first else 0
         lifted = params.uses_penalties or params.logit_bias
         self.narrow = keeps if 0 < keeps <= _NARROW and not lifted else 0
         gbnf = params.grammar

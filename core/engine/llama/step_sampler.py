@@ -47,7 +47,8 @@ class StepSampler:
       `_top_k_candidates`, for more) and the native chain runs on those only. Top-k keeps
       the same tokens from them as from the whole vocabulary, so the draw is the very one
       the full chain makes, at a fraction of its cost;
-    - anything else (penalties): the native chain over the whole vocabulary.
+    - anything else (a bias, a penalty that can lift a token, Mirostat, a grammar): the
+      native chain over the whole vocabulary.
     """
 
     def __init__(self, n_vocab: int, threads: int | None = None) -> None:
