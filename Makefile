@@ -14,7 +14,7 @@ TYPED  := build/typed/infertui
 .PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml core/transport/p2p/bridge/package-lock.json tools/install_llama_cpp.sh \
-		setup.py core/engine/llama/fast_rows.c
+		setup.py $(wildcard core/engine/llama/*.c core/engine/llama/*.h)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	sh tools/install_llama_cpp.sh $(BIN)/python

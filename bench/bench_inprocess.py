@@ -42,7 +42,8 @@ async def run(args: argparse.Namespace) -> None:
     streams = [int(s) for s in args.streams.split(",")]
     backend = {"auto": None, "on": True, "off": False}[args.backend_sampling]
     spec = EngineSpec(args.model, "bench", n_ctx=args.ctx, n_parallel=max(streams),
-                      n_threads=args.threads, backend_sampling=backend)  # fmt: skip
+                      n_threads=args.threads, backend_sampling=backend,
+                      speculative=not args.no_speculative)  # fmt: skip
     pool = await Pool.start(spec)
     nonce = 0
     print(f"{args.model}: in-process, {max(streams)} slots, sampling {args.backend_sampling}")
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--temps", default="0,0.8")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-speculative", action="store_true", help="no guesses")
     parser.add_argument("--ctx", type=int, default=1024, help="tokens per slot")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--backend-sampling", choices=["auto", "on", "off"], default="auto")

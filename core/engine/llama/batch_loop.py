@@ -59,6 +59,7 @@ class BatchLoop:
         self._slots: list[Slot | None] = []  # the sequences', once the thread has made them
         self._given: list[GenerationRequest] = []  # started since the last step
         self._embedder: Embedder | None = None  # made on the first embedding job
+        self._stepper: Stepper | None = None  # made on the loop's thread
         # Seconds of device work (the step's decodes, embedding), and seconds the loop had work
         # (the decodes and the host's own work around them, when the device idles). The loop
         # thread adds them up and publishes the pair once per step, so that a reader never
@@ -95,6 +96,7 @@ class BatchLoop:
                 raise InferError(ErrorKind.POOL_UNREADY, "the engine is shutting down")
             self._given.append(request)
             self._submitted += 1
+            self._interrupt()
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not from an event loop: nothing else can be on its way
@@ -118,6 +120,7 @@ class BatchLoop:
     def wake(self) -> None:
         """Make the loop look at its jobs now (after a cancel flag was set)."""
         with self._lock:
+            self._interrupt()
             self._wake.notify()
 
     def slots(self) -> list[SlotSnapshot]:
@@ -137,9 +140,15 @@ class BatchLoop:
     def stop(self, timeout: float | None = 10.0) -> None:
         with self._lock:
             self._stopping = True
+            self._interrupt()
             self._wake.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    def _interrupt(self) -> None:
+        """A lone stream's run (step.py) stops: the loop has something to look at."""
+        if self._stepper is not None:
+            self._stepper.interrupt()
 
     @property
     def busy_slots(self) -> int:
@@ -155,18 +164,20 @@ class BatchLoop:
             return
         try:  # (a draft model that cannot guess for this one fails here)
             self._seqs = SlotTable(self._model, self._ctx, options)
-            self._stepper = Stepper(self._seqs, self._publish)
+            stepper = Stepper(self._seqs, self._publish)
         except BaseException as exc:
             self._ctx.free()
             self._model.free()
             self._opened.set_exception(exc)
             return
         self._slots = self._seqs.slots
+        with self._lock:
+            self._stepper = stepper
         self._opened.set_result((self._model, self._ctx, options))
         try:
-            self._run()
+            self._run(stepper)
         finally:
-            self._stepper.close()
+            stepper.close()
             self._seqs.close()
             if self._embedder is not None:
                 self._embedder.free()
@@ -175,8 +186,8 @@ class BatchLoop:
             cpu_turns.leave()  # this thread decodes no more
             release_freed_heap()
 
-    def _run(self) -> None:
-        seqs, stepper = self._seqs, self._stepper
+    def _run(self, stepper: Stepper) -> None:
+        seqs = self._seqs
         try:
             while True:
                 with self._lock:
@@ -191,11 +202,13 @@ class BatchLoop:
                         seqs.graph.remove_idle(seqs.steps, lambda i: self._slots[i] is not None)
                     embeddings = self._take_embeddings(events)
                     self._admit_given(events)
+                    quiet = not self._given  # (a new job interrupts a lone run from here on)
+                    stepper.arm()
                 if embeddings:  # their decodes, in the embedder's context, are device work
                     start = time.perf_counter()
                     self._embed(embeddings, events)
                     self._embed_s += time.perf_counter() - start
-                stepper.step(events)
+                stepper.step(events, quiet=quiet and not embeddings)
                 self._busy_s += time.perf_counter() - began
                 self.loop_time = (stepper.decode_s + self._embed_s, self._busy_s)
                 self.guesses = (stepper.guessed, stepper.kept)

@@ -38,6 +38,11 @@ def decode(ptr: Any, raw: Any, on_cpu: bool, threads: int) -> tuple[int, float]:
         return int(llama.llama_decode(ptr, raw)), waited
 
 
+def takes_turns(on_cpu: bool) -> bool:
+    """Whether a decode on the CPU now waits for its turn (the teams outnumber the CPUs)."""
+    return on_cpu and sum(tuple(_teams.values())) > _CPUS
+
+
 def leave() -> None:
     """The calling thread decodes no more (its engine closed): its team no longer counts."""
     _teams.pop(threading.get_ident(), None)

@@ -6,34 +6,17 @@
    `_row_candidates` (its docstring says why they hold every top-k token), in ascending token
    order, so that the chain draws the very token it draws from numpy's.
 
-   Called through ctypes (fast_rows.py); the module below only lets Python find the file. */
+   Called through ctypes (fast_rows.py), and by lone_run.c. */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "hot_loops.h"
 
 #define GROUP_ROWS 128  /* step_sampler._GROUP_ROWS */
 #define SUBGROUPS 8     /* step_sampler._SUBGROUPS */
 #define RUN (GROUP_ROWS / SUBGROUPS)
 #define MAX_GROUPS 2048 /* a 262,143-token vocabulary (the arrays below live on the stack) */
-
-typedef struct {
-    int32_t id;
-    float logit;
-    float p;
-} token_data; /* llama_token_data */
-
-typedef struct {
-    token_data *data;
-    size_t size;
-    int64_t selected;
-    _Bool sorted;
-} token_data_array; /* llama_token_data_array */
-
-typedef void (*apply_fn)(void *chain, token_data_array *candidates);
-typedef void (*accept_fn)(void *chain, int32_t token);
 
 /* The k-th largest value of v[0..n) (k from 1), v reordered. */
 static float kth_largest(float *v, int n, int k) {
@@ -134,7 +117,3 @@ int32_t infertui_sample_row(const float *row, int32_t n_vocab, int32_t top_k, vo
     accept(chain, token);
     return token;
 }
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_fast_rows", .m_size = -1};
-
-PyMODINIT_FUNC PyInit__fast_rows(void) { return PyModule_Create(&module); }

@@ -5,16 +5,12 @@ C compiler, no Python headers): numpy does the same work then, at about twice th
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-import logging
 from typing import Any
 
-import llama_cpp.llama_cpp as bindings
 import numpy as np
 
+from .hot_loops import LIBRARY, llama_function
 from .sampler import TOKEN_DATA
-
-log = logging.getLogger(__name__)
 
 _ROW = ctypes.c_void_p  # const float * (an address: the logits stay llama.cpp's)
 
@@ -24,10 +20,8 @@ class FastRows:
     and letting it go (the sampler's threads, side by side)."""
 
     def __init__(self, path: str) -> None:
-        llama = ctypes.CDLL(None, handle=bindings._lib._handle)
-        # llama.cpp's own functions, called from C: no ctypes hop per call
-        self._apply = ctypes.cast(llama.llama_sampler_apply, ctypes.c_void_p).value
-        self._accept = ctypes.cast(llama.llama_sampler_accept, ctypes.c_void_p).value
+        self._apply = llama_function("llama_sampler_apply")
+        self._accept = llama_function("llama_sampler_accept")
         self._holding = self._bind(ctypes.PyDLL(path))
         self._releasing = self._bind(ctypes.CDLL(path))
         candidates = ctypes.CDLL(path).infertui_row_candidates
@@ -68,12 +62,4 @@ class FastRows:
         return out[:n]
 
 
-def _load() -> FastRows | None:
-    spec = importlib.util.find_spec(f"{__package__}._fast_rows")
-    if spec is None or not spec.origin:
-        log.debug("fast_rows.c is not built here: rows are sampled through numpy")
-        return None
-    return FastRows(spec.origin)
-
-
-FAST_ROWS = _load()
+FAST_ROWS = FastRows(LIBRARY) if LIBRARY else None

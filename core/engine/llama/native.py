@@ -276,6 +276,10 @@ class LlamaContext:
         rc, self.waited_s = cpu_turns.decode(self.ptr, batch.raw, self._on_cpu, self._threads)
         return rc
 
+    def takes_turns(self) -> bool:
+        """Whether its decodes take turns with other engines' on the CPU (cpu_turns.py)."""
+        return cpu_turns.takes_turns(self._on_cpu)
+
     def synchronize(self) -> None:
         """Wait for the last decode's outputs (reading any of them waits as well). On a CPU
         build they are there: no call (each lets go of the GIL between two decodes, see

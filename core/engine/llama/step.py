@@ -4,6 +4,9 @@ step_plan.py), then a sample for every sequence that has logits (in the graph wh
 is installed there, else on the host: step_sampler.py), and each token's way out: the text
 it makes, a stop, the end of the job.
 
+A stream that decodes alone, with nothing else to run, goes on in C for a while instead
+(lone_run.py): its decodes back to back, its tokens' way out on another thread meanwhile.
+
 In deterministic mode every prompt is instead prefilled alone, in chunks at fixed `n_batch`
 boundaries: llama.cpp's logits depend on how a prompt is split into ubatches, so this keeps a
 job's output what it gives alone, whatever runs beside it (at a cost in throughput and TTFT).
@@ -19,11 +22,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 from ...protocol.errors import ErrorKind, InferError
+from ...protocol.snapshots import FinishReason
 from ..types import Events, Publisher
 from .draft_model import DraftModel
 from .drafts import MAX_GUESSES, least_chance, plan_guesses
+from .hot_loops import LIBRARY
+from .lone_run import LoneRun
 from .native import Batch
 from .prompt_cache import window_intact
 from .sampler import token_logprob
@@ -35,9 +42,12 @@ from .step_sampler import StepSampler
 
 log = logging.getLogger(__name__)
 
+LONE_RUNS = True  # a stream alone runs in C (lone_run.py) where the library is built
+
 _ROW_STEP = 0.05  # how fast the time of a guessed row's sampling follows each stream's rows
 _ROWS_PER_UPDATE = 16  # guessed rows timed between two updates of the step cost's `row`
 _LEAST_ROW = 0.02  # a guess never counts less than this over its token: the model's error
+_HOST_STEP = 0.1  # how fast the Python time of a lone stream's step follows its steps
 
 
 class Stepper:
@@ -71,17 +81,36 @@ class Stepper:
                 1000 * self._cost.per_token, self._cost.fixed_tokens,
             )  # fmt: skip
         self._row_s = 0.0  # host seconds a guessed row's sampling takes, lately (_time_rows)
+        self._step_host_s = 0.0  # a lone stream's step's seconds beside its decode, lately
         self._rows_timed = 0
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
+        self._lone = LoneRun(self._model, self._ctx, self._batch) if LIBRARY and LONE_RUNS else None
+        self._lone_end: tuple[FinishReason, bool] | None = None  # a run's job ended: why, flush
+        self._in_lone = False  # the lone run's reader is taking tokens
+        self.lone_decodes = 0  # decodes made in lone runs (diagnostics)
         self.decode_s = 0.0
         self.guessed = self.kept = 0  # tokens guessed ahead, and of them those kept
 
     def close(self) -> None:
         self._sampler.close()
+        if self._lone is not None:
+            self._lone.close()
         if self._draft is not None:
             self._draft.free()
 
-    def step(self, events: Events) -> None:
+    def arm(self) -> None:
+        """Let a lone run go in the next step (under the lock that `interrupt`'s callers
+        take)."""
+        if self._lone is not None:
+            self._lone.arm()
+
+    def interrupt(self) -> None:
+        """Thread-safe: a lone run under way ends after its decode (a new job, a cancel)."""
+        if self._lone is not None:
+            self._lone.stop()
+
+    def step(self, events: Events, *, quiet: bool = False) -> None:
+        """One step; `quiet`: no other job waits, so a lone stream may run on in C."""
         seqs = self._seqs
         seqs.steps += 1
         running = seqs.running()
@@ -91,7 +120,16 @@ class Stepper:
         if len(decoding) == len(running) and not self._options.deterministic:
             # every stream decodes (none reads a prompt or waits to copy one): no prompt plan
             guesses = self._guesses(decoding, [])
+            if quiet and not guesses and len(running) == 1:
+                top_k = self._lone_draw(running[0])
+                if top_k is not None:
+                    self._lone_run(running[0], top_k, events)
+                    return
+            began, decoding_s = time.perf_counter(), self.decode_s
             self._decode(decoding, [], use_fillers=True, events=events, guesses=guesses)
+            if len(decoding) == 1:  # what the step's Python costs beside a lone run's
+                host = time.perf_counter() - began - (self.decode_s - decoding_s)
+                self._step_host_s += _HOST_STEP * (host - self._step_host_s)
             return
         prefilling = sorted(
             (s for s in running if s.prefilling and s.copies_from is None),
@@ -141,7 +179,10 @@ class Stepper:
             rates.idle()
             return {}
         tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
-        floor = least_chance(tokens, tokens, self._cost)
+        floor, alone = least_chance(tokens, tokens, self._cost), self._alone
+        if len(decoding) == 1 and not chunks and self._lone_draw(decoding[0]) is not None:
+            # Without guesses the stream runs alone in C: a guess also pays the step's Python.
+            floor = alone = self._cost.first_guess(self._step_host_s)
         if rates.surest <= floor:
             rates.idle()  # no guess can pay: none is looked for
             return {}
@@ -155,7 +196,7 @@ class Stepper:
         ]  # fmt: skip
         pairs = list(zip(guessing, limits, strict=True))
         if self._draft is None:  # the text's own continuations, then as many as pay
-            found = [g.offer(s.generated, n, floor, self._alone) for (s, g), n in pairs]
+            found = [g.offer(s.generated, n, floor, alone) for (s, g), n in pairs]
             offers, chances = [o for o, _ in found], [c for _, c in found]
             if not any(chances):
                 rates.idle()
@@ -312,6 +353,74 @@ class Stepper:
             self._check_guesses(slot, guesses[slot], first, rank, events)
         return True
 
+    def _lone_draw(self, slot: Slot) -> int | None:
+        """How a lone run would draw this stream's tokens (0: greedy, else its chain's top-k),
+        or None where it cannot: no library, a draft model, logprobs, a chain in the graph
+        or over the whole vocabulary, engines taking turns on the CPU."""
+        if self._lone is None or self._draft is not None or self._ctx.takes_turns():
+            return None
+        if slot.request.params.logprobs is not None or slot.chain.on_backend:
+            return None
+        return self._sampler.draw_in_c(slot.chain)
+
+    def _lone_run(self, slot: Slot, top_k: int, events: Events) -> None:
+        """Run a stream alone in C until its job ends or the run stops (lone_run.py). Its
+        tokens go out from the reader thread as they come; what ends the job there waits for
+        the run to stop (the decodes use its cells and chain), and is done here."""
+        assert self._lone is not None
+        if self._pending:  # overlap: the last step's token's text first
+            self._make_text(events)
+        if events:
+            self._publish(events[:])
+            events.clear()
+        request = slot.request
+        limit = min(request.max_tokens - request.tokens_out, self._ctx.n_ctx_seq - slot.n_past - 1)
+        if not self._seqs.holds(slot) or limit < 1:
+            return
+        start = slot.n_past
+        self._in_lone = True
+        try:
+            ran = self._lone.run(
+                slot.index, slot.last_token, slot.n_past, slot.chain, top_k,
+                sorted(request.stop_tokens), request.params.ignore_eos, limit,
+                partial(self._lone_tokens, slot),
+            )  # fmt: skip
+        finally:
+            self._in_lone = False
+        self.decode_s += ran.decode_s
+        self.lone_decodes += ran.decoded
+        end, self._lone_end = self._lone_end, None
+        if end is not None:
+            if start + ran.decoded > slot.n_past:  # decoded past the job's end: not its text
+                self._ctx.trim_sequence(slot.index, slot.n_past)
+            self._seqs.finish(slot, end[0], events, flush=end[1])
+        elif ran.rc == -2:
+            raise RuntimeError("the sampler chain selected no token")
+        elif ran.rc == -1:  # the last decode's row is ours to sample
+            slot.n_past += 1
+            token = self._sampler.sample(self._ctx.ptr, [(0, slot.chain)], [0])[0]
+            self._take(slot, 0, token, events)
+        elif ran.rc:
+            self._decode_failed(ran.rc, [slot], events)
+
+    def _lone_tokens(self, slot: Slot, tokens: Sequence[int]) -> bool:
+        """The reader's part of a lone run: each token's way out, as a step's. False once the
+        job ended. A step that would guess stops the run (the stream goes on in steps)."""
+        events: Events = []
+        for token in tokens:
+            slot.n_past += 1
+            self._seqs.steps += 1
+            self._on_token(slot, token, events, defer=False)
+            if self._lone_end is not None:
+                break
+        if events:
+            self._publish(events)
+        if self._lone_end is not None:
+            return False
+        if self._guesses([slot], []) and self._lone is not None:
+            self._lone.stop()
+        return True
+
     def _check_guesses(
         self, slot: Slot, ahead: list[int], first: int, rank: int, events: Events
     ) -> None:
@@ -379,33 +488,40 @@ class Stepper:
         wanted = slot.request.params.logprobs
         if wanted is not None:
             slot.logprobs.append(token_logprob(self._ctx.ptr, row, token, wanted, self._model))
-        self._on_token(slot, token, events)
+        self._on_token(slot, token, events, defer=self._options.overlap)
 
-    def _on_token(self, slot: Slot, token: int, events: Events) -> None:
+    def _on_token(self, slot: Slot, token: int, events: Events, *, defer: bool) -> None:
         """A sampled token: end the job, or keep it going. What only the text decides (a stop
-        string) comes from `_text`, now or, when overlapping, during the next decode."""
+        string) comes from `_text`, now or, deferred (overlap), during the next decode."""
         request = slot.request
         if request.cancelled:  # checked after sampling, before anything is published
-            self._seqs.finish(slot, "abort", events)
+            self._end(slot, "abort", events)
             return
         if slot.first_token_at is None:
             slot.first_token_at = time.perf_counter()
         slot.generated.append(token)
         if self._ends(slot, token):
-            self._seqs.finish(slot, "stop", events)
+            self._end(slot, "stop", events)
             return
         request.tokens_out += 1
         full = request.tokens_out >= request.max_tokens or slot.n_past + 1 >= self._ctx.n_ctx_seq
-        if self._options.overlap and not full:
+        if defer and not full:
             slot.last_token = token
             self._pending.append((slot, token))
             return
         if not self._text(slot, token, events):
             return
         if full:
-            self._seqs.finish(slot, "length", events)
+            self._end(slot, "length", events)
             return
         slot.last_token = token
+
+    def _end(self, slot: Slot, reason: FinishReason, events: Events, *, flush: bool = True) -> None:
+        """End the job; in a lone run, once the run has stopped (`_lone_run`)."""
+        if self._in_lone:
+            self._lone_end = (reason, flush)
+            return
+        self._seqs.finish(slot, reason, events, flush=flush)
 
     def _ends(self, slot: Slot, token: int) -> bool:
         """Whether the token ends the job. ignore_eos (benchmarks) goes past every end, a
@@ -420,7 +536,7 @@ class Stepper:
         if text:
             events.append((slot.request, slot.token_text(text)))
         if hit_stop:
-            self._seqs.finish(slot, "stop", events, flush=False)
+            self._end(slot, "stop", events, flush=False)
         return not hit_stop
 
     def _make_text(self, events: Events) -> None:

@@ -194,6 +194,14 @@ class StepSampler:
                 runs.append((kind, [k]))
         return runs
 
+    def draw_in_c(self, chain: SamplerChain) -> int | None:
+        """How C (lone_run.c) draws this chain's tokens as this sampler would: 0 greedy, else
+        the chain's top-k over fast_rows.c's candidates; None where it cannot."""
+        kind = self._kind(chain)
+        if kind == "greedy":
+            return 0
+        return chain.top_k if kind == "top_k" and FAST_ROWS is not None else None
+
     def _kind(self, chain: SamplerChain) -> str:
         if chain.greedy:
             return "greedy"

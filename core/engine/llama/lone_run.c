@@ -1,0 +1,118 @@
+/* A lone stream's decode loop (lone_run.py): decode its token, sample the next, hand it out,
+   again, without going back to Python between two decodes.
+
+   One stream's rate is decided by what the host does between two decodes. The batch loop's
+   Python step costs ~70 us a token there (the plan, the sampling's bookkeeping, the text, the
+   events), a tenth of a tiny model's decode on a CPU or of a 1B model's on a GPU. Here only
+   the sampling stays between two decodes: each token is written to `tokens`, counted, and
+   announced with a byte on `wake_fd`. A Python thread reads them meanwhile (the text, stop
+   strings, the events) while the next decode runs, and sets `stop` where the run must end
+   early (a stop string, a cancel, a new job).
+
+   Called through ctypes (lone_run.py) with the GIL released. */
+
+#include <time.h>
+#include <unistd.h>
+
+#include "hot_loops.h"
+
+typedef int32_t (*decode_fn)(void *ctx, llama_batch batch);
+typedef float *(*logits_fn)(void *ctx, int32_t i);
+typedef _Bool (*is_eog_fn)(const void *vocab, int32_t token);
+
+typedef struct {
+    /* llama.cpp's context, vocabulary and functions */
+    void *ctx;
+    const void *vocab;
+    decode_fn decode;
+    logits_fn logits;
+    is_eog_fn is_eog;
+    llama_batch *batch;  /* one token: its sequence and logits flag set by the caller */
+    /* the stream */
+    int32_t n_vocab;
+    int32_t top_k;       /* 0: greedy, the row's first highest token; else the chain's draw */
+    void *chain;
+    apply_fn apply;
+    accept_fn accept;
+    token_data *room;    /* candidates of a top-k row */
+    int32_t room_size;
+    const int32_t *ends; /* tokens that end the job besides end-of-generation ones */
+    int32_t n_ends;
+    int32_t ignore_eos;  /* 1: no token ends the job */
+    int32_t limit;       /* tokens to sample at most */
+    double max_s;        /* seconds to run at most (Python keeps its figures current) */
+    int32_t wake_fd;     /* written a byte after each token; -1: none */
+    /* shared with the Python thread that reads the tokens */
+    volatile int32_t stop; /* set from Python: no decode after this one */
+    volatile int32_t count; /* tokens in `tokens` */
+    int32_t *tokens;
+    /* results */
+    int32_t decoded;     /* decodes that succeeded (each put a cell in the sequence) */
+    int32_t rc;          /* 0; llama_decode's code where it failed; -1: the last row is left
+                            for the caller to sample; -2: the chain selected no token */
+    double decode_s;     /* seconds in llama_decode and reading the logits */
+} lone_run;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int32_t first_highest(const float *row, int32_t n) {
+    int32_t best = 0;
+    for (int32_t t = 1; t < n; t++)
+        if (row[t] > row[best]) best = t;
+    return best;
+}
+
+static int ends_job(const lone_run *r, int32_t token) {
+    if (r->ignore_eos) return 0;
+    for (int32_t i = 0; i < r->n_ends; i++)
+        if (r->ends[i] == token) return 1;
+    return r->is_eog(r->vocab, token);
+}
+
+/* Runs until `limit` tokens are sampled, one ends the job, `max_s` passes, `stop` is set or
+   something fails (`rc`). The batch holds the stream's next token at its position. */
+void infertui_lone_run(lone_run *r) {
+    double began = now();
+    for (int32_t i = 0; i < r->limit; i++) {
+        if (__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE) || (i && now() - began > r->max_s))
+            return;
+        double start = now();
+        int32_t rc = r->decode(r->ctx, *r->batch);
+        const float *row = rc ? 0 : r->logits(r->ctx, -1);
+        r->decode_s += now() - start;
+        if (rc) {
+            r->rc = rc;
+            return;
+        }
+        r->decoded++;
+        if (!row) { /* (Python reads it again, and says what is wrong) */
+            r->rc = -1;
+            return;
+        }
+        int32_t token = r->top_k ? infertui_sample_row(row, r->n_vocab, r->top_k, r->chain,
+                                                       r->apply, r->accept, r->room,
+                                                       r->room_size)
+                                 : first_highest(row, r->n_vocab);
+        if (token < 0) {
+            r->rc = token;
+            return;
+        }
+        r->tokens[i] = token;
+        __atomic_store_n(&r->count, i + 1, __ATOMIC_RELEASE);
+        if (r->wake_fd >= 0) {
+            char byte = 1;
+            if (write(r->wake_fd, &byte, 1) < 0) { /* (a full pipe: the reader is awake) */
+            }
+        }
+        if (ends_job(r, token)) return;
+        r->batch->token[0] = token;
+        r->batch->pos[0] += 1;
+    }
+}
+
+/* Python checks its copy of the struct against this. */
+int32_t infertui_lone_run_size(void) { return (int32_t)sizeof(lone_run); }

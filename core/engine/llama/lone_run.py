@@ -1,0 +1,193 @@
+"""A lone stream's run (lone_run.c): while one stream decodes with nothing beside it, its
+decodes follow one another in C, and a thread here hands each token to the step's code (its
+text, stop strings, events) while the next decode runs.
+
+Between two decodes the batch loop's Python step costs ~70 µs a token, which decides one
+stream's rate where a decode is short: a tiny model on a CPU, a 1B model on a GPU. In a run,
+only the sampling stays between two decodes (greedy, or a top-k row: step_sampler.py).
+
+The run ends where C stops (the job's last token, `limit`, `max_s`, a failure) or where
+`stop` is called from any thread: a stop string or a cancel (the reader), a new job (the
+batch loop's event-loop side). A run stopped by the reader may have decoded a token or two
+past the job's end: the step trims those cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hot_loops import LIBRARY, llama_function
+from .native import Batch, LlamaContext, LlamaModel
+from .sampler import TOKEN_DATA, SamplerChain
+
+log = logging.getLogger(__name__)
+
+MAX_S = 0.25  # seconds a run goes at most: the loop's figures and checks stay current
+_MAX_ENDS = 64  # a job's own end tokens a run takes (chat turn markers: a few)
+
+_p, _i32, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_double
+
+
+class _Run(ctypes.Structure):
+    """lone_run.c's `lone_run`, field for field."""
+
+    _fields_ = [
+        ("ctx", _p), ("vocab", _p), ("decode", _p), ("logits", _p), ("is_eog", _p),
+        ("batch", _p), ("n_vocab", _i32), ("top_k", _i32), ("chain", _p), ("apply", _p),
+        ("accept", _p), ("room", _p), ("room_size", _i32), ("ends", _p), ("n_ends", _i32),
+        ("ignore_eos", _i32), ("limit", _i32), ("max_s", _f64), ("wake_fd", _i32),
+        ("stop", _i32), ("count", _i32), ("tokens", _p), ("decoded", _i32), ("rc", _i32),
+        ("decode_s", _f64),
+    ]  # fmt: skip
+
+
+@dataclass
+class Ran:
+    """How a run went: `decoded` decodes (each a cell of the sequence), and `rc`: 0; llama_
+    decode's code where it failed; -1 where the last decode's row is left to the caller to
+    sample; -2 where the chain selected no token."""
+
+    decoded: int
+    rc: int
+    decode_s: float
+
+
+# The reader's part: takes tokens in order, says whether the stream goes on (False: it ended).
+Taker = Callable[[Sequence[int]], bool]
+
+
+class LoneRun:
+    """Runs a lone stream's decodes in C on the calling thread (the batch loop's), reading its
+    tokens on a thread of its own. `stop` is thread-safe; everything else is the batch
+    loop's."""
+
+    def __init__(self, model: LlamaModel, ctx: LlamaContext, batch: Batch) -> None:
+        if LIBRARY is None:
+            raise RuntimeError("the host's C loops are not built")
+        library = ctypes.CDLL(LIBRARY)  # (CDLL: the call lets go of the GIL)
+        if library.infertui_lone_run_size() != ctypes.sizeof(_Run):
+            raise RuntimeError("lone_run.c's struct does not match lone_run.py's")
+        self._call = library.infertui_lone_run
+        self._call.argtypes, self._call.restype = [ctypes.POINTER(_Run)], None
+        self._n_vocab = model.n_vocab
+        self._tokens = np.zeros(4096, dtype=np.int32)
+        self._room = np.empty(model.n_vocab, dtype=TOKEN_DATA)
+        self._ends = np.zeros(_MAX_ENDS, dtype=np.int32)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        run = self._run = _Run()
+        run.ctx, run.vocab, run.batch = ctx.ptr, model.vocab, ctypes.addressof(batch.raw)
+        run.decode = llama_function("llama_decode")
+        run.logits = llama_function("llama_get_logits_ith")
+        run.is_eog = llama_function("llama_vocab_is_eog")
+        run.apply = llama_function("llama_sampler_apply")
+        run.accept = llama_function("llama_sampler_accept")
+        run.n_vocab, run.room, run.room_size = model.n_vocab, self._room.ctypes.data, model.n_vocab
+        run.ends, run.tokens, run.wake_fd = self._ends.ctypes.data, self._tokens.ctypes.data, -1
+        self._batch = batch
+        # the reader's state for the run under way
+        self._take: Taker | None = None
+        self._taken = 0
+        self._ended = False
+        self._final: int | None = None  # tokens the run made, once it is over
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()  # the reader holds it while it takes tokens
+        self._quit = False
+        self._reader = threading.Thread(target=self._read, name="lone-run-reader", daemon=True)
+        self._reader.start()
+
+    def stop(self) -> None:
+        """Thread-safe: the run under way (or the next, until `arm`) decodes no more."""
+        self._run.stop = 1
+
+    def arm(self) -> None:
+        """Let the next run go (the batch loop, under the lock that `stop`'s callers take)."""
+        self._run.stop = 0
+
+    def run(
+        self,
+        slot_seq: int,
+        token: int,
+        pos: int,
+        chain: SamplerChain,
+        top_k: int,
+        ends: Sequence[int],
+        ignore_eos: bool,
+        limit: int,
+        take: Taker,
+    ) -> Ran:
+        """Decode `token` at `pos` of sequence `slot_seq` and on, sampling each next token with
+        `chain` (top_k 0: greedy), up to `limit` tokens; `take` gets them on the reader thread.
+        Returns once the reader has taken every token the run made (or the stream ended)."""
+        run = self._run
+        self._batch.fill([token], [pos], [slot_seq], [1])
+        run.top_k, run.chain = top_k, ctypes.cast(chain.ptr, ctypes.c_void_p)
+        ends = list(ends)[:_MAX_ENDS]
+        self._ends[: len(ends)] = ends
+        run.n_ends, run.ignore_eos = len(ends), int(ignore_eos)
+        run.limit, run.max_s = min(limit, len(self._tokens)), MAX_S
+        run.count = run.decoded = run.rc = 0
+        run.decode_s = 0.0
+        with self._lock:
+            self._taken, self._ended, self._final, self._error = 0, False, None, None
+            self._done.clear()
+            self._take = take
+        run.wake_fd = self._wake_w
+        self._call(ctypes.byref(run))
+        run.wake_fd = -1
+        with self._lock:
+            self._final = run.count
+        self._wake()
+        self._done.wait()
+        with self._lock:
+            self._take = None
+        if self._error is not None:
+            raise self._error
+        return Ran(run.decoded, run.rc, run.decode_s)
+
+    def close(self) -> None:
+        self._quit = True
+        self._wake()
+        self._reader.join(5)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # (full: the reader has wakes waiting)
+            os.write(self._wake_w, b"\0")
+
+    def _read(self) -> None:
+        while True:
+            os.read(self._wake_r, 4096)
+            if self._quit:
+                return
+            with self._lock:
+                self._look()
+
+    def _look(self) -> None:
+        take = self._take
+        if take is None:
+            return  # (a wake of a run over)
+        count = self._run.count
+        if count > self._taken and not self._ended:
+            tokens = self._tokens[self._taken : count].tolist()
+            self._taken = count
+            try:
+                goes_on = take(tokens)
+            except BaseException as exc:  # raised on the batch loop's thread
+                self._error, goes_on = exc, False
+            if not goes_on:
+                self._ended = True
+                self.stop()
+        final = self._final
+        if final is not None and (self._ended or self._taken >= final):
+            self._done.set()

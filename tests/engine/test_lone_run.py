@@ -1,0 +1,155 @@
+"""A lone stream's run in C (issue 38 §1, lone_run.py): one stream with nothing beside it
+decodes back to back in C while a thread makes its text. The run draws what the batch loop's
+steps draw (the same decodes, the same sampling), and it yields to whatever needs the loop: a
+new job, a cancel, a stop string, the job's end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from infertui.core.engine.llama import step
+from infertui.core.engine.llama.hot_loops import LIBRARY
+from infertui.core.protocol.common import ChatMessage, SamplingParams
+from infertui.core.protocol.events import TokenText
+from infertui.core.scheduler import Pool
+
+from ..jobs import submit
+
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.skipif(LIBRARY is None, reason="the host's C loops are not built here"),
+]
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+SAMPLINGS = {
+    "greedy": GREEDY,
+    "seeded temperature 0.8, top-k 40, top-p 0.95": SamplingParams(
+        temperature=0.8, top_k=40, top_p=0.95, seed=7, max_tokens=40, ignore_eos=True
+    ),
+    "greedy with a repeat penalty": SamplingParams(
+        temperature=0.0, repeat_penalty=1.3, max_tokens=40, ignore_eos=True
+    ),
+}
+
+
+def lone_decodes(pool: Pool) -> int:
+    """Decodes the pool's engine made in lone runs so far."""
+    stepper = pool.engine._loop._stepper  # type: ignore[union-attr]
+    assert stepper is not None
+    return int(stepper.lone_decodes)
+
+
+async def by_steps(make_pool: Any, monkeypatch: pytest.MonkeyPatch, **ask: Any) -> Any:
+    """The same job on an engine whose lone stream goes step by step (runs turned off)."""
+    monkeypatch.setattr(step, "LONE_RUNS", False)
+    pool = await make_pool(parallel=1, engine_id="steps")
+    monkeypatch.undo()
+    result = await submit(pool, **ask).text()
+    assert lone_decodes(pool) == 0
+    return result
+
+
+@pytest.mark.parametrize("params", SAMPLINGS.values(), ids=SAMPLINGS.keys())
+async def test_a_lone_stream_runs_in_c_and_draws_what_the_steps_draw(
+    make_pool, monkeypatch: pytest.MonkeyPatch, params: SamplingParams
+) -> None:
+    """Both engines decode the stream one token at a time in one sequence of the same context
+    (the same graph, the same logits), and draw with the same code: the texts are equal."""
+    pool = await make_pool(parallel=1)
+    text, end = await submit(pool, prompt="The history of tea", params=params).text()
+    assert lone_decodes(pool) >= params.max_tokens - 2  # (the first token comes from the prompt)
+    assert end.finish_reason == "length" and end.timings.tokens_out == params.max_tokens
+    stepped, stepped_end = await by_steps(
+        make_pool, monkeypatch, prompt="The history of tea", params=params
+    )
+    assert (text, end.timings.tokens_out) == (stepped, stepped_end.timings.tokens_out)
+
+
+async def test_a_lone_run_ends_at_the_models_end_of_turn(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat reply ends at the model's end-of-turn token, found in C, as step by step."""
+    messages = [ChatMessage(role="user", content="Say hello in one short sentence.")]
+    params = SamplingParams(temperature=0.0, max_tokens=200)
+    pool = await make_pool(parallel=1)
+    text, end = await submit(pool, messages=messages, params=params).text()
+    assert end.finish_reason == "stop" and 0 < end.timings.tokens_out < 200
+    assert lone_decodes(pool) > 0
+    stepped, stepped_end = await by_steps(make_pool, monkeypatch, messages=messages, params=params)
+    assert (text, end.timings.tokens_out) == (stepped, stepped_end.timings.tokens_out)
+
+
+async def test_a_stop_string_ends_a_lone_run_and_its_sequence_keeps_only_its_cells(
+    make_pool,
+) -> None:
+    """The reader finds the stop string while C decodes the next token: the text ends before
+    the stop string, and the cells decoded past the job's end are dropped, so the cells kept
+    for the next turn are exactly the job's."""
+    pool = await make_pool(parallel=1)
+    full, _ = await submit(pool, prompt="The history of tea", params=GREEDY).text()
+    words = full.split()
+    stop = " ".join(words[len(words) // 2 : len(words) // 2 + 2])
+    assert stop and full.index(stop) > 0
+    params = GREEDY.model_copy(update={"stop": [stop]})
+    text, end = await submit(pool, prompt="The history of tea", params=params).text()
+    assert end.finish_reason == "stop" and text == full[: full.index(stop)]
+    engine = pool.engine
+    assert engine is not None
+    assert engine.kept_cells(0) > 0
+    assert engine.sequence_length(0) == engine.kept_cells(0)
+
+
+async def test_a_new_job_interrupts_a_lone_run(make_pool) -> None:
+    """A lone run stops for a job that comes in: the short job is done long before the long
+    one, which still makes every token."""
+    pool = await make_pool(parallel=2)
+    long = submit(pool, prompt="A long story", params=GREEDY.model_copy(update={"max_tokens": 160}))
+    events = long.events()
+    async for event in events:
+        if isinstance(event, TokenText):
+            break  # the long job runs alone now
+    short_text, short_end = await submit(pool, prompt="Tea is", params=GREEDY).text()
+    assert short_end.timings.tokens_out == GREEDY.max_tokens and short_text
+    assert not long.released, "the short job waited for the long one"
+    async for _ in events:
+        pass
+    assert long.result is not None and long.result.timings.tokens_out == 160
+    assert lone_decodes(pool) > 0
+
+
+async def test_a_cancel_ends_a_lone_run_and_the_engine_serves_on(make_pool) -> None:
+    pool = await make_pool(parallel=1)
+    job = submit(pool, prompt="A long story", params=GREEDY.model_copy(update={"max_tokens": 500}))
+    events = job.events()  # (held: a reader that lets go of its events cancels the job)
+    async for event in events:
+        if isinstance(event, TokenText):
+            break
+    await asyncio.sleep(0.1)  # the lone run is under way
+    began = time.perf_counter()
+    assert job.cancel()
+    await asyncio.wait_for(job.wait_released(), 10)
+    assert time.perf_counter() - began < 5
+    engine = pool.engine
+    assert engine is not None and engine.busy_slots == 0 and engine.sequence_length(0) == 0
+    text, end = await submit(pool, prompt="The sky is", params=GREEDY).text()
+    assert end.finish_reason == "length" and text
+
+
+async def test_the_context_end_stops_a_lone_run_where_steps_stop(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No max_tokens: the job may fill its context, and ends where it is full."""
+    params = GREEDY.model_copy(update={"max_tokens": None})
+    pool = await make_pool(parallel=1, ctx=256)
+    text, end = await submit(pool, prompt="The history of tea", params=params).text()
+    assert end.finish_reason == "length" and 200 < end.timings.tokens_out < 256
+    monkeypatch.setattr(step, "LONE_RUNS", False)
+    stepped = await make_pool(parallel=1, ctx=256, engine_id="steps")
+    stepped_text, stepped_end = await submit(
+        stepped, prompt="The history of tea", params=params
+    ).text()
+    assert (text, end.timings.tokens_out) == (stepped_text, stepped_end.timings.tokens_out)
