@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from infertui.core.engine.llama import step
-from infertui.core.engine.llama.hot_loops import LIBRARY
+from infertui.core.engine.llama import cpu_turns, lone_run, step
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import TokenText
 from infertui.core.scheduler import Pool
@@ -21,8 +20,16 @@ from ..jobs import submit
 
 pytestmark = [
     pytest.mark.model,
-    pytest.mark.skipif(LIBRARY is None, reason="the host's C loops are not built here"),
+    pytest.mark.skipif(not lone_run.AVAILABLE, reason="the host's C loops are not built here"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def cpus_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engines other tests of this worker hold would make these take turns on the CPU,
+    which stops lone runs (`test_engines_taking_turns_go_step_by_step`)."""
+    monkeypatch.setattr(cpu_turns, "_CPUS", 64)
+
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
 SAMPLINGS = {
@@ -43,28 +50,33 @@ def lone_decodes(pool: Pool) -> int:
     return int(stepper.lone_decodes)
 
 
-async def by_steps(make_pool: Any, monkeypatch: pytest.MonkeyPatch, **ask: Any) -> Any:
+async def by_steps(
+    make_pool: Any, monkeypatch: pytest.MonkeyPatch, pool_options: dict[str, Any], **ask: Any
+) -> Any:
     """The same job on an engine whose lone stream goes step by step (runs turned off)."""
     monkeypatch.setattr(step, "LONE_RUNS", False)
-    pool = await make_pool(parallel=1, engine_id="steps")
+    pool = await make_pool(parallel=1, engine_id="steps", **pool_options)
     monkeypatch.undo()
     result = await submit(pool, **ask).text()
     assert lone_decodes(pool) == 0
     return result
 
 
+@pytest.mark.parametrize("in_graph", [False, True], ids=["host sampling", "graph sampling"])
 @pytest.mark.parametrize("params", SAMPLINGS.values(), ids=SAMPLINGS.keys())
 async def test_a_lone_stream_runs_in_c_and_draws_what_the_steps_draw(
-    make_pool, monkeypatch: pytest.MonkeyPatch, params: SamplingParams
+    make_pool, monkeypatch: pytest.MonkeyPatch, params: SamplingParams, in_graph: bool
 ) -> None:
     """Both engines decode the stream one token at a time in one sequence of the same context
-    (the same graph, the same logits), and draw with the same code: the texts are equal."""
-    pool = await make_pool(parallel=1)
+    (the same graph, the same logits), and draw with the same code: the texts are equal. In
+    the graph (as on a GPU that holds every layer), the run reads the graph's token."""
+    options = {"backend_sampling": in_graph}
+    pool = await make_pool(parallel=1, **options)
     text, end = await submit(pool, prompt="The history of tea", params=params).text()
     assert lone_decodes(pool) >= params.max_tokens - 2  # (the first token comes from the prompt)
     assert end.finish_reason == "length" and end.timings.tokens_out == params.max_tokens
     stepped, stepped_end = await by_steps(
-        make_pool, monkeypatch, prompt="The history of tea", params=params
+        make_pool, monkeypatch, options, prompt="The history of tea", params=params
     )
     assert (text, end.timings.tokens_out) == (stepped, stepped_end.timings.tokens_out)
 
@@ -79,7 +91,9 @@ async def test_a_lone_run_ends_at_the_models_end_of_turn(
     text, end = await submit(pool, messages=messages, params=params).text()
     assert end.finish_reason == "stop" and 0 < end.timings.tokens_out < 200
     assert lone_decodes(pool) > 0
-    stepped, stepped_end = await by_steps(make_pool, monkeypatch, messages=messages, params=params)
+    stepped, stepped_end = await by_steps(
+        make_pool, monkeypatch, {}, messages=messages, params=params
+    )
     assert (text, end.timings.tokens_out) == (stepped, stepped_end.timings.tokens_out)
 
 
@@ -153,3 +167,13 @@ async def test_the_context_end_stops_a_lone_run_where_steps_stop(
         stepped, prompt="The history of tea", params=params
     ).text()
     assert (text, end.timings.tokens_out) == (stepped_text, stepped_end.timings.tokens_out)
+
+
+async def test_engines_taking_turns_go_step_by_step(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run holds the CPU for up to MAX_S, which an engine taking turns may not."""
+    monkeypatch.setattr(cpu_turns, "_CPUS", 0)
+    pool = await make_pool(parallel=1)
+    _, end = await submit(pool, prompt="The history of tea", params=GREEDY).text()
+    assert end.timings.tokens_out == GREEDY.max_tokens and lone_decodes(pool) == 0

@@ -19,6 +19,8 @@
 typedef int32_t (*decode_fn)(void *ctx, llama_batch batch);
 typedef float *(*logits_fn)(void *ctx, int32_t i);
 typedef _Bool (*is_eog_fn)(const void *vocab, int32_t token);
+typedef int32_t (*sampled_fn)(void *ctx, int32_t i);
+typedef int32_t (*chain_sample_fn)(void *chain, void *ctx, int32_t i);
 
 typedef struct {
     /* llama.cpp's context, vocabulary and functions */
@@ -27,10 +29,15 @@ typedef struct {
     decode_fn decode;
     logits_fn logits;
     is_eog_fn is_eog;
+    sampled_fn sampled;  /* llama_get_sampled_token_ith */
+    chain_sample_fn chain_sample; /* llama_sampler_sample */
     llama_batch *batch;  /* one token: its sequence and logits flag set by the caller */
     /* the stream */
     int32_t n_vocab;
     int32_t top_k;       /* 0: greedy, the row's first highest token; else the chain's draw */
+    int32_t in_graph;    /* 1: the chain runs in the graph: its token is read, not drawn here
+                            (where the graph ran only its first samplers, it finishes here) */
+    int32_t stateful;    /* with in_graph: the chain accepts the token here (its history) */
     void *chain;
     apply_fn apply;
     accept_fn accept;
@@ -82,22 +89,29 @@ void infertui_lone_run(lone_run *r) {
             return;
         double start = now();
         int32_t rc = r->decode(r->ctx, *r->batch);
-        const float *row = rc ? 0 : r->logits(r->ctx, -1);
+        int32_t token = -1;
+        const float *row = 0;
+        if (!rc && r->in_graph)
+            token = r->sampled(r->ctx, 0); /* (-1: the graph ran part of the chain) */
+        else if (!rc)
+            row = r->logits(r->ctx, -1);
         r->decode_s += now() - start;
         if (rc) {
             r->rc = rc;
             return;
         }
         r->decoded++;
-        if (!row) { /* (Python reads it again, and says what is wrong) */
-            r->rc = -1;
-            return;
+        if (r->in_graph) { /* as step_sampler.py's StepSampler.sample */
+            if (token < 0)
+                token = r->chain_sample(r->chain, r->ctx, 0);
+            else if (r->stateful)
+                r->accept(r->chain, token);
+        } else if (row) {
+            token = r->top_k ? infertui_sample_row(row, r->n_vocab, r->top_k, r->chain, r->apply,
+                                                   r->accept, r->room, r->room_size)
+                             : first_highest(row, r->n_vocab);
         }
-        int32_t token = r->top_k ? infertui_sample_row(row, r->n_vocab, r->top_k, r->chain,
-                                                       r->apply, r->accept, r->room,
-                                                       r->room_size)
-                                 : first_highest(row, r->n_vocab);
-        if (token < 0) {
+        if (token < 0) { /* -1: Python samples the row (and says what is wrong, if anything) */
             r->rc = token;
             return;
         }

@@ -31,6 +31,7 @@ from .sampler import TOKEN_DATA, SamplerChain
 log = logging.getLogger(__name__)
 
 MAX_S = 0.25  # seconds a run goes at most: the loop's figures and checks stay current
+IN_GRAPH = -1  # `run`'s top_k where the chain runs in the graph (a GPU's, all layers there)
 _MAX_ENDS = 64  # a job's own end tokens a run takes (chat turn markers: a few)
 
 _p, _i32, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_double
@@ -41,12 +42,31 @@ class _Run(ctypes.Structure):
 
     _fields_ = [
         ("ctx", _p), ("vocab", _p), ("decode", _p), ("logits", _p), ("is_eog", _p),
-        ("batch", _p), ("n_vocab", _i32), ("top_k", _i32), ("chain", _p), ("apply", _p),
+        ("sampled", _p), ("chain_sample", _p), ("batch", _p), ("n_vocab", _i32),
+        ("top_k", _i32), ("in_graph", _i32), ("stateful", _i32), ("chain", _p), ("apply", _p),
         ("accept", _p), ("room", _p), ("room_size", _i32), ("ends", _p), ("n_ends", _i32),
         ("ignore_eos", _i32), ("limit", _i32), ("max_s", _f64), ("wake_fd", _i32),
         ("stop", _i32), ("count", _i32), ("tokens", _p), ("decoded", _i32), ("rc", _i32),
         ("decode_s", _f64),
     ]  # fmt: skip
+
+
+def _load() -> ctypes.CDLL | None:
+    """The library (CDLL: a run lets go of the GIL), where it is built and as new as this
+    file: a library built before the struct changed would read the wrong fields."""
+    if LIBRARY is None:
+        return None
+    library = ctypes.CDLL(LIBRARY)
+    size = getattr(library, "infertui_lone_run_size", None)
+    if size is None or size() != ctypes.sizeof(_Run):
+        log.warning("the host's C loops were built from older sources (pip install -e . builds "
+                    "them again): a lone stream goes step by step")  # fmt: skip
+        return None
+    return library
+
+
+_LIBRARY = _load()
+AVAILABLE = _LIBRARY is not None  # whether LoneRun can be made
 
 
 @dataclass
@@ -70,12 +90,9 @@ class LoneRun:
     loop's."""
 
     def __init__(self, model: LlamaModel, ctx: LlamaContext, batch: Batch) -> None:
-        if LIBRARY is None:
+        if _LIBRARY is None:
             raise RuntimeError("the host's C loops are not built")
-        library = ctypes.CDLL(LIBRARY)  # (CDLL: the call lets go of the GIL)
-        if library.infertui_lone_run_size() != ctypes.sizeof(_Run):
-            raise RuntimeError("lone_run.c's struct does not match lone_run.py's")
-        self._call = library.infertui_lone_run
+        self._call = _LIBRARY.infertui_lone_run
         self._call.argtypes, self._call.restype = [ctypes.POINTER(_Run)], None
         self._n_vocab = model.n_vocab
         self._tokens = np.zeros(4096, dtype=np.int32)
@@ -88,6 +105,8 @@ class LoneRun:
         run.decode = llama_function("llama_decode")
         run.logits = llama_function("llama_get_logits_ith")
         run.is_eog = llama_function("llama_vocab_is_eog")
+        run.sampled = llama_function("llama_get_sampled_token_ith")
+        run.chain_sample = llama_function("llama_sampler_sample")
         run.apply = llama_function("llama_sampler_apply")
         run.accept = llama_function("llama_sampler_accept")
         run.n_vocab, run.room, run.room_size = model.n_vocab, self._room.ctypes.data, model.n_vocab
@@ -126,11 +145,13 @@ class LoneRun:
         take: Taker,
     ) -> Ran:
         """Decode `token` at `pos` of sequence `slot_seq` and on, sampling each next token with
-        `chain` (top_k 0: greedy), up to `limit` tokens; `take` gets them on the reader thread.
-        Returns once the reader has taken every token the run made (or the stream ended)."""
+        `chain` (top_k 0: greedy; IN_GRAPH: the chain runs in the graph), up to `limit` tokens;
+        `take` gets them on the reader thread. Returns once the reader has taken every token
+        the run made (or the stream ended)."""
         run = self._run
         self._batch.fill([token], [pos], [slot_seq], [1])
-        run.top_k, run.chain = top_k, ctypes.cast(chain.ptr, ctypes.c_void_p)
+        run.in_graph, run.stateful = int(top_k == IN_GRAPH), int(chain.stateful)
+        run.top_k, run.chain = max(top_k, 0), ctypes.cast(chain.ptr, ctypes.c_void_p)
         ends = list(ends)[:_MAX_ENDS]
         self._ends[: len(ends)] = ends
         run.n_ends, run.ignore_eos = len(ends), int(ignore_eos)

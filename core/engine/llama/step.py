@@ -27,10 +27,10 @@ from functools import partial
 from ...protocol.errors import ErrorKind, InferError
 from ...protocol.snapshots import FinishReason
 from ..types import Events, Publisher
+from . import lone_run
 from .draft_model import DraftModel
 from .drafts import MAX_GUESSES, least_chance, plan_guesses
-from .hot_loops import LIBRARY
-from .lone_run import LoneRun
+from .lone_run import IN_GRAPH, LoneRun
 from .native import Batch
 from .prompt_cache import window_intact
 from .sampler import token_logprob
@@ -84,7 +84,11 @@ class Stepper:
         self._step_host_s = 0.0  # a lone stream's step's seconds beside its decode, lately
         self._rows_timed = 0
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
-        self._lone = LoneRun(self._model, self._ctx, self._batch) if LIBRARY and LONE_RUNS else None
+        self._lone = (
+            LoneRun(self._model, self._ctx, self._batch)
+            if lone_run.AVAILABLE and LONE_RUNS
+            else None
+        )
         self._lone_end: tuple[FinishReason, bool] | None = None  # a run's job ended: why, flush
         self._in_lone = False  # the lone run's reader is taking tokens
         self.lone_decodes = 0  # decodes made in lone runs (diagnostics)
@@ -354,14 +358,15 @@ class Stepper:
         return True
 
     def _lone_draw(self, slot: Slot) -> int | None:
-        """How a lone run would draw this stream's tokens (0: greedy, else its chain's top-k),
-        or None where it cannot: no library, a draft model, logprobs, a chain in the graph
-        or over the whole vocabulary, engines taking turns on the CPU."""
+        """How a lone run would draw this stream's tokens (0: greedy, IN_GRAPH: read from the
+        graph, else its chain's top-k), or None where it cannot: no library, a draft model,
+        logprobs, a chain over the whole vocabulary, engines taking turns on the CPU."""
         if self._lone is None or self._draft is not None or self._ctx.takes_turns():
             return None
-        if slot.request.params.logprobs is not None or slot.chain.on_backend:
+        chain = slot.chain
+        if slot.request.params.logprobs is not None or chain.grammar is not None:
             return None
-        return self._sampler.draw_in_c(slot.chain)
+        return IN_GRAPH if chain.on_backend else self._sampler.draw_in_c(chain)
 
     def _lone_run(self, slot: Slot, top_k: int, events: Events) -> None:
         """Run a stream alone in C until its job ends or the run stops (lone_run.py). Its
