@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from infertui.core.engine.llama.native import Batch, LlamaContext
+from infertui.core.engine.llama.step import Stepper
 from infertui.core.engine.llama.step_cost import StepCost
 from infertui.core.engine.llama.step_plan import output_ubatches
 from infertui.core.protocol.common import ChatMessage, SamplingParams
+from infertui.core.protocol.errors import ErrorKind
 from infertui.core.protocol.events import Finished, TokenLogprob, TokenText
 from infertui.core.scheduler import Job, Pool
 
@@ -480,3 +482,25 @@ async def test_kept_cells_longer_than_the_running_streams_are_dropped_not_filled
     await asyncio.gather(first.text(), last.text())
     assert engine.kept_cells(1) == 0 and engine.sequence_length(1) == 0
     assert engine.kept_cells(0) > 0 and engine.kept_cells(2) > 0  # they ended last: kept
+
+
+async def test_a_crashed_loop_fails_its_jobs_and_the_engine_still_answers_with_errors(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug that raises in a step fails the jobs with GENERATION_FAILED. The model stays
+    loaded until the engine closes: the event loop still tokenizes with it (freed at once,
+    the next request's tokenizer read freed memory and the whole host aborted)."""
+
+    def broken(self: Stepper, events: object, **_: object) -> None:
+        raise RuntimeError("a bug in a step")
+
+    pool = await make_pool(parallel=1)
+    monkeypatch.setattr(Stepper, "step", broken)
+    _, end = await submit(pool, prompt="The sky is", params=SHORT).text()
+    assert end.finish_reason == "error" and end.error is not None
+    assert end.error.kind == ErrorKind.GENERATION_FAILED
+    for _ in range(3):  # each one tokenized with the model, then refused by the loop
+        assert pool.tokenize("The sky is", add_special=True)
+        _, end = await submit(pool, prompt="The sky is", params=SHORT).text()
+        assert end.finish_reason == "error" and end.error is not None
+        assert end.error.kind == ErrorKind.POOL_UNREADY and "after an error" in end.error.message

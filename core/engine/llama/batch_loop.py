@@ -73,6 +73,7 @@ class BatchLoop:
         self._wake_due: asyncio.AbstractEventLoop | None = None  # where a wake is on its way
         self._submitted = 0  # jobs ever submitted: whether more came in a turn
         self._stopping = False
+        self._crashed = False  # the loop ended by an error: the model stays until `stop`
         self._thread = threading.Thread(target=self._main, name=f"batch-loop-{name}", daemon=True)
 
     # ---- thread-safe API (called from the event loop) ---------------------------------------
@@ -93,7 +94,12 @@ class BatchLoop:
         that one alone while the others waited behind its decode."""
         with self._lock:
             if self._stopping:
-                raise InferError(ErrorKind.POOL_UNREADY, "the engine is shutting down")
+                why = (
+                    "the engine stopped after an error (the host's log says which): load it again"
+                    if self._crashed
+                    else "the engine is shutting down"
+                )
+                raise InferError(ErrorKind.POOL_UNREADY, why)
             self._given.append(request)
             self._submitted += 1
             self._interrupt()
@@ -144,6 +150,9 @@ class BatchLoop:
             self._wake.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._crashed and not self._thread.is_alive():
+            self._crashed = False
+            self._free_native()
 
     def _interrupt(self) -> None:
         """A lone stream's run (step.py) stops: the loop has something to look at."""
@@ -181,10 +190,14 @@ class BatchLoop:
             self._seqs.close()
             if self._embedder is not None:
                 self._embedder.free()
-            self._ctx.free()
-            self._model.free()
             cpu_turns.leave()  # this thread decodes no more
-            release_freed_heap()
+            if not self._crashed:  # (else the event loop may still tokenize: `stop` frees it)
+                self._free_native()
+
+    def _free_native(self) -> None:
+        self._ctx.free()
+        self._model.free()
+        release_freed_heap()
 
     def _run(self, stepper: Stepper) -> None:
         seqs = self._seqs
@@ -216,6 +229,7 @@ class BatchLoop:
                     self._publish(events)
         except Exception:
             log.exception("batch loop crashed; failing its jobs")
+            self._crashed = True
             self._fail_all(InferError(ErrorKind.GENERATION_FAILED, "the engine loop crashed"))
         finally:
             self._shutdown()
