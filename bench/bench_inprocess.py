@@ -3,6 +3,7 @@ figures over HTTP, to tell the engine's own cost from the transport's. Prints fi
 
     .venv/bin/python bench/bench_inprocess.py MODEL.gguf [--streams 1,64] [--temps 0,0.8]
         [--tokens 128] [--rounds 2] [--backend-sampling auto|on|off] [--threads N]
+        [--no-speculative] [--no-lone-runs]
 
 For each number of streams and each temperature: that many jobs of `--tokens` tokens
 (`ignore_eos`, ~16-token prompts) submitted at once and read to the end; aggregate tokens/s
@@ -19,6 +20,7 @@ import statistics
 import time
 
 from infertui.core.engine import EngineSpec
+from infertui.core.engine.llama import step
 from infertui.core.protocol.common import SamplingParams
 from infertui.core.scheduler import Pool
 from infertui.core.scheduler.job import PreparedJob
@@ -40,6 +42,7 @@ async def one_round(pool: Pool, streams: int, params: SamplingParams, nonce: int
 
 async def run(args: argparse.Namespace) -> None:
     streams = [int(s) for s in args.streams.split(",")]
+    step.LONE_RUNS = not args.no_lone_runs
     backend = {"auto": None, "on": True, "off": False}[args.backend_sampling]
     spec = EngineSpec(args.model, "bench", n_ctx=args.ctx, n_parallel=max(streams),
                       n_threads=args.threads, backend_sampling=backend,
@@ -78,6 +81,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-speculative", action="store_true", help="no guesses")
+    parser.add_argument(
+        "--no-lone-runs", action="store_true", help="one stream goes step by step, not in C"
+    )
     parser.add_argument("--ctx", type=int, default=1024, help="tokens per slot")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--backend-sampling", choices=["auto", "on", "off"], default="auto")

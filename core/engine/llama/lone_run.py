@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 MAX_S = 0.25  # seconds a run goes at most: the loop's figures and checks stay current
 IN_GRAPH = -1  # `run`'s top_k where the chain runs in the graph (a GPU's, all layers there)
-_MAX_ENDS = 64  # a job's own end tokens a run takes (chat turn markers: a few)
+# A job's own end tokens C checks (chat turn markers: a few). Past these the reader still
+# ends the job at one (`Stepper._ends`), a decode later.
+_MAX_ENDS = 64
 
 _p, _i32, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_double
 
