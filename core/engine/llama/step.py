@@ -388,7 +388,7 @@ class Stepper:
             ran = self._lone.run(
                 slot.index, slot.last_token, slot.n_past, slot.chain, top_k,
                 sorted(request.stop_tokens), request.params.ignore_eos, limit,
-                partial(self._lone_tokens, slot),
+                partial(self._lone_tokens, slot, self._guess_may_pay(slot)),
             )  # fmt: skip
         finally:
             self._in_lone = False
@@ -408,9 +408,18 @@ class Stepper:
         elif ran.rc:
             self._decode_failed(ran.rc, [slot], events)
 
-    def _lone_tokens(self, slot: Slot, tokens: Sequence[int]) -> bool:
+    def _guess_may_pay(self, slot: Slot) -> bool:
+        """Whether a guess could ever pay this lone stream: a chance is at most 1, and where a
+        guess costs the step more than a token (a tiny model on a CPU) the reader need not
+        look for one after every token."""
+        if self._cost is None or not self._options.speculative or slot.guesser is None:
+            return False
+        return self._cost.first_guess(self._step_host_s) < 1.0
+
+    def _lone_tokens(self, slot: Slot, looks: bool, tokens: Sequence[int]) -> bool:
         """The reader's part of a lone run: each token's way out, as a step's. False once the
-        job ended. A step that would guess stops the run (the stream goes on in steps)."""
+        job ended. Where guesses may pay (`looks`), a step that would guess stops the run
+        (the stream goes on in steps)."""
         events: Events = []
         for token in tokens:
             slot.n_past += 1
@@ -422,7 +431,7 @@ class Stepper:
             self._publish(events)
         if self._lone_end is not None:
             return False
-        if self._guesses([slot], []) and self._lone is not None:
+        if looks and self._guesses([slot], []) and self._lone is not None:
             self._lone.stop()
         return True
 
