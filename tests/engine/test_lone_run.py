@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from infertui.core.engine.llama import cpu_turns, lone_run, step
+from infertui.core.engine.llama.step_cost import StepCost
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import TokenText
 from infertui.core.scheduler import Pool
@@ -98,28 +99,44 @@ async def test_a_lone_run_ends_at_the_models_end_of_turn(
 
 
 async def test_a_stop_string_ends_a_lone_run_and_its_sequence_keeps_only_its_cells(
-    make_pool,
+    make_pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reader finds the stop string while C decodes the next token: the text ends before
-    the stop string, and the cells decoded past the job's end are dropped, so the cells kept
-    for the next turn are exactly the job's."""
+    """The reader finds the stop string while C decodes on (here a slow reader lags several
+    tokens behind): the text ends before the stop string, the cells decoded past the job's
+    end are dropped, so the cells kept for the next turn are exactly the job's, and the kept
+    cells remember the furthest position decoded (a sliding window may have let go of cells
+    for it, prompt_cache.window_intact)."""
     pool = await make_pool(parallel=1)
     full, _ = await submit(pool, prompt="The history of tea", params=GREEDY).text()
     words = full.split()
     stop = " ".join(words[len(words) // 2 : len(words) // 2 + 2])
     assert stop and full.index(stop) > 0
+    text_of = step.Stepper._text
+
+    def slow_text(self: step.Stepper, *args: Any) -> bool:
+        time.sleep(0.1)  # several of the bundled model's decodes, even on a slow CPU
+        return text_of(self, *args)
+
+    monkeypatch.setattr(step.Stepper, "_text", slow_text)
     params = GREEDY.model_copy(update={"stop": [stop]})
+    before = lone_decodes(pool)
     text, end = await submit(pool, prompt="The history of tea", params=params).text()
+    decoded = lone_decodes(pool) - before
     assert end.finish_reason == "stop" and text == full[: full.index(stop)]
+    assert decoded > end.timings.tokens_out + 1  # C went on past the end: the reader lagged
     engine = pool.engine
     assert engine is not None
     assert engine.kept_cells(0) > 0
     assert engine.sequence_length(0) == engine.kept_cells(0)
+    kept = engine._loop._seqs.kept._kept[0]  # type: ignore[union-attr]
+    prompt = end.timings.tokens_in
+    assert kept.highest >= prompt + decoded - 1  # the last position the run decoded
 
 
-async def test_a_new_job_interrupts_a_lone_run(make_pool) -> None:
-    """A lone run stops for a job that comes in: the short job is done long before the long
-    one, which still makes every token."""
+async def test_a_new_job_interrupts_a_lone_run(make_pool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone run stops for a job that comes in (and for nothing else here: no time limit):
+    the short job is done long before the long one, which still makes every token."""
+    monkeypatch.setattr(lone_run, "MAX_S", 600.0)
     pool = await make_pool(parallel=2)
     long = submit(pool, prompt="A long story", params=GREEDY.model_copy(update={"max_tokens": 160}))
     events = long.events()
@@ -135,9 +152,13 @@ async def test_a_new_job_interrupts_a_lone_run(make_pool) -> None:
     assert lone_decodes(pool) > 0
 
 
-async def test_a_cancel_ends_a_lone_run_and_the_engine_serves_on(make_pool) -> None:
+async def test_a_cancel_ends_a_lone_run_and_the_engine_serves_on(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No time limit on the run: only the cancel stops it, long before its 900 tokens."""
+    monkeypatch.setattr(lone_run, "MAX_S", 600.0)
     pool = await make_pool(parallel=1)
-    job = submit(pool, prompt="A long story", params=GREEDY.model_copy(update={"max_tokens": 500}))
+    job = submit(pool, prompt="A long story", params=GREEDY.model_copy(update={"max_tokens": 900}))
     events = job.events()  # (held: a reader that lets go of its events cancels the job)
     async for event in events:
         if isinstance(event, TokenText):
@@ -147,6 +168,7 @@ async def test_a_cancel_ends_a_lone_run_and_the_engine_serves_on(make_pool) -> N
     assert job.cancel()
     await asyncio.wait_for(job.wait_released(), 10)
     assert time.perf_counter() - began < 5
+    assert 0 < lone_decodes(pool) < 800  # the run under way stopped at the cancel
     engine = pool.engine
     assert engine is not None and engine.busy_slots == 0 and engine.sequence_length(0) == 0
     text, end = await submit(pool, prompt="The sky is", params=GREEDY).text()
@@ -174,6 +196,23 @@ async def test_engines_taking_turns_go_step_by_step(
 ) -> None:
     """A run holds the CPU for up to MAX_S, which an engine taking turns may not."""
     monkeypatch.setattr(cpu_turns, "_CPUS", 0)
-    pool = await make_pool(parallel=1)
+    pool = await make_pool(parallel=1, n_gpu_layers=0)  # (on a GPU, no turns are taken)
     _, end = await submit(pool, prompt="The history of tea", params=GREEDY).text()
     assert end.timings.tokens_out == GREEDY.max_tokens and lone_decodes(pool) == 0
+
+
+async def test_a_lone_stream_stops_its_run_for_guesses_that_pay_and_goes_on_after(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a GPU's step cost, where guesses pay: the reader looks for guesses after its
+    tokens and stops the run where a step would take some; the stream then guesses in steps
+    (this small model's text comes back to its own phrases), and runs alone again where its
+    text is new."""
+    cost = StepCost(fixed=0.01, per_token=0.0005)
+    monkeypatch.setattr(StepCost, "measure", classmethod(lambda cls, *args: cost))
+    pool = await make_pool(parallel=1, speculative=True)
+    params = SamplingParams(temperature=0.0, max_tokens=120, ignore_eos=True)
+    _, end = await submit(pool, prompt="The history of tea", params=params).text()
+    assert end.timings.tokens_out == 120
+    guessed, kept = pool.ready_engine().usage().guesses
+    assert 0 < kept <= guessed and 0 < lone_decodes(pool) < 120

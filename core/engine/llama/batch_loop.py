@@ -229,7 +229,8 @@ class BatchLoop:
                     self._publish(events)
         except Exception:
             log.exception("batch loop crashed; failing its jobs")
-            self._crashed = True
+            with self._lock:  # (a job given from here on is refused, saying why)
+                self._crashed = self._stopping = True
             self._fail_all(InferError(ErrorKind.GENERATION_FAILED, "the engine loop crashed"))
         finally:
             self._shutdown()

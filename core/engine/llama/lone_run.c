@@ -128,5 +128,12 @@ void infertui_lone_run(lone_run *r) {
     }
 }
 
-/* Python checks its copy of the struct against this. */
-int32_t infertui_lone_run_size(void) { return (int32_t)sizeof(lone_run); }
+/* The struct's version (bumped with every change of its fields) and size: Python checks its
+   copy against them. */
+#define LAYOUT 2
+int32_t infertui_lone_run_layout(void) { return LAYOUT << 16 | (int32_t)sizeof(lone_run); }
+
+/* `count` as the reader must read it: the tokens it counts are written before it. */
+int32_t infertui_lone_run_count(const lone_run *r) {
+    return __atomic_load_n(&r->count, __ATOMIC_ACQUIRE);
+}

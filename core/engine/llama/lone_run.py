@@ -53,14 +53,17 @@ class _Run(ctypes.Structure):
     ]  # fmt: skip
 
 
+_LAYOUT = 2  # lone_run.c's LAYOUT
+
+
 def _load() -> ctypes.CDLL | None:
     """The library (CDLL: a run lets go of the GIL), where it is built and as new as this
     file: a library built before the struct changed would read the wrong fields."""
     if LIBRARY is None:
         return None
     library = ctypes.CDLL(LIBRARY)
-    size = getattr(library, "infertui_lone_run_size", None)
-    if size is None or size() != ctypes.sizeof(_Run):
+    layout = getattr(library, "infertui_lone_run_layout", None)
+    if layout is None or layout() != _LAYOUT << 16 | ctypes.sizeof(_Run):
         log.warning("the host's C loops were built from older sources (pip install -e . builds "
                     "them again): a lone stream goes step by step")  # fmt: skip
         return None
@@ -96,6 +99,8 @@ class LoneRun:
             raise RuntimeError("the host's C loops are not built")
         self._call = _LIBRARY.infertui_lone_run
         self._call.argtypes, self._call.restype = [ctypes.POINTER(_Run)], None
+        self._count = _LIBRARY.infertui_lone_run_count
+        self._count.argtypes, self._count.restype = [ctypes.POINTER(_Run)], ctypes.c_int32
         self._n_vocab = model.n_vocab
         self._tokens = np.zeros(4096, dtype=np.int32)
         self._room = np.empty(model.n_vocab, dtype=TOKEN_DATA)
@@ -200,7 +205,7 @@ class LoneRun:
         take = self._take
         if take is None:
             return  # (a wake of a run over)
-        count = self._run.count
+        count = int(self._count(ctypes.byref(self._run)))
         if count > self._taken and not self._ended:
             tokens = self._tokens[self._taken : count].tolist()
             self._taken = count

@@ -159,12 +159,15 @@ class SlotTable:
         *,
         flush: bool = True,
         error: InferError | None = None,
+        placed: int = 0,
     ) -> None:
         """End the job: the text it held back (unless a stop string ended it), its cells kept
-        or freed, its chain kept in the graph for the next job or freed, its last event."""
+        or freed, its chain kept in the graph for the next job or freed, its last event.
+        `placed`: the highest position its sequence ever held, where decodes went past the
+        job's end (a lone run's, step.py)."""
         if flush and reason in ("stop", "length") and (tail := slot.tail()):
             events.append((slot.request, slot.token_text(tail)))
-        self._keep_or_free(slot, reason)
+        self._keep_or_free(slot, reason, placed)
         for other in self.slots:
             if other is not None and other.copies_from is slot:
                 other.copies_from = None  # it prefills its own prompt after all
@@ -181,7 +184,7 @@ class SlotTable:
         for slot in self.running():
             self.finish(slot, reason, events, error=error)
 
-    def _keep_or_free(self, slot: Slot, reason: FinishReason) -> None:
+    def _keep_or_free(self, slot: Slot, reason: FinishReason, placed: int) -> None:
         """A job that ended well leaves its cells for a prompt that goes on from them; one that
         was cancelled or failed frees them."""
         if (
@@ -192,5 +195,6 @@ class SlotTable:
             self.ctx.free_sequence(slot.index)
             return
         tokens = [*slot.request.prompt_tokens, *slot.generated][: slot.n_past]
-        # highest n_past, not n_past - 1: a token may still be in flight (overlap mode)
-        self.kept.keep(slot.index, tokens, slot.n_past)
+        # highest n_past, not n_past - 1: a token may still be in flight (overlap mode); past
+        # it where later decodes placed more (a sliding window may have dropped cells for them)
+        self.kept.keep(slot.index, tokens, max(slot.n_past, placed))

@@ -82,6 +82,7 @@ class Stepper:
             )  # fmt: skip
         self._row_s = 0.0  # host seconds a guessed row's sampling takes, lately (_time_rows)
         self._step_host_s = 0.0  # a lone stream's step's seconds beside its decode, lately
+        self._checking_s = 0.0  # seconds spent checking guesses (their rows and tokens), in all
         self._rows_timed = 0
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self._lone = (
@@ -129,10 +130,11 @@ class Stepper:
                 if top_k is not None:
                     self._lone_run(running[0], top_k, events)
                     return
-            began, decoding_s = time.perf_counter(), self.decode_s
+            began, decoding_s, checking_s = time.perf_counter(), self.decode_s, self._checking_s
             self._decode(decoding, [], use_fillers=True, events=events, guesses=guesses)
-            if len(decoding) == 1:  # what the step's Python costs beside a lone run's
-                host = time.perf_counter() - began - (self.decode_s - decoding_s)
+            if len(decoding) == 1:  # the step's own Python, which a lone run does without
+                spent = time.perf_counter() - began
+                host = spent - (self.decode_s - decoding_s) - (self._checking_s - checking_s)
                 self._step_host_s += _HOST_STEP * (host - self._step_host_s)
             return
         prefilling = sorted(
@@ -353,8 +355,10 @@ class Stepper:
             sampled = self._sampler.sample(self._ctx.ptr, [(i, s.chain) for s, i in rows], ranks)
             for (slot, i), token in zip(rows, sampled, strict=True):
                 self._take(slot, i, token, events)
+        checking = time.perf_counter()
         for slot, first, rank in guessed:
             self._check_guesses(slot, guesses[slot], first, rank, events)
+        self._checking_s += time.perf_counter() - checking
         return True
 
     def _lone_draw(self, slot: Slot) -> int | None:
@@ -380,7 +384,10 @@ class Stepper:
             events.clear()
         request = slot.request
         limit = min(request.max_tokens - request.tokens_out, self._ctx.n_ctx_seq - slot.n_past - 1)
-        if not self._seqs.holds(slot) or limit < 1:
+        if not self._seqs.holds(slot):
+            return
+        if limit < 1:  # (its last token ends it: the steps' own way, never an idle loop)
+            self._decode([slot], [], use_fillers=False, events=events)
             return
         start = slot.n_past
         self._in_lone = True
@@ -395,10 +402,9 @@ class Stepper:
         self.decode_s += ran.decode_s
         self.lone_decodes += ran.decoded
         end, self._lone_end = self._lone_end, None
-        if end is not None:
-            if start + ran.decoded > slot.n_past:  # decoded past the job's end: not its text
-                self._ctx.trim_sequence(slot.index, slot.n_past)
-            self._seqs.finish(slot, end[0], events, flush=end[1])
+        if end is not None:  # (cells decoded past its end go: the sequence keeps its text)
+            placed = start + ran.decoded - 1
+            self._seqs.finish(slot, end[0], events, flush=end[1], placed=placed)
         elif ran.rc == -2:
             raise RuntimeError("the sampler chain selected no token")
         elif ran.rc == -1:  # the last decode's row is ours to sample
@@ -410,11 +416,12 @@ class Stepper:
 
     def _guess_may_pay(self, slot: Slot) -> bool:
         """Whether a guess could ever pay this lone stream: a chance is at most 1, and where a
-        guess costs the step more than a token (a tiny model on a CPU) the reader need not
-        look for one after every token."""
+        second token costs a step more than a first (a tiny model on a CPU) the reader need
+        not look for one after every token. (Without the step's Python, which `_guesses`
+        weighs: an estimate of it too high once must not stop the looking for good.)"""
         if self._cost is None or not self._options.speculative or slot.guesser is None:
             return False
-        return self._cost.first_guess(self._step_host_s) < 1.0
+        return self._cost.first_guess(0.0) < 1.0
 
     def _lone_tokens(self, slot: Slot, looks: bool, tokens: Sequence[int]) -> bool:
         """The reader's part of a lone run: each token's way out, as a step's. False once the
