@@ -180,9 +180,11 @@ class LlamaModel:
         return buf.raw[: max(0, n)].decode("utf-8", "replace")
 
     def piece(self, token: int) -> bytes:
-        """The raw bytes of one token (may be part of a UTF-8 character). Engine thread only.
-        Remembered per token: the decode loop asks for every token it samples, and a call
-        into llama.cpp also hands the GIL to whichever thread wants it."""
+        """The raw bytes of one token (may be part of a UTF-8 character). The thread that owns
+        the tokens' way out only (the batch loop's; a lone run's reader while it runs: one at
+        a time, `_piece_buf` is shared). Remembered per token: the decode loop asks for every
+        token it samples, and a call into llama.cpp also hands the GIL to whichever thread
+        wants it."""
         piece = self._pieces.get(token)
         if piece is None:
             buf = self._piece_buf
