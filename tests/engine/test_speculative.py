@@ -46,7 +46,7 @@ async def test_a_quote_is_guessed_ahead_and_the_dropped_guesses_leave_no_cells(m
     cells = engine._loop.sequence_length(0)
     assert cells <= end.timings.tokens_in + end.timings.tokens_out + 1
     # what sampling a guessed row costs the host was timed, in tokens' worth of a step
-    row = engine._loop._stepper._cost.row
+    row = engine._loop._stepper._plan.cost.row
     assert row != StepCost.row and 0.02 <= row < 1
 
 

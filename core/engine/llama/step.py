@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import partial
 
 from ...protocol.errors import ErrorKind, InferError
@@ -29,7 +28,8 @@ from ...protocol.snapshots import FinishReason
 from ..types import Events, Publisher
 from . import lone_run
 from .draft_model import DraftModel
-from .drafts import MAX_GUESSES, least_chance, plan_guesses
+from .drafts import MAX_GUESSES
+from .guess_plan import GuessPlan
 from .lone_run import IN_GRAPH, LoneRun
 from .native import Batch
 from .prompt_cache import window_intact
@@ -44,11 +44,6 @@ log = logging.getLogger(__name__)
 
 LONE_RUNS = True  # a stream alone runs in C (lone_run.py) where the library is built
 
-_ROW_STEP = 0.05  # how fast the time of a guessed row's sampling follows each stream's rows
-_ROWS_PER_UPDATE = 16  # guessed rows timed between two updates of the step cost's `row`
-_LEAST_ROW = 0.02  # a guess never counts less than this over its token: the model's error
-_HOST_STEP = 0.1  # how fast the Python time of a lone stream's step follows its steps
-
 
 class Stepper:
     """Runs steps over the sequences, on the loop's thread. `decode_s` adds up the seconds from
@@ -62,28 +57,25 @@ class Stepper:
         self._batch = Batch(self._options.n_batch + self._ctx.n_seq + guesses)
         self._sampler = StepSampler(self._model.n_vocab)
         self._filler_token = max(0, self._model.bos)
-        self._cost: StepCost | None = None  # a step's seconds: guesses, holes worth filling
-        self._widest_hole = float("inf")
-        self._alone = 1.0
+        self._widest_hole = float("inf")  # holes worth a filler (step_plan.fillers)
         self._draft: DraftModel | None = None  # guesses from a draft model, not the text
+        self._plan: GuessPlan | None = None  # speculative decoding's
         if self._options.speculative and self._options.draft_path:
             self._draft = DraftModel(
                 self._options.draft_path, self._model, self._ctx, self._options.n_batch,
                 self._options.draft_gpu_layers,
             )  # fmt: skip
         if self._options.speculative or self._ctx.n_seq > 1:
-            self._cost = StepCost.measure(self._ctx, 0, self._filler_token)
-            self._widest_hole = self._cost.fixed_tokens
-            self._alone = least_chance(1, 1, self._cost)  # what a guess needs at one stream
+            cost = StepCost.measure(self._ctx, 0, self._filler_token)
+            self._widest_hole = cost.fixed_tokens
+            if self._options.speculative:
+                self._plan = GuessPlan(seqs, cost, self._draft)
             log.info(
                 "a decode step takes %.2f ms + %.2f ms a token (its fixed part is worth %.1f "
-                "tokens: guesses and fillers are weighed against it)", 1000 * self._cost.fixed,
-                1000 * self._cost.per_token, self._cost.fixed_tokens,
+                "tokens: guesses and fillers are weighed against it)", 1000 * cost.fixed,
+                1000 * cost.per_token, cost.fixed_tokens,
             )  # fmt: skip
-        self._row_s = 0.0  # host seconds a guessed row's sampling takes, lately (_time_rows)
-        self._step_host_s = 0.0  # a lone stream's step's seconds beside its decode, lately
         self._checking_s = 0.0  # seconds spent checking guesses (their rows and tokens), in all
-        self._rows_timed = 0
         self._pending: list[tuple[Slot, int]] = []  # sampled, text not made yet (overlap)
         self._lone = (
             LoneRun(self._model, self._ctx, self._batch)
@@ -132,10 +124,10 @@ class Stepper:
                     return
             began, decoding_s, checking_s = time.perf_counter(), self.decode_s, self._checking_s
             self._decode(decoding, [], use_fillers=True, events=events, guesses=guesses)
-            if len(decoding) == 1:  # the step's own Python, which a lone run does without
+            if len(decoding) == 1 and self._plan is not None:  # (which a lone run does without)
                 spent = time.perf_counter() - began
                 host = spent - (self.decode_s - decoding_s) - (self._checking_s - checking_s)
-                self._step_host_s += _HOST_STEP * (host - self._step_host_s)
+                self._plan.time_step(host)
             return
         prefilling = sorted(
             (s for s in running if s.prefilling and s.copies_from is None),
@@ -176,55 +168,11 @@ class Stepper:
     def _guesses(
         self, decoding: Sequence[Slot], chunks: Sequence[tuple[Slot, int]]
     ) -> dict[Slot, list[int]]:
-        """The tokens each stream guesses ahead this step, as many as pay (drafts.py)."""
-        if self._cost is None or not self._options.speculative:
+        """The tokens each stream guesses ahead this step (guess_plan.py)."""
+        if self._plan is None:
             return {}
-        guessing = [(s, g) for s in decoding if (g := s.guesser) is not None and g.looks()]
-        rates = self._seqs.kept_rates
-        if not guessing:
-            rates.idle()
-            return {}
-        tokens = len(decoding) + sum(n for _, n in chunks)  # what the step yields anyway
-        floor, alone = least_chance(tokens, tokens, self._cost), self._alone
-        if len(decoding) == 1 and not chunks and self._lone_draw(decoding[0]) is not None:
-            # Without guesses the stream runs alone in C: a guess also pays the step's Python.
-            floor = alone = self._cost.first_guess(self._step_host_s)
-        if rates.surest <= floor:
-            rates.idle()  # no guess can pay: none is looked for
-            return {}
-        limits = [
-            max(0, min(
-                MAX_GUESSES,
-                slot.request.max_tokens - slot.request.tokens_out - 1,  # (the step's own token)
-                self._ctx.n_ctx_seq - slot.n_past - 2,
-            ))
-            for slot, _ in guessing
-        ]  # fmt: skip
-        pairs = list(zip(guessing, limits, strict=True))
-        if self._draft is None:  # the text's own continuations, then as many as pay
-            found = [g.offer(s.generated, n, floor, alone) for (s, g), n in pairs]
-            offers, chances = [o for o, _ in found], [c for _, c in found]
-            if not any(chances):
-                rates.idle()
-                return {}
-            taken = plan_guesses(chances, tokens, tokens, self._cost, MAX_GUESSES)
-        else:  # as many as pay, then the draft model makes them
-            chances = [g.chances(n, floor) for (_, g), n in pairs]
-            taken = plan_guesses(chances, tokens, tokens, self._cost, MAX_GUESSES)
-            asked = [
-                (s.index, g.text(s.generated), n)
-                for (s, g), n in zip(guessing, taken, strict=True)
-                if n
-            ]
-            made = iter(self._draft.guess(asked))
-            offers = [next(made) if n else [] for n in taken]
-        if not any(taken):
-            rates.idle()
-        return {
-            slot: offer[:n]
-            for (slot, _), offer, n in zip(guessing, offers, taken, strict=True)
-            if n
-        }
+        lone = len(decoding) == 1 and not chunks and self._lone_draw(decoding[0]) is not None
+        return self._plan.take(decoding, chunks, lone=lone)
 
     def _stop_at_shared_head(self, slot: Slot, n: int, waiting: Sequence[Slot]) -> int:
         """A chunk cut where a job waiting for this slot's cells can copy them: a model with
@@ -415,13 +363,8 @@ class Stepper:
             self._decode_failed(ran.rc, [slot], events)
 
     def _guess_may_pay(self, slot: Slot) -> bool:
-        """Whether a guess could ever pay this lone stream: a chance is at most 1, and where a
-        second token costs a step more than a first (a tiny model on a CPU) the reader need
-        not look for one after every token. (Without the step's Python, which `_guesses`
-        weighs: an estimate of it too high once must not stop the looking for good.)"""
-        if self._cost is None or not self._options.speculative or slot.guesser is None:
-            return False
-        return self._cost.first_guess(0.0) < 1.0
+        """Whether a lone run's reader should look for guesses after its tokens."""
+        return self._plan is not None and slot.guesser is not None and self._plan.may_pay_alone()
 
     def _lone_tokens(self, slot: Slot, looks: bool, tokens: Sequence[int]) -> bool:
         """The reader's part of a lone run: each token's way out, as a step's. False once the
@@ -459,7 +402,8 @@ class Stepper:
             picks.extend(self._sampler.sample(self._ctx.ptr, [(row, slot.chain)], [rank + j]))
             if j == len(ahead) or picks[-1] != ahead[j] or self._ends(slot, picks[-1]):
                 break
-        self._time_rows(time.perf_counter() - began, len(picks))
+        if self._plan is not None:
+            self._plan.time_rows(time.perf_counter() - began, len(picks))
         kept = len(picks) - 1  # guesses whose cells stay (the last pick is the next token)
         # A kept guess that ends the job: the guesses after it were never checked, and no
         # miss is learnt from them (one at every quote's end held long runs' rates down).
@@ -476,20 +420,6 @@ class Stepper:
             self._take(slot, first + j, token, events)
             if not self._seqs.holds(slot):
                 return
-
-    def _time_rows(self, seconds: float, rows: int) -> None:
-        """Learn what sampling a guessed row costs the host, in tokens' worth of the step
-        (StepCost.row), from the rows of each guessing stream: a greedy row is ~20 µs against
-        a 6 ms token on the 2-core EPYC, a sampled 32k row ~120 µs against ~1 ms."""
-        if self._cost is None:
-            return
-        self._row_s += _ROW_STEP * (seconds / rows - self._row_s)
-        self._rows_timed += rows
-        if self._rows_timed >= _ROWS_PER_UPDATE:
-            self._rows_timed = 0
-            row = max(_LEAST_ROW, self._row_s / self._cost.per_token)
-            self._cost = replace(self._cost, row=row)
-            self._alone = least_chance(1, 1, self._cost)
 
     def _prefill_alone(self, prefilling: Sequence[Slot], events: Events) -> None:
         """Deterministic mode: each prompt chunk in its own llama_decode, starting at a
