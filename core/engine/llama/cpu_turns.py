@@ -30,7 +30,7 @@ def decode(ptr: Any, raw: Any, on_cpu: bool, threads: int) -> tuple[int, float]:
     if not on_cpu:
         return int(llama.llama_decode(ptr, raw)), 0.0
     _teams[threading.get_ident()] = threads
-    if sum(tuple(_teams.values())) <= _CPUS:  # (a copy: other threads may join meanwhile)
+    if not _outnumbered():
         return int(llama.llama_decode(ptr, raw)), 0.0
     start = time.perf_counter()
     with _turn:
@@ -40,7 +40,12 @@ def decode(ptr: Any, raw: Any, on_cpu: bool, threads: int) -> tuple[int, float]:
 
 def takes_turns(on_cpu: bool) -> bool:
     """Whether a decode on the CPU now waits for its turn (the teams outnumber the CPUs)."""
-    return on_cpu and sum(tuple(_teams.values())) > _CPUS
+    return on_cpu and _outnumbered()
+
+
+def _outnumbered() -> bool:
+    """Whether the teams' threads outnumber the CPUs."""
+    return sum(tuple(_teams.values())) > _CPUS  # (a copy: other threads may join meanwhile)
 
 
 def leave() -> None:

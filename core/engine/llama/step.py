@@ -116,12 +116,11 @@ class Stepper:
         decoding = [s for s in running if not s.prefilling]
         if len(decoding) == len(running) and not self._options.deterministic:
             # every stream decodes (none reads a prompt or waits to copy one): no prompt plan
-            guesses = self._guesses(decoding, [])
-            if quiet and not guesses and len(running) == 1:
-                top_k = self._lone_draw(running[0])
-                if top_k is not None:
-                    self._lone_run(running[0], top_k, events)
-                    return
+            draw = self._lone_draw(running[0]) if quiet and len(running) == 1 else None
+            guesses = self._guesses(decoding, [], lone=draw is not None)
+            if draw is not None and not guesses:
+                self._lone_run(running[0], draw, events)
+                return
             began, decoding_s, checking_s = time.perf_counter(), self.decode_s, self._checking_s
             self._decode(decoding, [], use_fillers=True, events=events, guesses=guesses)
             if len(decoding) == 1 and self._plan is not None:  # (which a lone run does without)
@@ -166,12 +165,12 @@ class Stepper:
             seqs.take_prompt(source, others)
 
     def _guesses(
-        self, decoding: Sequence[Slot], chunks: Sequence[tuple[Slot, int]]
+        self, decoding: Sequence[Slot], chunks: Sequence[tuple[Slot, int]], *, lone: bool = False
     ) -> dict[Slot, list[int]]:
-        """The tokens each stream guesses ahead this step (guess_plan.py)."""
+        """The tokens each stream guesses ahead this step (guess_plan.py); `lone`: without
+        them, the one stream would run alone in C."""
         if self._plan is None:
             return {}
-        lone = len(decoding) == 1 and not chunks and self._lone_draw(decoding[0]) is not None
         return self._plan.take(decoding, chunks, lone=lone)
 
     def _stop_at_shared_head(self, slot: Slot, n: int, waiting: Sequence[Slot]) -> int:
@@ -381,7 +380,7 @@ class Stepper:
             self._publish(events)
         if self._lone_end is not None:
             return False
-        if looks and self._guesses([slot], []) and self._lone is not None:
+        if looks and self._guesses([slot], [], lone=True) and self._lone is not None:
             self._lone.stop()
         return True
 
