@@ -82,6 +82,34 @@ async def test_a_lone_stream_runs_in_c_and_draws_what_the_steps_draw(
     assert (text, end.timings.tokens_out) == (stepped, stepped_end.timings.tokens_out)
 
 
+async def test_a_reader_that_falls_asleep_between_tokens_is_woken_for_each(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader looks by itself while tokens come, and C writes its wake byte only once
+    the reader sleeps. A reader that gives up looking at once (as with a slow model's
+    tokens) sleeps before nearly every token: C wakes it for each, and every token arrives,
+    the same as where it looks (two new engines: the same decode path)."""
+    looks = await make_pool(parallel=1, engine_id="looks")
+    looked, _ = await submit(looks, prompt="The history of tea", params=GREEDY).text()
+    waits = 0
+    wait = lone_run.LoneRun._wait
+
+    def counted(self: lone_run.LoneRun) -> None:
+        nonlocal waits
+        waits += 1
+        wait(self)
+
+    monkeypatch.setattr(lone_run.LoneRun, "_wait", counted)
+    monkeypatch.setattr(lone_run, "LOOK_S", (1e-6, 1e-6))
+    monkeypatch.setattr(lone_run, "MISSES", 1)
+    pool = await make_pool(parallel=1, engine_id="sleeps")
+    text, end = await submit(pool, prompt="The history of tea", params=GREEDY).text()
+    decoded = lone_decodes(pool)
+    assert end.finish_reason == "length" and end.timings.tokens_out == GREEDY.max_tokens
+    assert text == looked
+    assert waits >= decoded // 2  # (a byte may wake it for two tokens)
+
+
 async def test_a_lone_run_ends_at_the_models_end_of_turn(
     make_pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,10 @@ Between two decodes the batch loop's Python step costs ~70 µs a token, which de
 stream's rate where a decode is short: a tiny model on a CPU, a 1B model on a GPU. In a run,
 only the sampling stays between two decodes (greedy, or a top-k row: step_sampler.py).
 
+The reader looks for tokens every token's time while they come, and waits to be woken only
+once they stop coming: C writes its wake byte only then, since waking a thread on another
+core costs the decoding thread ~19 µs a token in a VM (an interprocessor interrupt).
+
 The run ends where C stops (the job's last token, `limit`, `max_s`, a failure) or where
 `stop` is called from any thread: a stop string or a cancel (the reader), a new job (the
 batch loop's event-loop side). A run stopped by the reader may have decoded a token or two
@@ -19,6 +23,7 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +36,10 @@ from .sampler import TOKEN_DATA, SamplerChain
 log = logging.getLogger(__name__)
 
 MAX_S = 0.25  # seconds a run goes at most: the loop's figures and checks stay current
+# The reader's pace: it looks every token's time, within these bounds, and waits to be woken
+# after MISSES looks in a row that find nothing (a slow model's tokens: a wake-up is cheap).
+FIRST_LOOK_S, LOOK_S = 0.0005, (0.00005, 0.002)
+MISSES = 3
 IN_GRAPH = -1  # `run`'s top_k where the chain runs in the graph (a GPU's, all layers there)
 # A job's own end tokens C checks (chat turn markers: a few). Past these the reader still
 # ends the job at one (`Stepper._ends`), a decode later.
@@ -48,12 +57,12 @@ class _Run(ctypes.Structure):
         ("top_k", _i32), ("in_graph", _i32), ("stateful", _i32), ("chain", _p), ("apply", _p),
         ("accept", _p), ("room", _p), ("room_size", _i32), ("ends", _p), ("n_ends", _i32),
         ("ignore_eos", _i32), ("limit", _i32), ("max_s", _f64), ("wake_fd", _i32),
-        ("stop", _i32), ("count", _i32), ("tokens", _p), ("decoded", _i32), ("rc", _i32),
-        ("decode_s", _f64),
+        ("stop", _i32), ("sleeping", _i32), ("count", _i32), ("tokens", _p), ("decoded", _i32),
+        ("rc", _i32), ("decode_s", _f64),
     ]  # fmt: skip
 
 
-_LAYOUT = 2  # lone_run.c's LAYOUT
+_LAYOUT = 3  # lone_run.c's LAYOUT
 
 
 def _load() -> ctypes.CDLL | None:
@@ -101,6 +110,8 @@ class LoneRun:
         self._call.argtypes, self._call.restype = [ctypes.POINTER(_Run)], None
         self._count = _LIBRARY.infertui_lone_run_count
         self._count.argtypes, self._count.restype = [ctypes.POINTER(_Run)], ctypes.c_int32
+        self._sleep = _LIBRARY.infertui_lone_run_sleep
+        self._sleep.argtypes, self._sleep.restype = [ctypes.POINTER(_Run)], ctypes.c_int32
         self._n_vocab = model.n_vocab
         self._tokens = np.zeros(4096, dtype=np.int32)
         self._room = np.empty(model.n_vocab, dtype=TOKEN_DATA)
@@ -123,10 +134,9 @@ class LoneRun:
         self._take: Taker | None = None
         self._taken = 0
         self._ended = False
-        self._final: int | None = None  # tokens the run made, once it is over
+        self._began = 0.0
         self._error: BaseException | None = None
-        self._done = threading.Event()
-        self._lock = threading.Lock()  # the reader holds it while it takes tokens
+        self._lock = threading.Lock()  # held while tokens are taken
         self._quit = False
         self._reader = threading.Thread(target=self._read, name="lone-run-reader", daemon=True)
         self._reader.start()
@@ -153,8 +163,8 @@ class LoneRun:
     ) -> Ran:
         """Decode `token` at `pos` of sequence `slot_seq` and on, sampling each next token with
         `chain` (top_k 0: greedy; IN_GRAPH: the chain runs in the graph), up to `limit` tokens;
-        `take` gets them on the reader thread. Returns once the reader has taken every token
-        the run made (or the stream ended)."""
+        `take` gets them on the reader thread, and those it has not taken when C stops on
+        this one. Returns once every token the run made is taken (or the stream ended)."""
         run = self._run
         self._batch.fill([token], [pos], [slot_seq], [1])
         run.in_graph, run.stateful = int(top_k == IN_GRAPH), int(chain.stateful)
@@ -166,17 +176,14 @@ class LoneRun:
         run.count = run.decoded = run.rc = 0
         run.decode_s = 0.0
         with self._lock:
-            self._taken, self._ended, self._final, self._error = 0, False, None, None
-            self._done.clear()
+            self._taken, self._ended, self._error = 0, False, None
+            self._began = time.perf_counter()
             self._take = take
         run.wake_fd = self._wake_w
         self._call(ctypes.byref(run))
         run.wake_fd = -1
-        with self._lock:
-            self._final = run.count
-        self._wake()
-        self._done.wait()
-        with self._lock:
+        with self._lock:  # the tokens the reader has not taken yet, taken here
+            self._look()
             self._take = None
         if self._error is not None:
             raise self._error
@@ -194,28 +201,54 @@ class LoneRun:
             os.write(self._wake_w, b"\0")
 
     def _read(self) -> None:
+        run = ctypes.byref(self._run)
         while True:
-            os.read(self._wake_r, 4096)
+            self._sleep(run)  # from here on, C wakes this thread after each token
+            with self._lock:
+                waiting = self._take is not None and not self._ended
+                waiting = waiting and self._count(run) > self._taken
+            if not waiting:
+                self._wait()
+            self._run.sleeping = 0
             if self._quit:
                 return
-            with self._lock:
-                self._look()
+            misses = 0
+            while misses < MISSES:  # look every token's time while the run makes tokens
+                with self._lock:
+                    took, runs = self._look(), self._take is not None and not self._ended
+                if not runs:
+                    break
+                misses = 0 if took else misses + 1
+                time.sleep(self._pace())
 
-    def _look(self) -> None:
+    def _wait(self) -> None:
+        """Until a byte comes: C's after a token, or `close`'s."""
+        os.read(self._wake_r, 4096)
+
+    def _pace(self) -> float:
+        """A token's time so far in this run (FIRST_LOOK_S before its first), within LOOK_S."""
+        taken = self._taken
+        if not taken:
+            return FIRST_LOOK_S
+        low, high = LOOK_S
+        return min(max((time.perf_counter() - self._began) / taken, low), high)
+
+    def _look(self) -> bool:
+        """Under the lock: hand the tokens made since the last look to the run's taker.
+        Whether there were any."""
         take = self._take
-        if take is None:
-            return  # (a wake of a run over)
+        if take is None or self._ended:
+            return False
         count = int(self._count(ctypes.byref(self._run)))
-        if count > self._taken and not self._ended:
-            tokens = self._tokens[self._taken : count].tolist()
-            self._taken = count
-            try:
-                goes_on = take(tokens)
-            except BaseException as exc:  # raised on the batch loop's thread
-                self._error, goes_on = exc, False
-            if not goes_on:
-                self._ended = True
-                self.stop()
-        final = self._final
-        if final is not None and (self._ended or self._taken >= final):
-            self._done.set()
+        if count <= self._taken:
+            return False
+        tokens = self._tokens[self._taken : count].tolist()
+        self._taken = count
+        try:
+            goes_on = take(tokens)
+        except BaseException as exc:  # raised on the batch loop's thread
+            self._error, goes_on = exc, False
+        if not goes_on:
+            self._ended = True
+            self.stop()
+        return True
