@@ -146,6 +146,9 @@ async def test_a_stop_string_ends_a_lone_run_and_its_sequence_keeps_only_its_cel
         return text_of(self, *args)
 
     monkeypatch.setattr(step.Stepper, "_text", slow_text)
+    # one run to the job's end: the stop string is found while C decodes on, not in the
+    # look that takes a run's last tokens once C has stopped (at MAX_S)
+    monkeypatch.setattr(lone_run, "MAX_S", 60.0)
     params = GREEDY.model_copy(update={"stop": [stop]})
     before = lone_decodes(pool)
     text, end = await submit(pool, prompt="The history of tea", params=params).text()

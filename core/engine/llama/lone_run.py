@@ -36,8 +36,10 @@ from .sampler import TOKEN_DATA, SamplerChain
 log = logging.getLogger(__name__)
 
 MAX_S = 0.25  # seconds a run goes at most: the loop's figures and checks stay current
-# The reader's pace: it looks every token's time, within these bounds, and waits to be woken
-# after MISSES looks in a row that find nothing (a slow model's tokens: a wake-up is cheap).
+# The reader's pace: it looks every token's time (at least LOOK_S[0] apart) and waits to be
+# woken after MISSES looks in a row that find nothing, or where tokens take longer than
+# LOOK_S[1]: beside those a wake-up is cheap, and looks would take turns with the decode's
+# threads where they fill the CPUs.
 FIRST_LOOK_S, LOOK_S = 0.0005, (0.00005, 0.002)
 MISSES = 3
 IN_GRAPH = -1  # `run`'s top_k where the chain runs in the graph (a GPU's, all layers there)
@@ -219,19 +221,19 @@ class LoneRun:
                 if not runs:
                     break
                 misses = 0 if took else misses + 1
-                time.sleep(self._pace())
+                pace = self._pace()
+                if pace > LOOK_S[1]:
+                    break
+                time.sleep(max(pace, LOOK_S[0]))
 
     def _wait(self) -> None:
         """Until a byte comes: C's after a token, or `close`'s."""
         os.read(self._wake_r, 4096)
 
     def _pace(self) -> float:
-        """A token's time so far in this run (FIRST_LOOK_S before its first), within LOOK_S."""
+        """A token's time so far in this run (FIRST_LOOK_S before its first)."""
         taken = self._taken
-        if not taken:
-            return FIRST_LOOK_S
-        low, high = LOOK_S
-        return min(max((time.perf_counter() - self._began) / taken, low), high)
+        return (time.perf_counter() - self._began) / taken if taken else FIRST_LOOK_S
 
     def _look(self) -> bool:
         """Under the lock: hand the tokens made since the last look to the run's taker.
