@@ -13,6 +13,7 @@
 
    Called through ctypes (lone_run.py) with the GIL released. */
 
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,14 +75,12 @@ static double now(void) {
    against ~33 us for one loop that carries the index (a twentieth of a tiny model's decode). */
 #define LANES 16
 static int32_t first_highest(const float *row, int32_t n) {
-    float lane[LANES], high = row[0];
+    float lane[LANES], high = -INFINITY; /* (a NaN never wins: it is skipped, as numpy would not) */
     int32_t t = 0;
-    if (n >= LANES) {
-        for (int j = 0; j < LANES; j++) lane[j] = row[j];
-        for (t = LANES; t + LANES <= n; t += LANES)
-            for (int j = 0; j < LANES; j++) lane[j] = row[t + j] > lane[j] ? row[t + j] : lane[j];
-        for (int j = 0; j < LANES; j++) high = lane[j] > high ? lane[j] : high;
-    }
+    for (int j = 0; j < LANES; j++) lane[j] = -INFINITY;
+    for (; t + LANES <= n; t += LANES)
+        for (int j = 0; j < LANES; j++) lane[j] = row[t + j] > lane[j] ? row[t + j] : lane[j];
+    for (int j = 0; j < LANES; j++) high = lane[j] > high ? lane[j] : high;
     for (; t < n; t++) high = row[t] > high ? row[t] : high;
     for (t = 0; t < n; t++)
         if (row[t] == high) return t;
@@ -145,9 +144,9 @@ void infertui_lone_run(lone_run *r) {
     }
 }
 
-/* The struct's version (bumped with every change of its fields) and size: Python checks its
-   copy against them. */
-#define LAYOUT 3
+/* The struct's version (bumped with every change of its fields or of these functions) and
+   size: Python checks its copy against them. */
+#define LAYOUT 4
 int32_t infertui_lone_run_layout(void) { return LAYOUT << 16 | (int32_t)sizeof(lone_run); }
 
 /* `count` as the reader must read it: the tokens it counts are written before it. */
@@ -155,9 +154,12 @@ int32_t infertui_lone_run_count(const lone_run *r) {
     return __atomic_load_n(&r->count, __ATOMIC_ACQUIRE);
 }
 
-/* The reader is about to wait for a byte: the tokens counted by now, which it must take first
-   (any token counted after this call writes a byte). */
-int32_t infertui_lone_run_sleep(lone_run *r) {
+/* The reader is about to wait for a byte: any token counted after this call writes one, and
+   the reader's look at the count after it sees every token counted before. */
+void infertui_lone_run_sleep(lone_run *r) {
     __atomic_store_n(&r->sleeping, 1, __ATOMIC_SEQ_CST);
-    return __atomic_load_n(&r->count, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
+
+/* The reader is awake: no byte is needed until it sleeps again. */
+void infertui_lone_run_awake(lone_run *r) { __atomic_store_n(&r->sleeping, 0, __ATOMIC_RELAXED); }

@@ -64,7 +64,7 @@ class _Run(ctypes.Structure):
     ]  # fmt: skip
 
 
-_LAYOUT = 3  # lone_run.c's LAYOUT
+_LAYOUT = 4  # lone_run.c's LAYOUT
 
 
 def _load() -> ctypes.CDLL | None:
@@ -113,7 +113,9 @@ class LoneRun:
         self._count = _LIBRARY.infertui_lone_run_count
         self._count.argtypes, self._count.restype = [ctypes.POINTER(_Run)], ctypes.c_int32
         self._sleep = _LIBRARY.infertui_lone_run_sleep
-        self._sleep.argtypes, self._sleep.restype = [ctypes.POINTER(_Run)], ctypes.c_int32
+        self._awake = _LIBRARY.infertui_lone_run_awake
+        for call in (self._sleep, self._awake):
+            call.argtypes, call.restype = [ctypes.POINTER(_Run)], None
         self._n_vocab = model.n_vocab
         self._tokens = np.zeros(4096, dtype=np.int32)
         self._room = np.empty(model.n_vocab, dtype=TOKEN_DATA)
@@ -136,7 +138,7 @@ class LoneRun:
         self._take: Taker | None = None
         self._taken = 0
         self._ended = False
-        self._began = 0.0
+        self._first_at, self._first_count = 0.0, 0  # the run's first look that took tokens
         self._error: BaseException | None = None
         self._lock = threading.Lock()  # held while tokens are taken
         self._quit = False
@@ -179,14 +181,16 @@ class LoneRun:
         run.decode_s = 0.0
         with self._lock:
             self._taken, self._ended, self._error = 0, False, None
-            self._began = time.perf_counter()
             self._take = take
-        run.wake_fd = self._wake_w
-        self._call(ctypes.byref(run))
-        run.wake_fd = -1
-        with self._lock:  # the tokens the reader has not taken yet, taken here
-            self._look()
-            self._take = None
+        try:
+            run.wake_fd = self._wake_w
+            self._call(ctypes.byref(run))
+            run.wake_fd = -1
+            with self._lock:  # the tokens the reader has not taken yet, taken here
+                self._look()
+        finally:
+            with self._lock:
+                self._take = None
         if self._error is not None:
             raise self._error
         return Ran(run.decoded, run.rc, run.decode_s)
@@ -195,8 +199,9 @@ class LoneRun:
         self._quit = True
         self._wake()
         self._reader.join(5)
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        if not self._reader.is_alive():  # (else it may still read: its pipe stays open)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError):  # (full: the reader has wakes waiting)
@@ -211,7 +216,7 @@ class LoneRun:
                 waiting = waiting and self._count(run) > self._taken
             if not waiting:
                 self._wait()
-            self._run.sleeping = 0
+            self._awake(run)
             if self._quit:
                 return
             misses = 0
@@ -231,9 +236,10 @@ class LoneRun:
         os.read(self._wake_r, 4096)
 
     def _pace(self) -> float:
-        """A token's time so far in this run (FIRST_LOOK_S before its first)."""
-        taken = self._taken
-        return (time.perf_counter() - self._began) / taken if taken else FIRST_LOOK_S
+        """A token's time in this run since its first token (whose decode may have planned a
+        new graph), FIRST_LOOK_S before its second."""
+        since = self._taken - self._first_count
+        return (time.perf_counter() - self._first_at) / since if since > 0 else FIRST_LOOK_S
 
     def _look(self) -> bool:
         """Under the lock: hand the tokens made since the last look to the run's taker.
@@ -245,6 +251,8 @@ class LoneRun:
         if count <= self._taken:
             return False
         tokens = self._tokens[self._taken : count].tolist()
+        if not self._taken:
+            self._first_at, self._first_count = time.perf_counter(), count
         self._taken = count
         try:
             goes_on = take(tokens)
