@@ -75,7 +75,7 @@ static double now(void) {
    against ~33 us for one loop that carries the index (a twentieth of a tiny model's decode). */
 #define LANES 16
 static int32_t first_highest(const float *row, int32_t n) {
-    float lane[LANES], high = -INFINITY; /* (a NaN never wins: it is skipped, as numpy would not) */
+    float lane[LANES], high = -INFINITY; /* (a NaN never wins: skipped, where numpy picks it) */
     int32_t t = 0;
     for (int j = 0; j < LANES; j++) lane[j] = -INFINITY;
     for (; t + LANES <= n; t += LANES)
