@@ -61,6 +61,20 @@ build_here() {  # llama.cpp with CUDA for this GPU, from the carried source: ~5.
   say "llama.cpp not built (yet): /root/lcp/build.log; call again to wait for it"
   return 1
 }
+build_loops() {  # the host's C loops (lone runs, top-k rows: setup.py's extension) for this
+  # machine's Python. git ignores the built library, so it never travels with the tree. Without
+  # the module's init (hot_loops.c), no Python headers are needed: Python finds the file by its
+  # name and calls it through ctypes.
+  local ext
+  ext=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  if gcc -O3 -shared -fPIC core/engine/llama/fast_rows.c core/engine/llama/lone_run.c \
+      -o "core/engine/llama/_hot_loops$ext"; then
+    python3 -c 'from infertui.core.engine.llama import fast_rows, lone_run
+print("C loops: lone runs", lone_run.AVAILABLE, "/ top-k rows", fast_rows.FAST_ROWS is not None)'
+  else
+    say "the C loops are not built (no gcc?): one stream and top-k rows go in Python"
+  fi
+}
 cuda_ok() {  # llama.cpp loads and sees the GPU (on a machine without one: loads)
   python3 -c 'import shutil; from infertui.core.engine.devices import gpus; d = gpus()
 print("devices:", d); assert d or not shutil.which("nvidia-smi")'
@@ -91,6 +105,7 @@ if ! LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH cuda_ok; then  # no carried build, or
 fi
 export LD_LIBRARY_PATH=$BIN:$LD_LIBRARY_PATH
 SERVER=$BIN/llama-server
+want setup && build_loops
 say "ready: $BIN"
 
 SMALL=${SMALL:-1b:128256} LARGE=${LARGE:-8b:32000}  # SHAPE:VOCAB (tiny:128256 tries it on a CPU)
