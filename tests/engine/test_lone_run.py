@@ -107,7 +107,7 @@ async def test_a_reader_that_falls_asleep_between_tokens_is_woken_for_each(
     decoded = lone_decodes(pool)
     assert end.finish_reason == "length" and end.timings.tokens_out == GREEDY.max_tokens
     assert decoded >= GREEDY.max_tokens - 2
-    assert on_reader >= decoded // 2
+    assert on_reader >= decoded // 4  # (broken wake-ups leave it a stale byte's one or two)
 
 
 async def test_a_lone_run_ends_at_the_models_end_of_turn(
