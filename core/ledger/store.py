@@ -38,8 +38,10 @@ DAY_S = 86400.0
 BUSY_TIMEOUT_S = 10.0
 WAIT_S = 30.0  # the longest put_artifact or prune waits on the writer
 
+# IMMEDIATE: a deferred BEGIN reads the schema first, and SQLite refuses at once (no busy
+# wait) a reader's step up to writing while another host writes: two hosts started together.
 _SCHEMA = f"""
-BEGIN;
+BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
     identity TEXT NOT NULL,
@@ -401,8 +403,21 @@ class Ledger:
 def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
     connection.row_factory = sqlite3.Row
-    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    mode = _journal_wal(connection)
     if mode != "wal":  # a file system without shared memory: still correct, only slower
         log.warning("ledger %s: journal mode %s, not WAL", path, mode)
     connection.execute("PRAGMA synchronous = NORMAL")
     return connection
+
+
+def _journal_wal(connection: sqlite3.Connection) -> str:
+    """Switch a new file to WAL, waiting out another host's switch: SQLite answers "locked"
+    at once there, without its busy wait. The journal mode it is in after."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return str(connection.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)

@@ -48,6 +48,38 @@ def test_the_file_is_wal_with_a_schema_version(tmp_path: Path) -> None:
     db.close()
 
 
+def open_at_once(path: Path, hosts: int) -> list[sqlite3.Error]:
+    """`hosts` threads open the ledger at `path` at the same moment: what each raised."""
+    together, failures = threading.Barrier(hosts), []
+
+    def open_one() -> None:
+        together.wait()
+        try:
+            Ledger.open(path).close()
+        except sqlite3.Error as err:
+            failures.append(err)
+
+    openers = [threading.Thread(target=open_one) for _ in range(hosts)]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join()
+    return failures
+
+
+def test_hosts_that_open_one_ledger_at_once_all_open_it(tmp_path: Path) -> None:
+    """Two hosts started together (two GPUs, one data folder) open the same new file at
+    once: each waits for the other's switch to WAL and schema, where SQLite said "database
+    is locked" at once and the host did not start (12 of 120 opens here before)."""
+    for trial in range(10):
+        path = tmp_path / f"ledger-{trial}.sqlite"
+        assert open_at_once(path, 4) == []
+        check = sqlite3.connect(path)
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        check.close()
+
+
 def test_usage_sums_each_identity_per_utc_day_with_its_failures(tmp_path: Path) -> None:
     ledger = Ledger.open(tmp_path / "ledger.sqlite", retention_days=0)
     for n in range(3):
