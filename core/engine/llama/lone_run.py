@@ -123,6 +123,7 @@ class LoneRun:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         run = self._run = _Run()
+        self._ref = ctypes.byref(run)  # what the C calls take
         run.ctx, run.vocab, run.batch = ctx.ptr, model.vocab, ctypes.addressof(batch.raw)
         run.decode = llama_function("llama_decode")
         run.logits = llama_function("llama_get_logits_ith")
@@ -184,7 +185,7 @@ class LoneRun:
             self._take = take
         try:
             run.wake_fd = self._wake_w
-            self._call(ctypes.byref(run))
+            self._call(self._ref)
             run.wake_fd = -1
             with self._lock:  # the tokens the reader has not taken yet, taken here
                 self._look()
@@ -208,21 +209,19 @@ class LoneRun:
             os.write(self._wake_w, b"\0")
 
     def _read(self) -> None:
-        run = ctypes.byref(self._run)
         while True:
-            self._sleep(run)  # from here on, C wakes this thread after each token
+            self._sleep(self._ref)  # from here on, C wakes this thread after each token
             with self._lock:
-                waiting = self._take is not None and not self._ended
-                waiting = waiting and self._count(run) > self._taken
+                waiting = self._running() and self._count(self._ref) > self._taken
             if not waiting:
                 self._wait()
-            self._awake(run)
+            self._awake(self._ref)
             if self._quit:
                 return
             misses = 0
             while misses < MISSES:  # look every token's time while the run makes tokens
                 with self._lock:
-                    took, runs = self._look(), self._take is not None and not self._ended
+                    took, runs = self._look(), self._running()
                 if not runs:
                     break
                 misses = 0 if took else misses + 1
@@ -241,13 +240,17 @@ class LoneRun:
         since = self._taken - self._first_count
         return (time.perf_counter() - self._first_at) / since if since > 0 else FIRST_LOOK_S
 
+    def _running(self) -> bool:
+        """Under the lock: whether a run's tokens are still to be taken."""
+        return self._take is not None and not self._ended
+
     def _look(self) -> bool:
         """Under the lock: hand the tokens made since the last look to the run's taker.
         Whether there were any."""
         take = self._take
         if take is None or self._ended:
             return False
-        count = int(self._count(ctypes.byref(self._run)))
+        count = int(self._count(self._ref))
         if count <= self._taken:
             return False
         tokens = self._tokens[self._taken : count].tolist()
