@@ -1,9 +1,10 @@
 """A request's first milliseconds after an idle pause, beside back to back (issue 38 §1): how
 long each server takes to its response head, its first event, its first text and its last
-token, on a kept connection, for the tiny 32k model (one thread, one slot). Prints a table.
+token, on a kept connection (`--fresh`: a new one each request, opened before the pause, as
+bench_gpu's rounds do), for the tiny 32k model (one thread, one slot). Prints a table.
 
     .venv/bin/python bench/ttft_after_idle.py --llama-server PATH [--baseline PATH]
-        [--rounds 10] [--pauses 0.5,0] [--tokens 256]
+        [--rounds 10] [--pauses 0.5,0] [--tokens 256] [--fresh]
 
 bench_gpu's one-stream rows open each round in a fresh client after ~0.7 s idle, so they pay
 this once a round: after a pause the machine's caches are cold, and a host whose request path
@@ -59,11 +60,14 @@ async def one(hop: UpstreamClient, load: Load, nonce: int) -> dict[str, float]:
     return {key: 1000 * (marks.get(key, start) - start) for key in MARKS}
 
 
+def _hop(url: str) -> UpstreamClient:
+    return UpstreamClient(url + "/v1/", {}, connect_s=10, silent_s=300, keep=1)
+
+
 async def rounds(
     urls: dict[str, str], models: dict[str, str], args: argparse.Namespace
 ) -> dict[tuple[str, float], list[dict[str, float]]]:
-    hops = {name: UpstreamClient(url + "/v1/", {}, connect_s=10, silent_s=300, keep=1)
-            for name, url in urls.items()}  # fmt: skip
+    hops = {name: _hop(url) for name, url in urls.items()}
     pauses = [float(p) for p in args.pauses.split(",")]
     samples: dict[tuple[str, float], list[dict[str, float]]] = {}
     try:
@@ -76,10 +80,15 @@ async def rounds(
                 for name, hop in hops.items():
                     load = Load(urls[name], models[name], args.tokens, 0.0, 0, {})
                     nonce = int(time.time() * 1000) % 100_000 + r
+                    if args.fresh:  # a connection of its own, opened before the pause
+                        hop = _hop(urls[name])
+                        await hop.connect(1)
                     if not pause:  # back to back: right after a request to the same server
                         await one(hop, load, nonce + 1)
                     await asyncio.sleep(pause)
                     figures = await one(hop, load, nonce)
+                    if args.fresh:
+                        await hop.aclose()
                     samples.setdefault((name, pause), []).append(figures)
     finally:
         for hop in hops.values():
@@ -94,6 +103,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="repetitions (medians)")
     parser.add_argument("--pauses", default="0.5,0", help="seconds idle before each request")
     parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="each request on a new connection, as bench_gpu's rounds",
+    )
     args = parser.parse_args()
     model = make_model(CACHE / "tiny-v32000-q4km.gguf", "tiny", 32000)
     setup = Setup(model, 1, 1024, 1, False, ())
@@ -112,8 +126,9 @@ def main() -> None:
         }
         models = {name: model_id(url) for name, url in urls.items()}
         samples = asyncio.run(rounds(urls, models, args))
-    print(f"tiny 32k, one thread, greedy, {args.tokens} tokens on a kept connection; ms from the "
-          f"request, medians of {args.rounds} rounds taken in turns")  # fmt: skip
+    on = "a new connection each" if args.fresh else "a kept connection"
+    print(f"tiny 32k, one thread, greedy, {args.tokens} tokens on {on}; ms from the request, "
+          f"medians of {args.rounds} rounds taken in turns")  # fmt: skip
     print("| server | idle before | " + " | ".join(MARKS) + " |")
     print("|---" * (len(MARKS) + 2) + "|")
     for (name, pause), runs in samples.items():
