@@ -19,9 +19,12 @@ def check_fits(
     embed: bool,
     chat: bool,
 ) -> int:
-    """The job's max_tokens (what it asked, else the rest of the context; 0 to embed), or
-    InferError. An upstream tokenizes on its own server: its prompt's size is not known here
-    (no tokens), so only max_tokens is checked."""
+    """The job's max_tokens (what it asked, at most the rest of the context; 0 to embed), or
+    InferError. A limit past the context is cut to the room left, as llama-server and Ollama
+    take it: clients send 4,096 or more whatever the model (refused, a chat with such a client
+    could never start), and the reply ends at the context's end either way ("length"). An
+    upstream tokenizes on its own server: its prompt's size is not known here (no tokens), so
+    only max_tokens is checked, and its server has the last word."""
     if embed:
         if engine.embeddings is None:
             raise InferError(
@@ -50,10 +53,10 @@ def check_fits(
         )
     info = engine.describe()
     n_ctx, n_prompt = info.n_ctx, len(tokens)
-    max_tokens = asked_max if asked_max is not None else n_ctx - n_prompt
-    if n_prompt + max_tokens <= n_ctx and max_tokens >= 1:
-        return max_tokens
     if engine.tokenizer is None:
+        max_tokens = asked_max if asked_max is not None else n_ctx
+        if max_tokens <= n_ctx:
+            return max_tokens
         bound = f"the context of {n_ctx} tokens" if info.parameters.n_ctx else (
             f"{n_ctx} tokens, the most infertui asks of an upstream that does not say its "
             "context"
@@ -61,16 +64,13 @@ def check_fits(
         raise InferError(ErrorKind.CONTEXT_OVERFLOW,
                          f"max_tokens {max_tokens} is more than {bound}",
                          param="max_tokens", engine_id=engine_id)  # fmt: skip
-    if n_prompt >= n_ctx or asked_max is None:
-        message = (
+    room = n_ctx - n_prompt
+    if room < 1:
+        raise InferError(
+            ErrorKind.CONTEXT_OVERFLOW,
             f"a prompt of {n_prompt} tokens leaves no room for a reply in the context of "
-            f"{n_ctx} tokens"
+            f"{n_ctx} tokens",
+            param="messages" if chat else "prompt",
+            engine_id=engine_id,
         )
-        param = "messages" if chat else "prompt"
-    else:
-        message = (
-            f"prompt of {n_prompt} tokens plus max_tokens {max_tokens} exceeds the context "
-            f"of {n_ctx} tokens"
-        )
-        param = "max_tokens"
-    raise InferError(ErrorKind.CONTEXT_OVERFLOW, message, param=param, engine_id=engine_id)
+    return room if asked_max is None else min(asked_max, room)

@@ -73,6 +73,40 @@ async def test_a_request_without_a_limit_runs_until_the_context_is_full(
         await sdk.close()
 
 
+async def test_a_limit_past_the_context_runs_until_the_context_is_full(
+    start_host: HostFactory,
+) -> None:
+    """Clients send max_tokens 4,096 or more whatever the model (the helper's audit: every
+    such chat was a 400 on the default 4,096 context). As llama-server and Ollama take it,
+    the reply runs until the context is full and ends with "length"; only a prompt that
+    leaves no room is refused."""
+    host = await start_host(ctx=160, parallel=1)
+    ctx = (await host.client.get(f"/v1/models/{MODEL}")).json()["max_model_len"]
+    sdk = _sdk(host)
+    try:
+        chat = await sdk.chat.completions.create(
+            model=MODEL, messages=ASK, temperature=0, max_tokens=100_000,
+            extra_body=_endless(host),
+        )  # type: ignore[call-overload]  # fmt: skip
+        assert chat.choices[0].finish_reason == "length" and chat.usage is not None
+        assert ctx - 2 <= chat.usage.total_tokens <= ctx
+        with pytest.raises(openai.BadRequestError) as too_long:
+            await sdk.completions.create(model=MODEL, prompt="word " * 400, max_tokens=8)
+        assert too_long.value.code == "context_length_exceeded"
+    finally:
+        await sdk.close()
+    ollama_client = ollama.AsyncClient(host=host.url)
+    try:
+        reply = await ollama_client.generate(
+            model=MODEL, prompt="Count from one to a hundred:", options={"num_predict": 100_000}
+        )
+    finally:
+        await ollama_client._client.aclose()
+    assert reply.done and reply.done_reason in ("stop", "length")
+    assert reply.prompt_eval_count is not None and reply.eval_count is not None
+    assert reply.prompt_eval_count + reply.eval_count <= ctx
+
+
 async def test_the_host_s_default_max_tokens_caps_requests_that_set_none(
     start_host: HostFactory,
 ) -> None:

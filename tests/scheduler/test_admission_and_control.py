@@ -54,10 +54,19 @@ async def test_a_prompt_that_cannot_fit_the_context_is_rejected_with_the_numbers
         chat = [ChatMessage(role="user", content="word " * 300)]
         submit(pool, messages=chat, params=SamplingParams(max_tokens=1))
     assert long_chat.value.param == "messages" and "no room" in long_chat.value.message
-    with pytest.raises(InferError) as too_many:
-        submit(pool, prompt="short", params=SamplingParams(max_tokens=1000))
-    assert "1000" in too_many.value.message and too_many.value.param == "max_tokens"
     assert pool.queue().depth == 0
+
+
+async def test_a_limit_past_the_context_is_cut_to_the_room_left(make_pool) -> None:
+    """Clients send max_tokens 4,096 or more whatever the model: as llama-server and Ollama,
+    the job runs, its limit the room its prompt leaves in the context."""
+    pool = await make_pool(parallel=1, ctx=256)
+    job = submit(pool, prompt="short", params=SamplingParams(max_tokens=100_000, temperature=0))
+    assert job.request.max_tokens == pool.n_ctx - job.tokens_in
+    fits = submit(pool, prompt="short", params=SamplingParams(max_tokens=5, temperature=0))
+    assert fits.request.max_tokens == 5  # a limit that fits is kept
+    job.cancel()
+    fits.cancel()
 
 
 async def test_max_tokens_unset_means_up_to_the_context(make_pool) -> None:
