@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..engine.chat_format import template_thinks, tool_format
 from ..library import LibraryModel
 from ..library.gguf_header import GgufHeader, read_header
+from ..protocol.common import parameter_size
 from ..protocol.snapshots import LibraryEntry
 
 
@@ -30,18 +33,20 @@ class ModelFacts:
 
     @property
     def parameter_size(self) -> str:
-        """As Ollama shows it: "135M", "1.2B"."""
-        for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-            if self.parameters >= size:
-                return f"{self.parameters / size:.3g}{unit}"
-        return str(self.parameters)
+        return parameter_size(self.parameters)
 
 
 def facts_of(model: LibraryModel) -> ModelFacts:
     """The model's facts; a file that is not readable GGUF gives `readable=False`."""
+    return file_facts(model.path, model.layers)
+
+
+def file_facts(path: Path, layers: Mapping[str, Any] = MappingProxyType({})) -> ModelFacts:
+    """A GGUF's facts, with a library entry's `layers` (its registry's params and license)
+    where it has them; a file that is not readable GGUF gives `readable=False`."""
     try:
-        stat = model.path.stat()
-        header = _header(str(model.path), stat.st_mtime_ns, stat.st_size)
+        stat = path.stat()
+        header = _header(str(path), stat.st_mtime_ns, stat.st_size)
     except (OSError, ValueError):
         return ModelFacts(readable=False)
     meta = header.metadata
@@ -49,13 +54,13 @@ def facts_of(model: LibraryModel) -> ModelFacts:
     template = template if isinstance(template, str) else None
     sampling = {key.removeprefix("general.sampling."): value for key, value in meta.items()
                 if key.startswith("general.sampling.")}  # fmt: skip
-    sampling.update(model.layers.get("params") or {})
+    sampling.update(layers.get("params") or {})
     return ModelFacts(
         architecture=header.architecture or "unknown",
         parameters=header.parameters,
         quantization=header.quantization or "",
         context_length=header.context_length,
-        license=str(meta.get("general.license") or model.layers.get("license") or ""),
+        license=str(meta.get("general.license") or layers.get("license") or ""),
         template=template,
         tool_format=tool_format(template) if template else "",
         thinks=template_thinks(template),

@@ -13,7 +13,7 @@ import gc
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -229,6 +229,12 @@ class HostService:
         model not loaded yet will have the host's)."""
         pool = self._loaded(model)
         return pool.queue_capacity if pool is not None else self.settings.queue
+
+    def sampling_defaults(self, model: str | None) -> Mapping[str, float]:
+        """What the engine `model` names (the default one for None) applies where a request
+        leaves a sampling field unset: the GGUF's recommendation, then its spec's."""
+        engine = self._registry.resolve(model).engine
+        return engine.sampling_defaults if engine is not None else {}
 
     def props(self, model: str | None) -> Props:
         """llama-server's `/props` for the engine `model` names (the default one for None)."""

@@ -62,3 +62,11 @@ def without_oldest_turn(history: Sequence[ChatMessage], start: int) -> int | Non
         if history[at].role == "user":
             return at
     return None
+
+
+def parameter_size(count: int) -> str:
+    """A model's parameter count as Ollama shows it: "135M", "1.24B"."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)

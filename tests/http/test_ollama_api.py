@@ -101,9 +101,18 @@ async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
     assert shown.modelfile and "smollm2-135m" in shown.modelfile
     assert shown.capabilities == ["completion", "tools", "embedding"]  # what clients offer
     assert shown.modelinfo is not None and shown.modelinfo["llama.context_length"] > 0
+    # what the GGUF says of itself, as Ollama shows it (a helper's audit found these blank,
+    # and the size llama.cpp names from the layer count: "256M")
+    assert model.details.parameter_size == shown.details.parameter_size == "135M"
+    assert shown.modelinfo["general.parameter_count"] == 134_515_008
+    assert shown.modelinfo["llama.context_length"] == 8192  # the model's; num_ctx the host's
+    assert shown.license == "apache-2.0" and shown.template and "<|im_start|>" in shown.template
+    assert shown.parameters is not None
+    assert "num_ctx " in shown.parameters and "temperature 0.2" in shown.parameters
     running = await client.ps()
     assert [m.model for m in running.models] == [MODEL]
     assert running.models[0].size and running.models[0].size > 0
+    assert running.models[0].details and running.models[0].details.parameter_size == "135M"
     assert (await client._request_raw("GET", "/api/version")).json()["version"]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import llama_cpp as llama
 import numpy as np
 
+from ...protocol.common import parameter_size
 from ...protocol.errors import ErrorKind, InferError
 from . import cpu_turns
 from .backend import CapturedLog, init_backend, supports_gpu_offload
@@ -145,9 +146,13 @@ class LlamaModel:
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def _desc(self) -> str:
+        """llama.cpp's "llama 135M Q4_1", its size counted: llama.cpp names one from the
+        layer count, "256M" for SmolLM2-135M's 30 layers."""
         buf = ctypes.create_string_buffer(256)
         llama.llama_model_desc(self.ptr, buf, len(buf))
-        return buf.value.decode("utf-8", "replace")
+        arch, _, rest = buf.value.decode("utf-8", "replace").partition(" ")
+        quant = rest.partition(" ")[2]
+        return f"{arch} {parameter_size(int(llama.llama_model_n_params(self.ptr)))} {quant}"
 
     def token_text(self, token: int) -> str:
         return bytes(llama.llama_vocab_get_text(self.vocab, token)).decode("utf-8", "replace")

@@ -14,12 +14,13 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
 
 from ...host import Ask
-from ...host.model_facts import ModelFacts, facts_of
+from ...host.model_facts import ModelFacts, facts_of, file_facts
 from ...host.reply import End, reply
 from ...library import LibraryModel
 from ...protocol.common import ChatMessage
@@ -254,17 +255,24 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     status = service.engine_status(body.engine_id)
     entry = _entry(status)
     file = os.path.basename(status.model_path)
-    return {
-        "license": "",
-        "modelfile": f"# served by infertui as engine {status.engine_id}\nFROM {file}\n",
-        "parameters": f"num_ctx {status.parameters.n_ctx}",
-        "template": "",
-        "details": entry.details,
-        "model_info": {
+    # the GGUF's own facts, as Ollama shows them (an upstream's URL has none: what it served)
+    facts = await asyncio.to_thread(file_facts, Path(status.model_path))
+    params = {"num_ctx": status.parameters.n_ctx, **service.sampling_defaults(status.engine_id)}
+    info = (
+        {"general.parameter_count": facts.parameters, **facts.metadata} if facts.readable
+        else {
             "general.architecture": entry.details.family,
             "general.file_type": entry.details.quantization_level,
             f"{entry.details.family}.context_length": status.parameters.n_ctx,
-        },
+        }
+    )  # fmt: skip
+    return {
+        "license": facts.license,
+        "modelfile": f"# served by infertui as engine {status.engine_id}\nFROM {file}\n",
+        "parameters": "\n".join(f"{key} {value}" for key, value in params.items()),
+        "template": service.props(status.engine_id).chat_template or facts.template or "",
+        "details": entry.details,
+        "model_info": info,
         # Ollama's clients offer tools only where "tools" is listed; every engine here takes
         # them (/api/chat's `tools`). Embeddings come from local engines, not upstream ones.
         "capabilities": ["completion", "tools"]
