@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="List a host's loaded models: size, CPU or GPU, context, and until when "
         "each stays (a model loaded on demand unloads after its keep_alive).",
     )
-    add_client_flags(running, default=LOCAL_HOST)
+    add_client_flags(running, default=LOCAL_HOST, chat=False)
 
     hosts = commands.add_parser(
         "hosts",
@@ -125,8 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_client_flags(parser: argparse.ArgumentParser, *, default: str | None = None) -> None:
-    """TARGET, and the client's flags; with a `default`, TARGET may be left out."""
+def add_client_flags(
+    parser: argparse.ArgumentParser, *, default: str | None = None, chat: bool = True
+) -> None:
+    """TARGET, and the client's flags (without `chat`, only those that reach the host); with
+    a `default`, TARGET may be left out."""
     said = "a server ID, http(s)://HOST:PORT, or topic:NAME"
     if default is None:
         parser.add_argument("target", metavar="TARGET", help=said)
@@ -135,11 +138,12 @@ def add_client_flags(parser: argparse.ArgumentParser, *, default: str | None = N
             "target", metavar="TARGET", nargs="?", default=default,
             help=f"{said} (default {default}: a host started with --http on this machine)",
         )  # fmt: skip
-    flags.add_flags(parser, flags.CLIENT_FLAGS)
+    flags.add_flags(parser, flags.CLIENT_FLAGS if chat else flags.CONNECTION_FLAGS)
 
 
 def client_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {"log_level": args.log_level, **flags.overrides(args, flags.CLIENT_FLAGS)}
+    given = flags.CONNECTION_FLAGS if args.command == "ps" else flags.CLIENT_FLAGS
+    return {"log_level": args.log_level, **flags.overrides(args, given)}
 
 
 def add_host_flags(host: argparse.ArgumentParser) -> None:

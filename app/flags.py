@@ -114,7 +114,8 @@ HOST_FLAGS: tuple[Flag, ...] = (
     Flag(("--share",), "host.p2p.share", metavar="SERVER_ID"),
 )
 
-CLIENT_FLAGS: tuple[Flag, ...] = (
+# How a client reaches a host (every client command), then what a chat asks of it.
+CONNECTION_FLAGS: tuple[Flag, ...] = (
     Flag(
         ("--api-key",),
         "api_key",
@@ -122,6 +123,9 @@ CLIENT_FLAGS: tuple[Flag, ...] = (
         help="for an HTTP host that wants one (its admin key manages engines)",
     ),
     Flag(("--bootstrap",), "bootstrap", metavar="HOST:PORT"),
+)
+CLIENT_FLAGS: tuple[Flag, ...] = (
+    *CONNECTION_FLAGS,
     Flag(("--model",), "client.model", metavar="ID"),
     Flag(("--system",), "client.system_prompt", metavar="TEXT"),
     Flag(("--temperature",), "client.temperature", metavar="T"),
@@ -182,7 +186,9 @@ def help_of(flag: Flag, info: FieldInfo) -> str:
         text += f"; alone: {flag.const}"
     if shape.many:
         text += " (repeatable)"
-    elif info.default not in (None, "", False):  # (a switch off by default says nothing)
+    elif info.default not in (None, "", False) and "default" not in text:
+        # (a switch off by default says nothing; a text that says its default is not told
+        # again: "--no-p2p ... (default: listen) (default True)")
         text += f" (default {info.default})"
     return text.replace("%", "%%")  # argparse formats help with %
 

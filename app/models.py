@@ -37,14 +37,32 @@ def add_model_commands(commands: Any) -> None:
     )
     pulling.add_argument("--sha256", metavar="HEX", help="the sha256 a URL's file must have")
     flags.add_flags(pulling, PULL_FLAGS)
-    commands.add_parser("list", aliases=["ls"], help="list the models in the library")
-    showing = commands.add_parser("show", help="a library model's metadata")
-    showing.add_argument("name", metavar="NAME")
-    removing = commands.add_parser("rm", help="remove a model from the library")
-    removing.add_argument("name", metavar="NAME")
-    copying = commands.add_parser("cp", help="file a library model under another name too")
-    copying.add_argument("source", metavar="SOURCE")
-    copying.add_argument("destination", metavar="DESTINATION")
+    named = "a library model's name, as `infertui list` shows it (llama3.2:1b)"
+    commands.add_parser(
+        "list", aliases=["ls"], help="list the models in the library",
+        description="The models `infertui pull` fetched into this machine's library, and the "
+        "GGUFs of the model folders in the settings: name, size, architecture, parameters, "
+        "quantization, context. (A host's loaded models: `infertui ps`.)",
+    )  # fmt: skip
+    showing = commands.add_parser(
+        "show", help="a library model's metadata",
+        description="What a library model's GGUF says of itself: architecture, parameters, "
+        "context, license, chat template and sampling defaults, read from its header.",
+    )  # fmt: skip
+    showing.add_argument("name", metavar="NAME", help=named)
+    removing = commands.add_parser(
+        "rm", help="remove a model from the library",
+        description="Delete a pulled model from the library (a configured model folder's "
+        "GGUF is not the library's to delete).",
+    )  # fmt: skip
+    removing.add_argument("name", metavar="NAME", help=named)
+    copying = commands.add_parser(
+        "cp", help="file a library model under another name too",
+        description="Give a library model a second name, its files hard-linked where the disk "
+        "allows.",
+    )  # fmt: skip
+    copying.add_argument("source", metavar="SOURCE", help=named)
+    copying.add_argument("destination", metavar="DESTINATION", help="the new name")
 
 
 MODEL_COMMANDS = ("pull", "list", "ls", "show", "rm", "cp")
@@ -57,7 +75,13 @@ def run_model_command(args: argparse.Namespace) -> int:
         if args.command == "pull":
             return run_pull(library, args)
         if args.command in ("list", "ls"):
-            write_table(library.models())
+            models = library.models()
+            if not models:  # (a header alone looked like a failure to a newcomer)
+                sys.stderr.write(
+                    "infertui: no models in the library yet: `infertui pull NAME` fetches one "
+                    "(a host serves its bundled model without one)\n"
+                )
+            write_table(models)
         elif args.command == "show":
             write_show(library.get(args.name))
         elif args.command == "rm":

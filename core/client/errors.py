@@ -14,7 +14,8 @@ _SENTENCES: dict[ErrorKind, str] = {
         "That is not a server ID (52 z-base-32 characters) or an http(s) URL."
     ),
     ErrorKind.HOST_OFFLINE: "No host is answering at that address right now.",
-    ErrorKind.CONNECT_FAILED: "Could not reach the host.",
+    # the host's own connections too (a pull's source): its words say which
+    ErrorKind.CONNECT_FAILED: "Could not connect.",
     ErrorKind.HOST_DISCONNECTED: "The connection to the host dropped.",
     ErrorKind.TIMEOUT_NO_RESPONSE: "The host stopped answering.",
     ErrorKind.QUEUE_FULL: "The host is busy: its queue is full.",

@@ -88,6 +88,22 @@ def test_host_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"{name} " in shown or f"{name}," in shown or f"{name}\n" in shown, name
 
 
+def test_help_says_a_default_once_and_ps_offers_no_chat_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A helper's audit: `--no-p2p ... (default: listen) (default True)`, and `ps --help`
+    offering --system, --temperature and --max-tokens, which it never uses."""
+    with pytest.raises(SystemExit):
+        main(["host", "--help"])
+    host = " ".join(capsys.readouterr().out.split())  # (argparse wraps lines)
+    assert "(default: listen)" in host and "(default: listen) (default" not in host
+    with pytest.raises(SystemExit):
+        main(["ps", "--help"])
+    ps = capsys.readouterr().out
+    assert "--api-key" in ps and "--bootstrap" in ps
+    assert not {"--model", "--system", "--temperature", "--max-tokens"} & set(ps.split())
+
+
 def sample(name: str) -> tuple[list[str], object]:
     """A value other than the default for an engine setting, as typed and as read."""
     info = EngineDefaults.model_fields[name]

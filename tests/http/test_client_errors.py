@@ -63,6 +63,7 @@ async def test_a_server_that_is_not_infertui_is_said_so(
     said = explain(caught.value)
     assert caught.value.kind is ErrorKind.CONNECT_FAILED
     assert "not as an infertui host" in said and "None" not in said, said
+    assert "reach" not in said  # it was reached (a helper's audit: "Could not reach the host")
     assert await ask(not_infertui, "hello", Settings()) == 1
     err = capsys.readouterr().err
     assert "not as an infertui host" in err and "None" not in err, err
