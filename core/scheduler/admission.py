@@ -33,7 +33,14 @@ def check_fits(
                 param="model",
                 engine_id=engine_id,
             )
-        if not tokens or len(tokens) > MAX_INPUT_TOKENS:
+        if not tokens:  # (an empty text: nothing too long, nothing to embed)
+            raise InferError(
+                ErrorKind.INVALID_PARAMS,
+                "an input is empty: each needs at least one token",
+                param="input",
+                engine_id=engine_id,
+            )
+        if len(tokens) > MAX_INPUT_TOKENS:
             raise InferError(
                 ErrorKind.CONTEXT_OVERFLOW,
                 f"an input of {len(tokens)} tokens: embeddings take 1 to "

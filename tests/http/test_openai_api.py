@@ -244,6 +244,24 @@ async def test_spec_004_missing_model_invalid_json_and_context_overflow_are_400(
     assert overflow.json()["error"]["code"] == "context_length_exceeded"
 
 
+async def test_an_empty_body_an_empty_input_and_a_nameless_show_say_what_is_missing(
+    host: Host,
+) -> None:
+    """A helper's audit: no body gave "Field required" with no field, an empty embedding
+    input "context_length_exceeded" for 0 tokens, and /api/show without a model a 404 for
+    the engine ''."""
+    empty = await host.client.post(
+        "/v1/chat/completions", headers={"content-type": "application/json"}
+    )
+    assert empty.status_code == 400 and "no body" in empty.json()["error"]["message"]
+    nothing = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": ""})
+    error = nothing.json()["error"]
+    assert nothing.status_code == 400 and error["code"] == "invalid_params", error
+    assert error["param"] == "input" and "empty" in error["message"]
+    nameless = await host.client.post("/api/show", json={})
+    assert nameless.status_code == 400 and nameless.json() == {"error": "model is required"}
+
+
 async def test_spec_004_unknown_model_is_404_not_found_error(
     host: Host, sdk: openai.AsyncOpenAI
 ) -> None:

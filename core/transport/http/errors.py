@@ -28,6 +28,8 @@ def install_error_handlers(app: FastAPI) -> None:
         param = loc[0] if loc else None
         where = ".".join(loc)
         message = f"invalid '{where}': {first['msg']}" if where else str(first["msg"])
+        if not where and first.get("type") == "missing":  # no body at all ("Field required")
+            message = "the request has no body: send its fields as a JSON object"
         kind = ErrorKind.INVALID_PARAMS
         return error_response(InferError(kind, message, param=param), dialect_of(request.url.path))
 

@@ -248,6 +248,8 @@ async def ps(request: Request) -> dict[str, list[RunningModel]]:
 @router.post("/show", summary="A model's details, as Ollama shows them")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     service = service_of(request)
+    if not body.engine_id:  # (not a 404 for the model '')
+        raise InferError(ErrorKind.INVALID_PARAMS, "model is required", param="model")
     if body.engine_id not in service.engine_ids():
         model = await asyncio.to_thread(service.library.find, body.engine_id)
         if model is not None:
