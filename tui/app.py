@@ -61,13 +61,13 @@ class InfertuiApp(BaseApp):
         yield from super().get_system_commands(screen)
         for mode, title in self.MODE_TITLES.items():
             help_text = f"Switch to the {title.lower()} screen"
-            keys = self.keys_for(f"switch_mode('{mode}')")
+            keys = self.keys_for(f"switch_mode('{mode}')", screen)
             yield SystemCommand(title, help_text + keys, self._go(mode))
         app_wide: set[str] = set()
         for title, help_text, name in self.app_commands():
             app_wide.add(title)
             run = partial(self.run_action, name)
-            yield SystemCommand(title, help_text + self.keys_for(name), run)
+            yield SystemCommand(title, help_text + self.keys_for(name, screen), run)
         seen: set[str] = set()  # one entry per action (Esc and Ctrl+C both stop a reply)
         for binding in screen.BINDINGS:
             if (
@@ -80,7 +80,7 @@ class InfertuiApp(BaseApp):
                 continue
             seen.add(binding.action)
             keys = self.get_key_display(binding)
-            help_text = f"{binding.tooltip or binding.description} ({keys})"
+            help_text = f"{binding.tooltip} ({keys})" if binding.tooltip else f"Key: {keys}"
             action = partial(self.run_action, binding.action, screen)
             yield SystemCommand(binding.description, help_text, action)
 
@@ -88,12 +88,13 @@ class InfertuiApp(BaseApp):
         """Palette entries that work on every screen: (title, help, action)."""
         return []
 
-    def keys_for(self, action: str) -> str:
+    def keys_for(self, action: str, screen: Screen[object]) -> str:
         """' (key)' for an app-wide action, as the keymap has it now (bound on the app, or on
-        the current screen as `app.<action>`); '' where no key has it."""
+        `screen` as `app.<action>`); '' where no key has it. (`screen`'s, not the app's
+        active bindings: those are the command palette's while it asks.)"""
         keys = [
             self.get_key_display(active.binding)
-            for active in self.active_bindings.values()
+            for active in screen.active_bindings.values()
             if active.binding.action in (action, f"app.{action}")
         ]
         return f" ({', '.join(keys)})" if keys else ""

@@ -39,6 +39,14 @@ async def test_the_palette_lists_the_screens_and_the_current_screens_actions() -
         assert "^n" in help_texts["New chat"]  # the key, as the footer shows it
         assert help_texts["Queue"].endswith("(f3)") and help_texts["Reconnect"].endswith("(^r)")
         assert help_texts["Options"].endswith("(^o)")  # a chat screen key for an app action
+        assert help_texts["New chat"] == "Key: ^n"  # not its title again
+        chat_screen = app.screen
+        await pilot.press("ctrl+p")  # as the palette asks, with its own screen on top
+        await pilot.pause()
+        asked = {c.title: c.help for c in app.get_system_commands(chat_screen)}
+        assert asked["Engines"].endswith("(f5)") and asked["Reconnect"].endswith("(^r)")
+        await pilot.press("escape")
+        await pilot.pause()
         await pilot.press("f5")
         assert isinstance(app.screen, EnginesScreen)
         engines = {c.title for c in app.get_system_commands(app.screen)}

@@ -84,7 +84,9 @@ class HostBar(Static):
             info = client.info
             line.append(info.host_name, style="bold")
             line.append(f" · {model or 'no model'}")
-            if info.transport != "local":
+            if info.transport == "http":  # the URL says it ("http http://…" said it twice)
+                line.append(f" · {info.address}", style="dim")
+            elif info.transport != "local":
                 line.append(f" · {info.transport} {short_id(info.address)}", style="dim")
             if not info.admin:
                 line.append(" · read-only", style="dim")
