@@ -3,7 +3,7 @@ starts (the asked engine's, not the host's), and the engine manager's on a faile
 
 from __future__ import annotations
 
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Input, Static
 
 from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
@@ -118,6 +118,14 @@ async def test_an_empty_add_form_names_the_fields_to_fill_in() -> None:
         await pilot.click("#load")
         error = str(app.screen.query_one("#form-error", Static).render())
         assert error == "Fill in: engine id, GGUF path or server URL."
+        # a path typed into the ID's box: said in words, not as the ID's pattern (an audit)
+        app.screen.query_one("#engine_id", Input).value = "bogus/tmp/a"
+        app.screen.query_one("#model_path", Input).value = "/tmp/a.gguf"
+        app.screen.query_one("#model_path", Input).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        error = str(app.screen.query_one("#form-error", Static).render())
+        assert error == "The engine ID is one word: no spaces or slashes."
 
 
 class LoadingForAChat(ScriptedClient):

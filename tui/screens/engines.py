@@ -269,7 +269,13 @@ class AddEngineModal(FormModal[AddEngineRequest | None]):
             self.dismiss(AddEngineRequest.model_validate(given))
         except ValidationError as err:
             missing = [REQUIRED[str(e["loc"][0])] for e in err.errors() if e["type"] == "missing"]
-            self.show_error(f"Fill in: {', '.join(missing)}." if missing else first_problem(err))
+            worded = [e for e in err.errors() if e["type"] == "string_pattern_mismatch"]
+            if missing:
+                self.show_error(f"Fill in: {', '.join(missing)}.")
+            elif worded and worded[0]["loc"] == ("engine_id",):  # (not the pattern's regex)
+                self.show_error("The engine ID is one word: no spaces or slashes.")
+            else:
+                self.show_error(first_problem(err))
 
 
 class DrainModal(FormModal[float | None]):
