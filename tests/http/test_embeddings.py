@@ -4,6 +4,7 @@ queue: the official `openai` and `ollama` clients against the real server (bundl
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import numpy as np
 import ollama
@@ -31,6 +32,19 @@ async def test_openai_embeddings_as_floats_and_as_base64(sdk: openai.AsyncOpenAI
     assert np.allclose([d.embedding for d in packed.data], vectors, atol=1e-6)
     with pytest.raises(openai.BadRequestError, match="576 dimensions"):
         await sdk.embeddings.create(model=MODEL, input="x", dimensions=64)
+
+
+async def test_a_first_embedding_warns_of_no_pooling_the_host_chose(
+    start_host: HostFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SmolLM2's GGUF says no pooling and the host pools by the mean (embedder.py): llama.cpp
+    warns of it at each first embedding, which read as a problem in the headless log."""
+    host = await start_host()
+    with caplog.at_level(logging.DEBUG, logger="infertui.llama_cpp"):
+        reply = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": "x"})
+    assert reply.status_code == 200
+    pooling = [r for r in caplog.records if "pooling_type" in r.getMessage()]
+    assert pooling and all(r.levelno == logging.DEBUG for r in pooling), pooling
 
 
 async def test_ollama_embed(host: Host) -> None:

@@ -16,6 +16,9 @@ log = logging.getLogger("infertui.llama_cpp")
 # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error, 5 continues the previous line.
 # llama.cpp's info chatter is DEBUG to us; its warnings and errors keep their level.
 _LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+# Warnings of what the host chose on purpose: DEBUG too (embedder.py pools a GGUF that says
+# no pooling by the mean, and llama.cpp warns at each first embedding)
+_CHOSEN = ("llama_init_from_model: model default pooling_type is [-1]",)
 _capture = threading.local()
 _init_lock = threading.Lock()
 _initialised = False
@@ -29,7 +32,8 @@ def _on_llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         lines.append(line)
     stripped = line.rstrip()
     if stripped:
-        log.log(_LEVELS.get(level, logging.DEBUG), "%s", stripped)
+        chosen = stripped.startswith(_CHOSEN)
+        log.log(logging.DEBUG if chosen else _LEVELS.get(level, logging.DEBUG), "%s", stripped)
 
 
 def init_backend() -> None:
