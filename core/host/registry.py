@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from ..engine import AnySpec
+from ..library.names import same_model
 from ..protocol.errors import ErrorKind, InferError
 from ..protocol.snapshots import EngineStatus, PoolState
 from ..scheduler import DEFAULT_QUEUE_CAPACITY, Pool
@@ -86,6 +87,9 @@ class EngineRegistry:
             return self._pools[model]
         for pool in self._pools.values():
             if model in pool.model_names:
+                return pool
+        for pool in self._pools.values():  # as Ollama's names: case aside, `:latest` or none
+            if any(same_model(name, model) for name in (pool.id, *pool.model_names)):
                 return pool
         raise InferError(
             ErrorKind.MODEL_NOT_FOUND,

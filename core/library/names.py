@@ -69,6 +69,12 @@ class ModelName:
 PEER = "peer:"
 
 
+def same_model(a: str, b: str) -> bool:
+    """Whether two names a client may give name one model, as Ollama takes them: case aside,
+    and `:latest` the same as no tag."""
+    return a.casefold().removesuffix(":latest") == b.casefold().removesuffix(":latest")
+
+
 def split_peer(text: str) -> tuple[str, str] | None:
     """`peer:<server-id>/<name>` (a model of another infertui host's library) as (server ID,
     name); None for any other name."""

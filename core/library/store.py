@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.errors import ErrorKind, InferError
-from .names import ModelName, parse_name
+from .names import ModelName, parse_name, same_model
 from .sources import Plan
 
 MANIFEST = "manifest.json"
@@ -67,7 +67,9 @@ class Library:
             folder = None
         if folder is not None and (folder / MANIFEST).is_file():
             return self._read(folder)
-        return next((m for m in self.models() if m.name == text), None)
+        models = self.models()
+        exact = next((m for m in models if m.name == text), None)
+        return exact or next((m for m in models if same_model(m.name, text)), None)
 
     def get(self, text: str) -> LibraryModel:
         model = self.find(text)

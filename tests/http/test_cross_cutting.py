@@ -289,6 +289,13 @@ async def test_a_page_s_body_not_sent_as_json_is_refused_and_a_script_s_is_read(
                 assert "Content-Type: application/json" in refused.text
             read = await host.client.post(path, content=body, headers=typed)
             assert read.status_code == 200, (path, kind, read.text)
+    # Ollama's documented `curl -X DELETE …/api/delete -d '{"model": …}'` too (an audit found
+    # DELETE's body refused for its type): read, so the answer is about the model
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    gone = await host.client.request(
+        "DELETE", "/api/delete", content=b'{"model": "nope:1b"}', headers=form
+    )
+    assert gone.status_code == 404 and "nope" in gone.text, gone.text
     other = await host.client.post("/api/chat", content=body, headers={"content-type": "text/xml"})
     assert other.status_code == 400  # a type that is not a script's shorthand stays refused
     typed = await host.client.post(

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from infertui.core.protocol.errors import InferError
-from infertui.core.transport.http.access import read_keys_file
+from infertui.core.transport.http.access import Access, read_keys_file
 
 from ..conftest import wait_until
 from .conftest import MODEL, Host, HostFactory
@@ -165,3 +165,13 @@ def test_a_keys_file_names_each_key_and_a_bad_line_is_named(tmp_path) -> None:
     with pytest.raises(InferError) as caught:
         read_keys_file(path)
     assert f"{path}:2" in caught.value.message
+
+
+def test_two_people_with_one_key_stop_the_host_at_start() -> None:
+    """An audit gave bob alice's key: every request of his was alice's (usage, limits, the
+    ledger), without a word. Each needs a key of their own; the admin key is nobody's."""
+    for named, admin in (({"alice": "sk-1", "bob": "sk-1"}, None), ({"alice": "sk-1"}, "sk-1")):
+        with pytest.raises(InferError) as caught:
+            Access(admin_key=admin, named=named)
+        assert "the same key" in caught.value.message and "alice" in caught.value.message
+    assert Access(admin_key="sk-0", named={"alice": "sk-1", "bob": "sk-2"}).keys_required

@@ -89,6 +89,19 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
     assert (await client.generate(pinned, keep_alive=0)).done_reason == "load"  # it stays
     assert set(await running(client)) == {pinned}
 
+    # a name as Ollama takes it, case aside and `:latest` or none, on every API (an audit
+    # found `name:latest` a 404 on /v1 where /api took it, and case mattered)
+    sdk = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
+    try:
+        for asked in (NAME.upper(), f"{pinned}:latest", pinned.upper()):
+            chat = await sdk.chat.completions.create(
+                model=asked, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+            )
+            assert chat.model in (NAME, pinned), (asked, chat.model)
+    finally:
+        await sdk.close()
+    assert set(await running(client)) == {pinned, NAME}  # the cased name loaded the model
+
 
 def hub_size(hub: Sources) -> int:
     return len(hub.repos[CUT_REPO]["Cut-Q4_K_M.gguf"].data)

@@ -44,6 +44,15 @@ class Access:
         self._keys += [(f"key{n}", _bearer(key)) for n, key in enumerate(api_keys)]
         self._admin = _bearer(admin_key) if admin_key else None
         self.loopback = loopback  # the host listens on a loopback address only
+        holders: dict[bytes, str] = {self._admin: ADMIN} if self._admin else {}
+        for name, key in self._keys:  # one key, one person: else the first one is every one
+            if key in holders:
+                raise InferError(
+                    ErrorKind.INVALID_PARAMS,
+                    f"{holders[key]} and {name} have the same key: each needs a key of their "
+                    "own, or the host counts one's work as the other's",
+                )
+            holders[key] = name
 
     @property
     def keys_required(self) -> bool:

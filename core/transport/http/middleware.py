@@ -159,7 +159,7 @@ class ScriptBodiesMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
             headers: list[tuple[bytes, bytes]] = scope["headers"]
             kind = next((v for k, v in headers if k == b"content-type"), b"")
             media = kind.split(b";", 1)[0].strip().lower()
