@@ -185,8 +185,9 @@ class HostSettings(BaseModel):
         "offloaded, else RAM. Idle ones are unloaded, least recently used first, to make room",
     )
     max_loaded: int = Field(
-        0, ge=0, description="models loaded at once, as OLLAMA_MAX_LOADED_MODELS; 0: as many "
-        "as the memory budget holds",
+        0, ge=0, description="models loaded at once, as OLLAMA_MAX_LOADED_MODELS (those the "
+        "host started with count, and stay); a load past it waits for a loaded model to be "
+        "idle; 0: as many as the memory budget holds",
     )  # fmt: skip
     upstream: UpstreamSettings = UpstreamSettings()
     keys: dict[str, SecretStr] = Field(

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 MIB = 2**20
 SWEEP_S = 0.25  # how often idle models are checked for an expired keep_alive
+ROOM_WAIT_S = 120.0  # how long a load waits for busy models to make room (then a 503)
 FIRST_LOAD_RATE = 1 << 30  # bytes a second a load is thought to take until one is measured
 HEADROOM = 0.9  # of free memory a load may plan on (engine/llama/memory.py's, for the same why)
 
@@ -156,34 +157,57 @@ class Residency:
 
     async def _make_room(self, name: str, need: int, offloaded: bool) -> None:
         """Unload idle on-demand models, least recently used first, until `need` bytes fit in
-        the budget and the count of loaded models is under `host.max_loaded`; else raise."""
-        room, where = self._room(offloaded)
-        for pool in self._idle_oldest_first():
-            fits = room is None or room >= need
-            if fits and not self._too_many():
-                break
-            if not self._is_idle(pool):  # asked for while an earlier one was unloading
-                continue
-            if room is not None:
-                room += self._bytes_of(pool)
-            await self.unload(pool.id, f"to make room for {name}")
-        busy = [p.id for p in self._registry.pools() if p.id in self._on_demand]
-        if room is not None and need > room:
-            raise InferError(
-                ErrorKind.OUT_OF_MEMORY,
-                f"{name} needs about {need / MIB:,.0f} MiB with its context, but only "
-                f"{max(room, 0) / MIB:,.0f} MiB is {where}"
-                + (f" while {', '.join(busy)} work" if busy else "")
-                + "; lower --ctx or --parallel, or raise host.memory_budget_mb",
-                param="model",
-            )
-        if self._too_many():
-            raise InferError(
-                ErrorKind.POOL_UNREADY,
-                f"{self._settings.max_loaded} models are loaded (host.max_loaded) and each is "
-                f"busy; {name} loads once one is idle",
-                retry_after_ms=1000,
-            )
+        the budget and the count of loaded models is under `host.max_loaded`. Where only busy
+        on-demand models stand in the way, wait for them to finish, as Ollama's scheduler
+        does, up to ROOM_WAIT_S; where even unloading them all would not do, raise now."""
+        waited_until = time.monotonic() + ROOM_WAIT_S
+        while True:
+            room, where = self._room(offloaded)
+            for pool in self._idle_oldest_first():
+                fits = room is None or room >= need
+                if fits and not self._too_many():
+                    break
+                if not self._is_idle(pool):  # asked for while an earlier one was unloading
+                    continue
+                if room is not None:
+                    room += self._bytes_of(pool)
+                await self.unload(pool.id, f"to make room for {name}")
+            if (room is None or need <= room) and not self._too_many():
+                return
+            busy = [p for p in self._registry.pools() if p.id in self._on_demand]
+            if self._too_many(len(busy)):
+                raise self._beside_pinned(name)
+            if room is not None and need > room + sum(self._bytes_of(p) for p in busy):
+                raise InferError(
+                    ErrorKind.OUT_OF_MEMORY,
+                    f"{name} needs about {need / MIB:,.0f} MiB with its context, but only "
+                    f"{max(room, 0) / MIB:,.0f} MiB is {where}"
+                    + (f" while {', '.join(p.id for p in busy)} work" if busy else "")
+                    + "; lower --ctx or --parallel, or raise host.memory_budget_mb",
+                    param="model",
+                )
+            if time.monotonic() >= waited_until:
+                held = (
+                    f"{self._settings.max_loaded} models are loaded (host.max_loaded)"
+                    if self._too_many() else f"the memory {name} needs is theirs"
+                )  # fmt: skip
+                raise InferError(
+                    ErrorKind.POOL_UNREADY,
+                    f"{held}, and none of {', '.join(p.id for p in busy)} was idle for "
+                    f"{ROOM_WAIT_S:.0f} s; {name} loads once one is",
+                    retry_after_ms=1000,
+                )
+            await asyncio.sleep(SWEEP_S)  # until a busy one is idle (its jobs' ends)
+
+    def _beside_pinned(self, name: str) -> InferError:
+        """The models the host started with (or an admin added) stay, and fill
+        host.max_loaded by themselves: no wait could make room."""
+        return InferError(
+            ErrorKind.POOL_UNREADY,
+            f"host.max_loaded is {self._settings.max_loaded}, and the host's own models "
+            f"({', '.join(p.id for p in self._local() if p.id not in self._on_demand)}) stay "
+            f"loaded: raise it to load {name} beside them",
+        )
 
     def _room(self, offloaded: bool) -> tuple[int | None, str]:
         """Bytes a load may take now, and where ("free of memory", "left in the budget");
@@ -215,10 +239,14 @@ class Residency:
         usage = pool.engine.usage().memory if pool.engine is not None else None
         return int(usage.model_size_mb * MIB) if usage is not None and not pool.gpu_offload else 0
 
-    def _too_many(self) -> bool:
+    def _too_many(self, unloaded: int = 0) -> bool:
+        """Whether host.max_loaded leaves no room for one more, with `unloaded` fewer."""
         limit = self._settings.max_loaded
-        local = [p for p in self._registry.pools() if p.spec.kind != UpstreamSpec.kind]
-        return bool(limit) and len(local) >= limit
+        return bool(limit) and len(self._local()) - unloaded >= limit
+
+    def _local(self) -> list[Pool]:
+        """The loaded models host.max_loaded counts (an upstream's model is its server's)."""
+        return [p for p in self._registry.pools() if p.spec.kind != UpstreamSpec.kind]
 
     def _idle_oldest_first(self) -> list[Pool]:
         idle = [pool for pool in self._registry.pools() if self._is_idle(pool)]

@@ -258,25 +258,33 @@ async def test_both_clients_list_the_library_and_infertui_ps_says_until_when(
     assert "stays" in rows[pinned]
 
 
-async def test_two_models_asked_at_once_under_a_limit_of_one_never_evict_the_fresh_one(
+async def test_two_models_asked_at_once_under_a_limit_of_one_wait_their_turn(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
-    """The load that waited its turn must not unload the one just loaded for its own
-    request: that request is answered, and the other is told to come back (503)."""
-    _, client = await host_with_model(
+    """Under host.max_loaded, the load that waits its turn never unloads the one just loaded
+    for its own request: it waits until that request is answered, then takes its place, as
+    Ollama's scheduler does (an audit found it told to come back, with a 503, and a limit
+    filled by the host's own engine refused every library model for good)."""
+    host, client = await host_with_model(
         start_host, ollama_client, more={"max_loaded": 2}
     )  # the host's own engine, and one more
+    pinned = host.service.engine_ids()[0]
     await client.copy(NAME, "a:1")
     await client.copy(NAME, "b:1")
     asks = [client.generate(name, prompt="Hi", options=SHORT) for name in ("a:1", "b:1")]
-    outcomes = await asyncio.gather(*asks, return_exceptions=True)
-    answered = [o for o in outcomes if not isinstance(o, BaseException)]
-    refused = [o for o in outcomes if isinstance(o, ollama.ResponseError)]
-    assert len(answered) == 1 and answered[0].eval_count, outcomes
-    assert len(refused) == 1 and refused[0].status_code == 503
-    assert "host.max_loaded" in refused[0].error
-    late = "b:1" if answered[0].model == "a:1" else "a:1"
-    assert (await client.generate(late, prompt="Hi", options=SHORT)).eval_count  # now idle
+    first, second = await asyncio.gather(*asks)
+    assert first.eval_count and second.eval_count  # both answered, one after the other
+    assert set(await running(client)) in ({pinned, "a:1"}, {pinned, "b:1"})
+
+    alone = await start_host(more={"max_loaded": 1})  # its own engine fills the limit
+    alone_client = ollama_client(alone)
+    await alone_client.pull(NAME)
+    began = time.monotonic()
+    with pytest.raises(ollama.ResponseError) as refused:
+        await alone_client.generate(NAME, prompt="Hi", options=SHORT)
+    assert time.monotonic() - began < 5  # at once: no wait could make room
+    assert refused.value.status_code == 503 and "host.max_loaded is 1" in refused.value.error
+    assert alone.service.engine_ids()[0] in refused.value.error  # the one that stays
 
 
 async def test_a_keep_alive_that_is_no_duration_is_refused_and_a_huge_one_is_forever(
