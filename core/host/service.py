@@ -169,7 +169,9 @@ class HostService:
     async def submit(self, ask: Ask) -> Job:
         """Queue what a face asks, prepared for the engine it names (prepare.py); with
         `drop_oldest`, a conversation past the context loses its oldest turns until it fits."""
-        pool = await self._pool_for(ask.model, ask.pool_id)
+        asked = time.monotonic()
+        pool = await self._pool_for(ask.model, ask.pool_id)  # (a library model loads here)
+        loaded_in = time.monotonic() - asked
         sent = ask
         while True:
             try:
@@ -187,6 +189,7 @@ class HostService:
         if sent is not ask:
             left_out = len(ask.messages or ()) - len(sent.messages or ())
             log.info("%d oldest messages left out to fit the context", left_out)
+        job.load_ms = loaded_in * 1000
         return job
 
     async def _prepared(self, pool: Pool, ask: Ask) -> PreparedJob:

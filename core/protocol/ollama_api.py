@@ -186,11 +186,12 @@ def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def final_stats(timings: TimingStats) -> dict[str, int]:
-    """Ollama's figures for a finished reply, in nanoseconds."""
+def final_stats(timings: TimingStats, load_ms: float = 0.0) -> dict[str, int]:
+    """Ollama's figures for a finished reply, in nanoseconds; the whole of it includes the
+    model's load (`load_ms`), as Ollama's does."""
     return {
-        "total_duration": int(timings.total_ms * NS_PER_MS),
-        "load_duration": 0,
+        "total_duration": int((timings.total_ms + load_ms) * NS_PER_MS),
+        "load_duration": int(load_ms * NS_PER_MS),
         "prompt_eval_count": timings.tokens_in,
         "prompt_eval_duration": int(timings.prefill_ms * NS_PER_MS),
         "eval_count": timings.tokens_out,

@@ -117,6 +117,7 @@ class Job:
         self.result: Finished | None = None
         self.slot: int | None = None
         self.correlation_id: str | None = None
+        self.load_ms = 0.0  # how long its request waited for its model to load (Ollama's figure)
         self.tokens_published = 0  # TokenText events handed to the consumer
         self.prefill_recorded = False  # the pool's metrics counted its prompt at its first text
         self.logprobs: list[TokenLogprob] = []  # what text() read, where the job asked for them

@@ -77,6 +77,11 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
     before = time.time()
     reply = await client.chat(NAME, messages=[{"role": "user", "content": "Hi"}], options=SHORT)
     assert reply.model == NAME and reply.eval_count and reply.eval_count > 0
+    # Ollama's load_duration is the load's, and the whole includes it (an audit found 0)
+    assert reply.load_duration and reply.load_duration > 1_000_000  # ns: a load
+    assert reply.total_duration and reply.total_duration > reply.load_duration
+    again = await client.chat(NAME, messages=[{"role": "user", "content": "Hi"}], options=SHORT)
+    assert again.load_duration is not None and again.load_duration < reply.load_duration / 10
     loaded = (await running(client))[NAME]
     stays = loaded.expires_at.timestamp() - before  # the default keep_alive: 5 minutes
     assert 290 < stays < 310, stays

@@ -129,15 +129,20 @@ async def answer(
     if stream:
         return ndjson_response(lines(job, head, field, tool_names or set()), NDJSON)
     [(text, final)] = await collect(request, job)
-    return finished(head, field, text, final, tool_names or set())
+    return finished(head, field, text, final, tool_names or set(), job.load_ms)
 
 
 def finished(
-    head: dict[str, Any], field: str, text: str, final: Finished, tool_names: set[str]
+    head: dict[str, Any],
+    field: str,
+    text: str,
+    final: Finished,
+    tool_names: set[str],
+    load_ms: float,
 ) -> dict[str, Any]:
     """The last object of a reply: done, why, and the figures."""
     reason = said_finish(final.finish_reason)
-    figures = final_stats(final.timings)
+    figures = final_stats(final.timings, load_ms)
     piece = _piece(field, text, tool_names)
     return {**head, field: piece, "done": True, "done_reason": reason, **figures}
 
@@ -182,7 +187,8 @@ async def lines(
                 yield json.dumps({"error": piece.final.failure.message})
                 return
             head = {**head, "created_at": now_rfc3339()}
-            yield json.dumps(finished(head, field, "".join(held or []), piece.final, tool_names))
+            held_text = "".join(held or [])
+            yield json.dumps(finished(head, field, held_text, piece.final, tool_names, job.load_ms))
 
 
 @router.post("/embed", summary="Embeddings of one text or several, from any loaded engine")
