@@ -14,6 +14,7 @@ loaded on demand.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import Counter
@@ -152,7 +153,11 @@ class Residency:
             entry.name, seconds, f"{need / MIB:,.0f}",
         )  # fmt: skip
         if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep(), name="keep_alive sweep")
+            # (a context of its own: its unload lines are no request's, not the first one's
+            # whose correlation ID the task would inherit)
+            self._sweeper = asyncio.create_task(
+                self._sweep(), name="keep_alive sweep", context=contextvars.Context()
+            )
         return pool
 
     async def _make_room(self, name: str, need: int, offloaded: bool) -> None:

@@ -358,7 +358,7 @@ class Ledger:
             args.append(identity)
         rows = self._read(
             "SELECT day, identity, COUNT(*), SUM(outcome = 'error'), SUM(tokens_in), "
-            "SUM(tokens_out), SUM(queue_ms), SUM(decode_ms) FROM jobs "
+            "SUM(tokens_out), ROUND(SUM(queue_ms), 1), ROUND(SUM(decode_ms), 1) FROM jobs "
             f"WHERE {' AND '.join(where)} GROUP BY day, identity ORDER BY day, identity",
             args,
         )

@@ -6,6 +6,7 @@ real host. The model is the cut bundled one (tests/models.py), pulled from a loo
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -20,9 +21,11 @@ import pytest
 
 from infertui.core.client import connect
 from infertui.core.config import HostSettings
+from infertui.core.host import residency
 from infertui.core.host.residency import MIB, estimate_bytes
 from infertui.core.host.specs import engine_spec
 from infertui.core.library import LibraryModel
+from infertui.core.logging import correlation_id
 from infertui.core.scheduler import Pool
 
 from ..conftest import CLIENT_SEED, CUT_NAME, CUT_REPO, Host
@@ -116,10 +119,26 @@ async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
     _, client = await host_with_model(start_host, ollama_client, more={"keep_alive": "1s"})
-    await client.generate(NAME, prompt="Count:", options=SHORT)  # the host's default, 1 s
-    assert NAME in await running(client)
-    stayed = await unloaded_after(client, NAME)  # idle past its keep_alive, and a sweep
-    assert 0.9 < stayed < 10, stayed
+    said: list[str | None] = []  # the correlation ID each unload line was logged under
+
+    class Unloads(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("unloaded"):
+                said.append(correlation_id.get())
+
+    unloads, logger = Unloads(), logging.getLogger(residency.__name__)
+    logger.addHandler(unloads)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        await client.generate(NAME, prompt="Count:", options=SHORT)  # the host's default, 1 s
+        assert NAME in await running(client)
+        stayed = await unloaded_after(client, NAME)  # idle past its keep_alive, and a sweep
+        assert 0.9 < stayed < 10, stayed
+    finally:
+        logger.removeHandler(unloads)
+        logger.setLevel(level)
+    assert said == [None]  # no request's (an audit saw the loading request's ID on it)
 
     await client.generate(NAME, prompt="Count:", options=SHORT, keep_alive=-1)  # forever
     await asyncio.sleep(1.8)  # past the host's default

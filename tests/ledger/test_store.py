@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,16 @@ def test_hosts_that_open_one_ledger_at_once_all_open_it(tmp_path: Path) -> None:
         assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         check.close()
+
+
+def test_usage_sums_come_without_float_noise(tmp_path: Path) -> None:
+    """An audit read `"decode_ms": 286.20000000000005` in /v1/host/usage: sums to 0.1 ms."""
+    ledger = Ledger.open(tmp_path / "ledger.sqlite", retention_days=0)
+    for n, ms in enumerate((0.1, 0.2)):
+        ledger.record(replace(job(n), decode_ms=ms, queue_ms=ms))
+    ledger.flush()
+    [row] = ledger.usage()
+    assert row.decode_ms == row.queue_ms == 0.3
 
 
 def test_usage_sums_each_identity_per_utc_day_with_its_failures(tmp_path: Path) -> None:

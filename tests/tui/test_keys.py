@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from textual.widgets import DataTable, Input, Label, Sparkline
+from textual.widgets import DataTable, Input, Label, Sparkline, Static
 
 from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
@@ -61,6 +63,15 @@ async def test_engine_actions_are_disabled_for_a_client_that_is_not_admin() -> N
         await pilot.press("a")
         await pilot.pause()
         assert isinstance(app.screen, EnginesScreen)  # no add form opened
+        said = str(app.screen.query_one("#outcome", Static).render())
+        assert "infertui id --client" in said  # over Hyperswarm, the client key makes one admin
+    web = ScriptedClientApp(Settings(), admin=False)
+    web.scripted.info = replace(web.scripted.info, transport="http", address="http://h:8080")
+    async with web.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        said = str(web.screen.query_one("#outcome", Static).render())
+        assert "admin key" in said and "id --client" not in said  # over HTTP, the admin key
 
 
 async def test_the_retry_countdown_moves_while_the_host_is_down(

@@ -83,11 +83,12 @@ class EnginesScreen(DashboardScreen):
             table.move_cursor(row=min(row, table.row_count - 1))
         self.show_detail()
         self.refresh_bindings()
-        if not client.info.admin:
-            self.say(
-                "Read-only: the host does not list you as admin. Give its owner the key from "
-                "`infertui id --client` for --admin."
-            )
+        if not client.info.admin:  # what makes one admin depends on the way in
+            how = (
+                "connect with its admin key (--api-key)" if client.info.transport == "http"
+                else "give its owner the key from `infertui id --client` for --admin"
+            )  # fmt: skip
+            self.say(f"Read-only: the host does not take you as admin; {how}.")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Engine actions show greyed out for a client the host does not list as admin."""

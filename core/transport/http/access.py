@@ -96,15 +96,18 @@ class Access:
         if self._admin is None:
             raise InferError(
                 ErrorKind.FORBIDDEN,
-                "engine management is off: this host listens beyond loopback without an "
-                "admin key (start it with --admin-key or INFERTUI_ADMIN_KEY)",
+                "managing engines and the library is off: this host listens beyond loopback "
+                "without an admin key (start it with --admin-key or INFERTUI_ADMIN_KEY)",
             )
         if not _authorization(request):
             raise InferError(
                 ErrorKind.UNAUTHORIZED,
-                "engine management needs the admin key: send Authorization: Bearer <admin key>",
+                "managing engines and the library needs the admin key: send Authorization: "
+                "Bearer <admin key>",
             )
-        raise InferError(ErrorKind.FORBIDDEN, "engine management needs the admin key")
+        raise InferError(
+            ErrorKind.FORBIDDEN, "managing engines and the library needs the admin key"
+        )
 
     def check_owner(self, request: Request, owner: str | None, what: str) -> None:
         """The task's owner and admins pass; anyone else is refused (403)."""
