@@ -23,8 +23,8 @@ async def ps(target: str, settings: Settings, out: TextIO = sys.stdout) -> int:
             engines = await client.engines()
         finally:
             await client.close()
-    except InferError as err:
-        sys.stderr.write(f"infertui: {explain(err)}\n")
+    except InferError as err:  # (TARGET may have been left out: say which host was asked)
+        sys.stderr.write(f"infertui: {target}: {explain(err)}\n")
         return 1
     rows = [("NAME", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL")]
     rows += [_row(e) for e in engines if e.status is not EngineState.FAILED]

@@ -133,16 +133,27 @@ class Residency:
         spec = engine_spec(entry.name, str(entry.path), self._settings)
         untagged = entry.name.removesuffix(":latest")  # as Ollama's clients name it too
         spec = replace(spec, aliases=(untagged,) if untagged != entry.name else ())
+        # A library file that does not load is the host's fault, not the request's (a 500, as
+        # Ollama's), and its words name the model, not where the host keeps it.
         try:
             need = await asyncio.to_thread(estimate_bytes, entry, spec)
         except (OSError, ValueError) as err:
-            raise InferError(ErrorKind.MODEL_INVALID, f"cannot read {entry.path}: {err}") from None
+            said = str(err).replace(str(entry.path), entry.path.name)
+            raise InferError(
+                ErrorKind.MODEL_LOAD_FAILED, f"{entry.name} is not a readable GGUF: {said}"
+            ) from None
         async with self._one_load:
             await self._make_room(entry.name, need, _offloaded(spec))
             started = time.monotonic()
             self._loading[entry.name] = Loading(entry.size, need, started)
             try:
                 pool = await self._registry.add(spec)
+            except InferError as err:
+                if err.kind is not ErrorKind.MODEL_INVALID:
+                    raise
+                raise InferError(
+                    ErrorKind.MODEL_LOAD_FAILED, f"{entry.name} did not load: {err.message}"
+                ) from None
             finally:
                 del self._loading[entry.name]
         seconds = time.monotonic() - started

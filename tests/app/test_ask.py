@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -143,3 +144,18 @@ async def test_a_reader_that_stops_reading_ends_the_reply_quietly(
     await wait_until(lambda: host.busy_slots() == 0)
     (metrics,) = host.service.metrics()
     assert metrics.cancelled == 1 and metrics.completed == 0
+
+
+async def test_ps_with_no_host_there_names_the_address_it_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`infertui ps` asks http://127.0.0.1:8080 when TARGET is left out: an audit read only
+    "No host is answering at that address", with no address in sight."""
+    from infertui.app.ps import ps
+    from infertui.core.config import Settings
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    assert await ps(url, Settings()) == 1
+    assert url in capsys.readouterr().err

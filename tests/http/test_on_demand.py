@@ -322,3 +322,29 @@ async def test_a_keep_alive_that_is_no_duration_is_refused_and_a_huge_one_is_for
         assert reply.status_code == 400 and "keep_alive" in reply.text
     await client.generate(NAME, prompt="Hi", options=SHORT, keep_alive=1e15)
     assert (await running(client))[NAME].expires_at.year > 2300  # /api/ps answers, as never
+
+
+async def test_a_library_file_that_does_not_load_is_the_host_s_fault_and_keeps_its_path(
+    start_host: HostFactory, cut_model_path: Path, tmp_path: Path
+) -> None:
+    """An audit's model folder held a text file and a cut-short GGUF: asked for, each was a
+    400 (the client's fault), one of them naming where the host keeps its files. Each is a
+    500 `model_load_failed`, as Ollama's, naming the model; and the host serves on."""
+    broken_files(tmp_path, cut_model_path)
+    host = await start_host(more={"model_dirs": [str(tmp_path)]})
+    for name in ("notgguf", "broken"):
+        body = {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+        reply = await host.client.post("/v1/chat/completions", json=body)
+        error = reply.json()["error"]
+        assert reply.status_code == 500 and error["code"] == "model_load_failed", error
+        assert name in error["message"] and str(tmp_path) not in error["message"], error
+    pinned = host.service.engine_ids()[0]
+    body = {"model": pinned, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    assert (await host.client.post("/v1/chat/completions", json=body)).status_code == 200
+
+
+def broken_files(folder: Path, model: Path) -> None:
+    """A text file and a GGUF cut short, in a model folder."""
+    (folder / "notgguf.gguf").write_text("hello\n")
+    whole = model.read_bytes()
+    (folder / "broken.gguf").write_bytes(whole[: len(whole) // 2])
