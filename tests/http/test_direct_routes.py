@@ -106,7 +106,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("/v1/completions", {"json": {"model": MODEL}}),
     ("/v1/completions", {"json": {"model": MODEL, "prompt": "x", "max_tokens": "many"}}),
     ("/v1/completions", {"json": {"model": "no-such-model", "prompt": "x"}}),
-    ("/v1/completions", {"json": {"model": MODEL, "prompt": "x", "max_tokens": 100_000}}),
+    ("/v1/completions", {"json": {"model": MODEL, "prompt": "word " * 5000, "max_tokens": 8}}),
     ("/v1/chat/completions", {"json": {"model": MODEL, "messages": []}}),
     ("/v1/chat/completions", {"json": {"model": MODEL, "messages": CHAT, "n": 1000}}),
     (
