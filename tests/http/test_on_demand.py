@@ -28,7 +28,7 @@ from infertui.core.library import LibraryModel
 from infertui.core.logging import correlation_id
 from infertui.core.scheduler import Pool
 
-from ..conftest import CLIENT_SEED, CUT_NAME, CUT_REPO, Host
+from ..conftest import CLIENT_SEED, CUT_NAME, CUT_REPO, Host, wait_until
 from ..library.fake_sources import Sources
 from .conftest import HostFactory
 
@@ -135,6 +135,7 @@ async def test_keep_alive_runs_out_once_idle_and_a_negative_one_never(
         assert NAME in await running(client)
         stayed = await unloaded_after(client, NAME)  # idle past its keep_alive, and a sweep
         assert 0.9 < stayed < 10, stayed
+        await wait_until(lambda: said)  # (its line comes once the engine has stopped)
     finally:
         logger.removeHandler(unloads)
         logger.setLevel(level)
