@@ -397,10 +397,14 @@ class HostService:
         return self._pulls.follow(name, insecure=insecure)
 
     async def delete_model(self, name: str) -> LibraryModel:
-        return await asyncio.to_thread(self.library.remove, name)
+        removed = await asyncio.to_thread(self.library.remove, name)
+        log.info("deleted %s from the library", removed.name)  # (a shared box's trail)
+        return removed
 
     async def copy_model(self, source: str, destination: str) -> LibraryModel:
-        return await asyncio.to_thread(self.library.copy, source, destination)
+        copied = await asyncio.to_thread(self.library.copy, source, destination)
+        log.info("copied %s to %s in the library", source, copied.name)
+        return copied
 
     # ---- engine operations (every face calls these) -------------------------------------------
 

@@ -175,3 +175,17 @@ def test_two_people_with_one_key_stop_the_host_at_start() -> None:
             Access(admin_key=admin, named=named)
         assert "the same key" in caught.value.message and "alice" in caught.value.message
     assert Access(admin_key="sk-0", named={"alice": "sk-1", "bob": "sk-2"}).keys_required
+
+
+def test_keys_without_an_admin_key_on_loopback_warn_that_every_key_is_admin(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A team reaching the box through an SSH tunnel runs just this: documented, and now said
+    at start (an audit found dave's key deleting library models)."""
+    with caplog.at_level(logging.WARNING, logger="infertui.core.transport.http.access"):
+        Access(named={"dave": "sk-d"})
+        warned = [r.getMessage() for r in caplog.records]
+        Access(admin_key="sk-0", named={"dave": "sk-d"})
+        Access(named={"dave": "sk-d"}, loopback=False)  # (beyond loopback: nobody is admin)
+    assert len(warned) == 1 and "every key may manage" in warned[0]
+    assert len(caplog.records) == 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sources]:
 
 
 async def test_the_ollama_package_pulls_copies_and_deletes_through_the_host(
-    start_host: HostFactory, hub: Sources
+    start_host: HostFactory, hub: Sources, caplog: pytest.LogCaptureFixture
 ) -> None:
     host = await start_host()
     library = host.service.library
@@ -44,10 +45,13 @@ async def test_the_ollama_package_pulls_copies_and_deletes_through_the_host(
         again = await client.pull(f"hf.co/{REPO}", stream=False)  # all here: nothing fetched
         assert again.status == "success" and hub.sent[pulled.sha256] == size
 
-        await client.copy(pulled.name, "team/tiny:prod")
-        assert library.get("team/tiny:prod").sha256 == pulled.sha256
-        await client.delete(pulled.name)
+        with caplog.at_level(logging.INFO, logger="infertui.core.host.service"):
+            await client.copy(pulled.name, "team/tiny:prod")
+            assert library.get("team/tiny:prod").sha256 == pulled.sha256
+            await client.delete(pulled.name)
         assert library.find(pulled.name) is None and library.find("team/tiny:prod")
+        said = " ".join(r.getMessage() for r in caplog.records)  # a shared box's trail
+        assert f"deleted {pulled.name}" in said and "copied" in said
         with pytest.raises(ollama.ResponseError) as gone:
             await client.delete(pulled.name)
         assert gone.value.status_code == 404

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from pydantic import BaseModel
 
 from ...paths import list_entries
 from ...protocol.errors import ErrorKind, InferError
+
+log = logging.getLogger(__name__)
 
 ADMIN = "admin"
 
@@ -53,6 +56,12 @@ class Access:
                     "own, or the host counts one's work as the other's",
                 )
             holders[key] = name
+        if self._keys and self._admin is None and loopback:  # documented, but easy to miss
+            log.warning(
+                "API keys but no admin key on a loopback address: every key may manage the "
+                "engines and the library (and read everyone's usage); --admin-key keeps that "
+                "to its holder"
+            )
 
     @property
     def keys_required(self) -> bool:
