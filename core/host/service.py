@@ -46,7 +46,7 @@ from ..protocol.tokens import Props
 from ..scheduler import Job, Pool, PreparedJob
 from ..scheduler.metrics import Histogram
 from . import reports
-from .model_facts import entry_of
+from .model_facts import entry_of, facts_of
 from .policies import shares_from
 from .prepare import Ask, prepare
 from .pulls import PeerSource, Pulls
@@ -319,8 +319,13 @@ class HostService:
             if pool.spec.kind == UpstreamSpec.kind:
                 out += [(name, pool.id) for name in pool.model_names if name not in ids]
         named = {name for name, _ in out}
-        library = await asyncio.to_thread(self.library.models)  # disk: off the event loop
+        library = await asyncio.to_thread(self.servable_library)  # disk: off the event loop
         return out + [(m.name, "library") for m in library if m.name not in named]
+
+    def servable_library(self) -> list[LibraryModel]:
+        """The library's models whose files read as GGUF (`infertui list` shows the others
+        too, for their owner to see): what a request may name (any thread: it reads disk)."""
+        return [model for model in self.library.models() if facts_of(model).readable]
 
     def pool_health(self, pool_id: str) -> PoolHealth:
         return reports.pool_health(self._registry.get(pool_id))

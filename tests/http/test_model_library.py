@@ -63,15 +63,21 @@ async def test_the_ollama_package_pulls_copies_and_deletes_through_the_host(
         await client._client.aclose()
 
 
-async def test_pulls_and_deletes_need_the_admin_key(start_host: HostFactory, hub: Sources) -> None:
+async def test_pulls_and_deletes_need_the_admin_key(
+    start_host: HostFactory, hub: Sources, caplog: pytest.LogCaptureFixture
+) -> None:
     host = await start_host(admin_key="root-key")
     client = ollama.AsyncClient(host=host.url)
     admin = ollama.AsyncClient(host=host.url, headers={"Authorization": "Bearer root-key"})
     try:
-        for call in (client.pull(f"hf.co/{REPO}"), client.delete("x"), client.copy("x", "y")):
-            with pytest.raises(ollama.ResponseError) as refused:
-                await call
-            assert refused.value.status_code == 401
+        calls = (client.pull(f"hf.co/{REPO}"), client.delete("x"), client.copy("x", "y"))
+        with caplog.at_level(logging.INFO, logger="infertui.core.transport.http.access"):
+            for call in calls:
+                with pytest.raises(ollama.ResponseError) as refused:
+                    await call
+                assert refused.value.status_code == 401
+        refusals = [r.getMessage() for r in caplog.records if "not the admin" in r.getMessage()]
+        assert len(refusals) == 3 and "/api/delete" in refusals[1]  # a shared box's trail
         assert hub.sent == {}
         assert (await admin.pull(f"hf.co/{REPO}")).status == "success"
     finally:

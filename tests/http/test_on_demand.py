@@ -333,6 +333,10 @@ async def test_a_library_file_that_does_not_load_is_the_host_s_fault_and_keeps_i
     500 `model_load_failed`, as Ollama's, naming the model; and the host serves on."""
     broken_files(tmp_path, cut_model_path)
     host = await start_host(more={"model_dirs": [str(tmp_path)]})
+    # not offered as models either (an audit saw the text file in /api/tags as "0 MB ? ? ?")
+    tags = {m["name"] for m in (await host.client.get("/api/tags")).json()["models"]}
+    listed = {m["id"] for m in (await host.client.get("/v1/models")).json()["data"]}
+    assert "notgguf" not in tags | listed and "broken" in tags & listed  # its header reads
     for name in ("notgguf", "broken"):
         body = {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         reply = await host.client.post("/v1/chat/completions", json=body)

@@ -102,6 +102,9 @@ class Access:
     def check_admin(self, request: Request) -> None:
         if self.is_admin(request):
             return
+        # (who tried what, for a shared box's trail: a key's name, never the key)
+        log.info("refused %s %s to %s: not the admin", request.method, request.url.path,
+                 self.who(request))  # fmt: skip
         if self._admin is None:
             raise InferError(
                 ErrorKind.FORBIDDEN,

@@ -218,7 +218,8 @@ async def tags(request: Request) -> dict[str, list[ModelEntry]]:
 async def _entries(request: Request) -> dict[str, ModelEntry]:
     """Every model a request may name, by name: the library's (loaded or not), then the
     engines that are not the library's (files the host started with, upstreams)."""
-    library = await asyncio.to_thread(_library_entries, service_of(request).library.models())
+    service = service_of(request)
+    library = await asyncio.to_thread(lambda: _library_entries(service.servable_library()))
     engines = {s.engine_id: _entry(s) for s in _loaded(request)}
     return {**library, **{name: e for name, e in engines.items() if name not in library}}
 
