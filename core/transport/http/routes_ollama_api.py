@@ -218,14 +218,16 @@ async def tags(request: Request) -> dict[str, list[ModelEntry]]:
 async def _entries(request: Request) -> dict[str, ModelEntry]:
     """Every model a request may name, by name: the library's (loaded or not), then the
     engines that are not the library's (files the host started with, upstreams)."""
-    service = service_of(request)
-    library = await asyncio.to_thread(lambda: _library_entries(service.servable_library()))
+    library = await asyncio.to_thread(_library_entries, service_of(request).library.models())
     engines = {s.engine_id: _entry(s) for s in _loaded(request)}
     return {**library, **{name: e for name, e in engines.items() if name not in library}}
 
 
 def _library_entries(models: list[LibraryModel]) -> dict[str, ModelEntry]:
-    return {model.name: _library_entry(model) for model in models}
+    """The models a request may name: those whose files read as GGUF (`infertui list` shows
+    the others too, for their owner to see)."""
+    facts = [(model, facts_of(model)) for model in models]
+    return {model.name: _library_entry(model, known) for model, known in facts if known.readable}
 
 
 @router.get("/ps", summary="The models in memory, and until when each stays")
@@ -381,12 +383,12 @@ def _library_show(model: LibraryModel) -> dict[str, Any]:
     }
 
 
-def _library_entry(model: LibraryModel) -> ModelEntry:
+def _library_entry(model: LibraryModel, facts: ModelFacts) -> ModelEntry:
     return ModelEntry(
         name=model.name, model=model.name, modified_at=_rfc3339(model.modified),
         size=model.size, digest=model.sha256 or _file_digest(model.path.name, model.size,
                                                              model.modified),
-        details=_details(facts_of(model)),
+        details=_details(facts),
     )  # fmt: skip
 
 
