@@ -5,6 +5,12 @@ device's measured step cost, turning itself down as the batch grows."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from infertui.core.engine.llama import guess_plan
 from infertui.core.engine.llama.drafts import (
     MAX_GUESSES,
     MAX_PAUSE,
@@ -13,6 +19,7 @@ from infertui.core.engine.llama.drafts import (
     least_chance,
     plan_guesses,
 )
+from infertui.core.engine.llama.guess_plan import GuessPlan
 from infertui.core.engine.llama.step_cost import StepCost
 
 CPU = StepCost(fixed=0.006, per_token=0.006)  # the bundled model on two EPYC cores, measured
@@ -171,3 +178,42 @@ def test_a_draft_model_starts_sure_enough_to_guess_at_one_stream_on_a_cpu() -> N
     assert KeptRates().rate(0) <= floor < KeptRates.for_drafts().rate(0)
     guesser = Guesser([], KeptRates.for_drafts())
     assert plan_guesses([guesser.chances(8, floor)], 1, 1, CPU, MAX_GUESSES)[0] >= 1
+
+
+def plan_for(cost: StepCost) -> GuessPlan:
+    seqs: Any = SimpleNamespace(ctx=SimpleNamespace(n_ctx_seq=4096))
+    return GuessPlan(seqs, cost, None)
+
+
+# A tiny model on one CPU thread, as the engine measured it at load: a second token adds 0.8
+# of a lone decode, so a sure guess would pay a lone stream.
+TINY_AT_LOAD = StepCost(fixed=0.0002, per_token=0.0004, one=0.0006, second=0.00048)
+
+
+def test_a_lone_stream_stops_guessing_where_its_own_steps_say_a_guess_costs_a_token() -> None:
+    """In use, the steps that guessed one token took 2.1x a lone decode (measured: the tiny
+    32k model on one Xeon thread, all logits rows): after a few such steps no guess pays a
+    lone stream, and after many lone runs the plan tries again, in case the steps were slow
+    only for a while."""
+    plan = plan_for(TINY_AT_LOAD)
+    assert plan.may_pay_alone()
+    plan.time_lone_run(0.0006 * 200, 200)
+    for _ in range(guess_plan.TRUSTED):
+        plan.time_guessing(2.1 * 0.0006, 1)
+    assert not plan.may_pay_alone()
+    runs = 0
+    while not plan.may_pay_alone() and runs < 1000:
+        plan.time_lone_run(0.0006 * 200, 200)
+        runs += 1
+    assert 10 < runs < 200
+
+
+def test_guesses_that_cost_a_lone_step_little_in_use_go_on() -> None:
+    """A GPU's step, or a model whose layers outweigh its logits: a guess adds a few per cent
+    to a lone decode, and the plan goes on guessing, its learnt cost near what it measures."""
+    plan = plan_for(TINY_AT_LOAD)
+    plan.time_lone_run(0.0006 * 200, 200)
+    for _ in range(3 * guess_plan.TRUSTED):
+        plan.time_guessing(0.0006 * 1.05 + 0.0006 * 0.05, 2)  # two guesses, 5 % each
+    assert plan.may_pay_alone()
+    assert 0.00002 < plan.cost.second < 0.00012 and plan.cost.one == pytest.approx(0.0006)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from infertui.core.engine.llama import cpu_turns, lone_run, step
+from infertui.core.engine.llama import cpu_turns, guess_plan, lone_run, step
 from infertui.core.engine.llama.step_cost import StepCost
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.events import TokenText
@@ -240,9 +240,28 @@ async def test_a_lone_stream_stops_its_run_for_guesses_that_pay_and_goes_on_afte
     text is new."""
     cost = StepCost(fixed=0.01, per_token=0.0005)
     monkeypatch.setattr(StepCost, "measure", classmethod(lambda cls, *args: cost))
+    monkeypatch.setattr(guess_plan, "TRUSTED", 10**9)  # (nor the steps' own timing says no)
     pool = await make_pool(parallel=1, speculative=True)
     params = SamplingParams(temperature=0.0, max_tokens=120, ignore_eos=True)
     _, end = await submit(pool, prompt="The history of tea", params=params).text()
     assert end.timings.tokens_out == 120
     guessed, kept = pool.ready_engine().usage().guesses
     assert 0 < kept <= guessed and 0 < lone_decodes(pool) < 120
+
+
+async def test_a_lone_stream_learns_what_its_guesses_cost_from_its_own_steps(
+    make_pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load's measure said a guess costs a twentieth of a step (a GPU's); the engine
+    times its lone runs and the steps that guessed, and weighs a lone stream's guesses with
+    those instead (guess_plan.py, `time_lone_run` and `time_guessing`)."""
+    cost = StepCost(fixed=0.01, per_token=0.0005)
+    monkeypatch.setattr(StepCost, "measure", classmethod(lambda cls, *args: cost))
+    pool = await make_pool(parallel=1, speculative=True)
+    params = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
+    await submit(pool, prompt="The history of tea", params=params).text()
+    stepper = pool.engine._loop._stepper  # type: ignore[union-attr]
+    guessed, _ = pool.ready_engine().usage().guesses
+    assert guessed >= guess_plan.TRUSTED and stepper.lone_decodes > 0
+    learnt = stepper._plan.cost  # (the load's left `one` and `second` unset: 0)
+    assert learnt.one not in (0, cost.fixed + cost.per_token) and learnt.second > 0

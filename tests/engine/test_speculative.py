@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from infertui.core.engine.llama import guess_plan
 from infertui.core.engine.llama.step_cost import StepCost
 from infertui.core.protocol.common import ChatMessage, SamplingParams
 from infertui.core.protocol.errors import ErrorKind, InferError
@@ -31,6 +32,7 @@ def cheap_guesses(monkeypatch: pytest.MonkeyPatch) -> None:
     policy); these tests are about what happens to the guesses made."""
     cost = StepCost(fixed=0.01, per_token=0.0005)
     monkeypatch.setattr(StepCost, "measure", classmethod(lambda cls, *args: cost))
+    monkeypatch.setattr(guess_plan, "TRUSTED", 10**9)  # (nor the steps' own timing says no)
 
 
 async def test_a_quote_is_guessed_ahead_and_the_dropped_guesses_leave_no_cells(make_pool):

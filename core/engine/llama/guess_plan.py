@@ -18,6 +18,11 @@ _ROW_STEP = 0.05  # how fast the time of a guessed row's sampling follows each s
 _ROWS_PER_UPDATE = 16  # guessed rows timed between two updates of the step cost's `row`
 _LEAST_ROW = 0.02  # a guess never counts less than this over its token: the model's error
 _HOST_STEP = 0.1  # how fast the Python time of a lone stream's step follows its steps
+_LONE_STEP = 0.1  # how fast a lone stream's decode times follow its runs and guessing steps
+TRUSTED = 4  # a lone stream's guessing steps timed before their cost replaces the load's
+# Each lone run moves a guess's learnt cost back toward the load's measure by this much: a
+# cost learnt too high for guesses to pay comes back, in time, to be tried again.
+_FADE = 0.02
 
 
 class GuessPlan:
@@ -33,6 +38,10 @@ class GuessPlan:
         self._row_s = 0.0  # host seconds a guessed row's sampling takes, lately
         self._rows_timed = 0
         self._step_host_s = 0.0  # a lone stream's step's seconds beside its decode, lately
+        self._loaded = cost  # the step cost measured at load, which the learnt one fades to
+        self._one_s = cost.one or cost.fixed + cost.per_token  # a lone decode, lately
+        self._guess_s = cost.second or cost.per_token  # what a guess adds to it, lately
+        self._guess_steps = 0  # a lone stream's guessing steps timed
 
     def take(
         self, decoding: Sequence[Slot], chunks: Sequence[tuple[Slot, int]], *, lone: bool
@@ -104,6 +113,27 @@ class GuessPlan:
             row = max(_LEAST_ROW, self._row_s / self.cost.per_token)
             self.cost = replace(self.cost, row=row)
             self._alone = least_chance(1, 1, self.cost)
+
+    def time_lone_run(self, decode_s: float, decoded: int) -> None:
+        """Learn what a decode costs a lone stream in C, from a run's `decoded` decodes."""
+        if decoded:
+            self._one_s += _LONE_STEP * (decode_s / decoded - self._one_s)
+            loaded = self._loaded.second or self._loaded.per_token
+            self._guess_s += _FADE * (loaded - self._guess_s)
+            self._learnt_alone()
+
+    def time_guessing(self, decode_s: float, guesses: int) -> None:
+        """Learn what `guesses` add to a lone stream's decode, from a step that took them.
+        The load's measure may say less than a step pays in use: a tiny model on a CPU, all
+        logits rows, took 2.1x a lone decode for one guess, where the load measured 1.8x."""
+        extra = max(self._one_s / 64, decode_s - self._one_s) / guesses  # (never 0: unset)
+        self._guess_steps += 1  # (the first steps are averaged with the load's measure)
+        self._guess_s += max(_LONE_STEP, 1 / (self._guess_steps + 1)) * (extra - self._guess_s)
+        self._learnt_alone()
+
+    def _learnt_alone(self) -> None:
+        if self._guess_steps >= TRUSTED:
+            self.cost = replace(self.cost, one=self._one_s, second=self._guess_s)
 
     def time_step(self, host_s: float) -> None:
         """Learn a lone stream's step's own Python (beside its decode and its guesses'

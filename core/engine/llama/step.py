@@ -124,9 +124,10 @@ class Stepper:
             began, decoding_s, checking_s = time.perf_counter(), self.decode_s, self._checking_s
             self._decode(decoding, [], use_fillers=True, events=events, guesses=guesses)
             if len(decoding) == 1 and self._plan is not None:  # (which a lone run does without)
-                spent = time.perf_counter() - began
-                host = spent - (self.decode_s - decoding_s) - (self._checking_s - checking_s)
-                self._plan.time_step(host)
+                spent, decoded_s = time.perf_counter() - began, self.decode_s - decoding_s
+                self._plan.time_step(spent - decoded_s - (self._checking_s - checking_s))
+                if draw is not None and guesses:  # what its guesses cost beside a lone run's
+                    self._plan.time_guessing(decoded_s, len(guesses[decoding[0]]))
             return
         prefilling = sorted(
             (s for s in running if s.prefilling and s.copies_from is None),
@@ -348,6 +349,8 @@ class Stepper:
             self._in_lone = False
         self.decode_s += ran.decode_s
         self.lone_decodes += ran.decoded
+        if self._plan is not None:
+            self._plan.time_lone_run(ran.decode_s, ran.decoded)
         end, self._lone_end = self._lone_end, None
         if end is not None:  # (cells decoded past its end go: the sequence keeps its text)
             placed = start + ran.decoded - 1
