@@ -20,7 +20,8 @@ llama-server the same requests to llama-server from the same llama.cpp, when giv
 Every figure is aggregate completion tokens/s over the wall clock (from the common start to
 the last token), the median of `--rounds`; TTFT p50 and max beside, and infertui's decode
 share: of the time its batch loop had work, the part spent decoding (from /metrics; the
-rest is host work, while a GPU idles). `--make SHAPE:VOCAB` writes
+rest is host work, while a GPU idles), and its tokens/s while decoding, beside raw's (where
+that is below raw, llama.cpp itself ran slower in the host). `--make SHAPE:VOCAB` writes
 a random-weight Llama-shaped GGUF (bench/make_model.py) into the cache, so that any machine
 can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens with a Llama
 vocabulary and ~1,600 with make_model's synthetic one, so that slots hold 2,048 tokens then.
@@ -61,6 +62,13 @@ class Setup:
     threads: int | None
     gpu: bool
     host_args: tuple[str, ...]
+    flash_attn: str | None = None  # raw's and llama-server's -fa; None: as infertui's default
+
+    @property
+    def attention(self) -> str:
+        """What raw and llama-server run with: infertui's own default unless asked, so that
+        all three run the same kernels (off on the CPU, where ggml's slows with the context)."""
+        return self.flash_attn or ("auto" if self.gpu else "off")
 
 
 def free_port() -> int:
@@ -138,7 +146,7 @@ def llama_server_cmd(exe: str, setup: Setup) -> list[str]:
     cmd = [
         exe, "-m", str(setup.model), "-np", str(setup.parallel),
         "-c", str(setup.parallel * setup.ctx), "--host", "127.0.0.1", "--port", "{port}",
-        "-ngl", "99" if setup.gpu else "0", "--no-webui",
+        "-ngl", "99" if setup.gpu else "0", "--no-webui", "-fa", setup.attention,
     ]  # fmt: skip
     if setup.threads:
         cmd += ["-t", str(setup.threads), "-tb", str(setup.threads)]
@@ -157,6 +165,7 @@ def raw_limit(
             exe, "-m", str(setup.model), "-c", str(max(streams) * (prompt + tokens + 16)),
             "-b", "2048", "-ub", "512", "-npp", str(prompt), "-ntg", str(tokens),
             "-npl", ",".join(map(str, streams)), "-ngl", "99" if setup.gpu else "0",
+            "-fa", setup.attention,
         ]  # fmt: skip
         if setup.threads:
             cmd += ["-t", str(setup.threads)]
@@ -172,7 +181,8 @@ def raw_limit(
             if float(r[4]) + float(r[6]) > 0
         }  # fmt: skip
     script = Path(__file__).with_name("raw_decode.py")
-    args = [sys.executable, str(script), str(setup.model), "--tokens", str(tokens)]
+    args = [sys.executable, str(script), str(setup.model), "--tokens", str(tokens),
+            "--flash-attn", setup.attention]  # fmt: skip
     if setup.threads:
         args += ["--threads", str(setup.threads)]
     return {
@@ -202,6 +212,8 @@ def measure_server(load: Load, streams: int, processes: int) -> dict[str, float]
     after = loop_seconds(load.url)
     if before and after and after[1] > before[1]:
         figures["decode_share"] = (after[0] - before[0]) / (after[1] - before[1])
+        if after[0] > before[0]:  # tokens/s while llama_decode ran: raw's figure, in the host
+            figures["decoding_tps"] = figures["tokens"] / (after[0] - before[0])
     return figures
 
 
@@ -219,6 +231,8 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     commands = {"infertui": infertui_cmd(setup)}
+    if setup.flash_attn:  # (asked: infertui too; a baseline runs its own default)
+        commands["infertui"] += ["--flash-attn", setup.flash_attn]
     if args.baseline:  # another version of infertui, e.g. before a change
         baseline = infertui_cmd(setup, baseline_cli(args.baseline))
         commands["baseline"] = [*baseline_env(args.baseline), *baseline]
@@ -291,7 +305,7 @@ def show(rows: list[dict[str, object]]) -> None:
     for name in servers:
         head += [f"{name} t/s (of raw)", "ttft p50 / max"]
     head += [f"infertui / {name}" for name in servers if name != "infertui"]
-    head += ["infertui of raw+prefill", "infertui decode share"]
+    head += ["infertui of raw+prefill", "infertui decode share", "infertui decoding (of raw)"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
@@ -317,8 +331,11 @@ def show(rows: list[dict[str, object]]) -> None:
             cells.append(f"{ours['tps'] / serving:.2f}" if isinstance(serving, float) else "–")
             decode_share = ours.get("decode_share")
             cells.append(f"{decode_share:.2f}" if decode_share is not None else "–")
+            decoding = ours.get("decoding_tps")
+            share = f" ({decoding / raw:.2f})" if decoding and isinstance(raw, float) else ""
+            cells.append(f"{decoding:,.0f}{share}" if decoding else "–")
         else:
-            cells += ["–", "–"]
+            cells += ["–", "–", "–"]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -338,6 +355,12 @@ def main() -> None:
         "--ctx", type=int, help="tokens per slot (default 1024; 2048 with long prompts)"
     )
     parser.add_argument("--threads", type=int, help="CPU threads (default: llama.cpp's)")
+    parser.add_argument(
+        "--flash-attn",
+        choices=["auto", "on", "off"],
+        help="for every server and raw (default: infertui's own, off on the CPU, auto on a GPU, "
+        "and the same for raw and llama-server; a --baseline keeps its own)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="repetitions (medians)")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
     parser.add_argument(
@@ -368,7 +391,7 @@ def main() -> None:
     for path in models:
         ctx = args.ctx or (2048 if "long" in args.prompts.split(",") else 1024)
         setup = Setup(path, args.parallel or min(256, max(streams)), ctx, args.threads,
-                      gpu, tuple(args.host_arg))  # fmt: skip
+                      gpu, tuple(args.host_arg), args.flash_attn)  # fmt: skip
         model_rows = run_model(args, setup)
         show(model_rows)  # each model's figures as soon as they are in: a later one may fail
         rows += model_rows

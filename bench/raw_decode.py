@@ -26,10 +26,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--ctx", type=int, default=0, help="tokens per sequence")
+    parser.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
     args = parser.parse_args()
     n = args.streams
     model = LlamaModel(args.model, -1 if gpus() else 0, 0)
-    ctx = LlamaContext(model, args.ctx or PROMPT + args.tokens + 8, n, n * PROMPT, args.threads)
+    flash = {"auto": -1, "off": 0, "on": 1}[args.flash_attn]
+    ctx = LlamaContext(
+        model, args.ctx or PROMPT + args.tokens + 8, n, n * PROMPT, args.threads, flash
+    )
     batch = Batch(n * PROMPT)
     batch.fill(
         [100 + i % 50 for i in range(n * PROMPT)],

@@ -67,6 +67,7 @@ def engine_spec(
         speculative=e.speculative,
         draft_model_path=str(Path(e.draft).expanduser()) if e.draft else None,
         backend_sampling={"auto": None, "on": True, "off": False}[e.backend_sampling],
+        flash_attn={"auto": None, "on": True, "off": False}[e.flash_attn],
         chat_template=read_template(e.chat_template),
         pooling=None if e.pooling == "auto" else e.pooling,
         sampling=BUNDLED_SAMPLING if is_bundled(path) else (),

@@ -441,7 +441,9 @@ async def test_kept_cells_survive_fillers_and_serve_the_next_turn(make_pool) -> 
     assert (await reused.text())[1].timings.tokens_cached > 41
     fresh = submit(await make_pool(parallel=1, engine_id="fresh"), prompt=follow_up, params=probe)
     await fresh.text()
-    assert_same_distribution(reused.logprobs[0], fresh.logprobs[0])
+    # (the reply's cells were written as it was generated: within that rounding, as for the
+    # next turn of a chat; without flash attention, the CPU's default, it moved by 0.22)
+    assert_same_distribution(reused.logprobs[0], fresh.logprobs[0], generated=True)
 
 
 async def test_kept_cells_past_a_sliding_window_serve_only_a_prompt_that_goes_on_from_them(

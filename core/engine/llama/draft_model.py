@@ -33,7 +33,7 @@ class DraftModel:
             _check_vocabulary(self.model, target)
             threads = int(llama.llama_n_threads(ctx.ptr))
             self.ctx = LlamaContext(
-                self.model, ctx.n_ctx_seq, ctx.n_seq, n_batch, threads, guesses=0
+                self.model, ctx.n_ctx_seq, ctx.n_seq, n_batch, threads, ctx.flash_attn
             )
         except BaseException:
             self.model.free()

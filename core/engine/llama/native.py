@@ -257,6 +257,7 @@ class LlamaContext:
             )
         self.ptr = ptr
         self._threads = n_threads
+        self.flash_attn = flash_attn  # as asked: a draft model's context asks the same
         self._on_cpu = model.n_gpu_layers == 0
         # A CPU build computes within llama_decode; a GPU build may still send a big batch's
         # products to the device, which the outputs then wait for.

@@ -1,0 +1,46 @@
+"""Flash attention: llama.cpp's choice where layers are on a GPU, off on the CPU, where
+ggml's kernel decodes slower as the context grows (bench/flash_attention.py measures it);
+`--flash-attn on|off` says otherwise, for the engine and its draft model alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertui.app.cli import build_parser
+from infertui.app.flags import engine_flags
+from infertui.core.config import HostSettings
+from infertui.core.engine.llama.engine import flash_attention
+from infertui.core.host.specs import engine_spec
+from infertui.core.protocol.common import SamplingParams
+
+from ..jobs import submit
+
+LLAMA_AUTO, OFF, ON = -1, 0, 1  # llama.cpp's flash_attn_type
+
+
+def test_the_cpu_goes_without_flash_attention_unless_asked_and_a_gpu_gets_llamas_choice() -> None:
+    assert flash_attention(None, on_cpu=True) == OFF
+    assert flash_attention(None, on_cpu=False) == LLAMA_AUTO
+    assert flash_attention(True, on_cpu=True) == ON
+    assert flash_attention(False, on_cpu=False) == OFF
+
+
+@pytest.mark.parametrize(("value", "asked"), [("auto", None), ("on", True), ("off", False)])
+def test_the_flag_reaches_the_engines_spec(value: str, asked: bool | None) -> None:
+    assert "--flash-attn" in {flag.names[0] for flag in engine_flags()}
+    args = build_parser().parse_args(["host", "--flash-attn", value])
+    assert args.flash_attn == value
+    settings = HostSettings.model_validate({"engine": {"flash_attn": value}})
+    assert engine_spec("x", "/models/x.gguf", settings).flash_attn is asked
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("asked", "runs"), [(None, OFF), (True, ON)], ids=["default", "on"])
+async def test_an_engine_on_the_cpu_decodes_with_the_attention_asked(
+    make_pool, asked: bool | None, runs: int
+) -> None:
+    pool = await make_pool(parallel=1, flash_attn=asked)
+    assert pool.ready_engine()._ctx.flash_attn == runs
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    text, end = await submit(pool, prompt="The history of tea", params=params).text()
+    assert end.timings.tokens_out == 12 and text
