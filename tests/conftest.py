@@ -8,11 +8,13 @@ asyncio_default_*_loop_scope), so that a host started once serves every test tha
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import gc
 import itertools
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -124,7 +126,9 @@ hypothesis.settings.load_profile("any-machine")
 
 # Tests must never read the developer's own settings or write into their home.
 os.environ.setdefault("INFERTUI_CONFIG", "/nonexistent/infertui-test-config.toml")
-os.environ.setdefault("INFERTUI_DATA_DIR", tempfile.mkdtemp(prefix="infertui-tests-"))
+if "INFERTUI_DATA_DIR" not in os.environ:  # (made here: gone when the process ends)
+    os.environ["INFERTUI_DATA_DIR"] = tempfile.mkdtemp(prefix="infertui-tests-")
+    atexit.register(shutil.rmtree, os.environ["INFERTUI_DATA_DIR"], ignore_errors=True)
 # Hosts started by tests (in-process or as subprocesses) never reach for the public DHT;
 # the P2P tests give theirs a loopback testnet explicitly.
 os.environ["INFERTUI_HOST__P2P__ENABLED"] = "false"
