@@ -262,6 +262,22 @@ async def test_an_empty_body_an_empty_input_and_a_nameless_show_say_what_is_miss
     assert nameless.status_code == 400 and nameless.json() == {"error": "model is required"}
 
 
+async def test_a_bad_union_field_is_said_for_the_shape_it_has(host: Host) -> None:
+    """`input` is a string or a list of strings: `[]` was "invalid 'input.str': Input should
+    be a valid string", naming pydantic's union member and the wrong one."""
+    for path in ("/api/embed", "/v1/embeddings"):
+        empty = await host.client.post(path, json={"model": MODEL, "input": []})
+        message = str(empty.json()["error"])
+        assert empty.status_code == 400 and "invalid 'input': List should have at least 1" in (
+            message
+        ), message
+    ids = await host.client.post("/v1/embeddings", json={"model": MODEL, "input": [1]})
+    error = ids.json()["error"]
+    assert "token ids are not taken" in error["message"] and error["param"] == "input", error
+    number = await host.client.post("/api/embed", json={"model": MODEL, "input": [1]})
+    assert number.json() == {"error": "invalid 'input.0': Input should be a valid string"}
+
+
 async def test_spec_004_unknown_model_is_404_not_found_error(
     host: Host, sdk: openai.AsyncOpenAI
 ) -> None:

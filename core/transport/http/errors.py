@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,8 +26,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, err: RequestValidationError) -> JSONResponse:
-        first = err.errors()[0] if err.errors() else {"loc": (), "msg": "invalid request"}
-        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        first = most_telling(err.errors()) or {"loc": (), "msg": "invalid request"}
+        loc = field_path(first.get("loc", ()))
         param = loc[0] if loc else None
         where = ".".join(loc)
         message = f"invalid '{where}': {first['msg']}" if where else str(first["msg"])
@@ -62,6 +65,28 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def on_crash(request: Request, err: Exception) -> JSONResponse:
         return crash_response(request.method, request.url.path, err)
+
+
+# How pydantic names the member of a union it tried (`str`, `list[str]`, `function-after[...]`)
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict|[\w-]+\[.*\])$")
+
+
+def field_path(loc: Sequence[Any]) -> list[str]:
+    """An error's place as the request names it: no `body`, no union member tried."""
+    return [
+        str(p) for p in loc
+        if p not in ("body", "query", "path")
+        and not (isinstance(p, str) and _UNION_MEMBER.match(p))
+    ]  # fmt: skip
+
+
+def most_telling(errors: Sequence[Any]) -> dict[str, Any] | None:
+    """The error to say: where a union's members each failed, the one whose shape matched
+    (`input: []` is a list too short, not a string expected), else the deepest."""
+    if not errors:
+        return None
+    shaped = [e for e in errors if not str(e.get("type", "")).endswith("_type")]
+    return dict(shaped[0] if shaped else max(errors, key=lambda e: len(e.get("loc", ()))))
 
 
 def crash_response(method: str, path: str, err: Exception) -> JSONResponse:
