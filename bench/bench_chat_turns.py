@@ -76,9 +76,13 @@ def main() -> None:
     parser.add_argument("--llama-server", help="also llama-server, at its defaults")
     args = parser.parse_args()
     model = args.model or bundled_model_path()
+    if any("=" not in h for h in args.host):
+        parser.error("--host takes NAME=FLAGS, e.g. fa-on='--flash-attn on'")
     hosts = dict(h.split("=", 1) for h in args.host) or {"default": "", "fa-on": "--flash-attn on"}
     ctx = 4096
-    setup = Setup(model, 1, ctx, args.threads, False, ())
+    from infertui.core.engine.llama.devices import gpus
+
+    setup = Setup(model, 1, ctx, args.threads, bool(gpus()), ())
     commands = {name: infertui_cmd(setup) + shlex.split(flags) for name, flags in hosts.items()}
     if args.llama_server:
         cmd = llama_server_cmd(args.llama_server, setup)
@@ -113,7 +117,8 @@ def main() -> None:
         med = {n: tuple(statistics.median(x[j] for x in figures[n][k]) for j in range(3))
                for n in names}  # fmt: skip
         cells = [f"{1000 * med[n][0]:,.0f} / {med[n][1]:,.1f}" for n in names]
-        ratios = [f"{med[n][1] / med[names[0]][1]:.2f}" for n in names[1:]]
+        base = med[names[0]][1] or float("nan")
+        ratios = [f"{med[n][1] / base:.2f}" for n in names[1:]]
         print(f"| {k + 1} | {med[names[0]][2]:,.0f} | " + " | ".join(cells + ratios) + " |")
 
 

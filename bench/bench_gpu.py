@@ -20,8 +20,9 @@ llama-server the same requests to llama-server from the same llama.cpp, when giv
 Every figure is aggregate completion tokens/s over the wall clock (from the common start to
 the last token), the median of `--rounds`; TTFT p50 and max beside, and infertui's decode
 share: of the time its batch loop had work, the part spent decoding (from /metrics; the
-rest is host work, while a GPU idles), and its tokens/s while decoding, beside raw's (where
-that is below raw, llama.cpp itself ran slower in the host). `--make SHAPE:VOCAB` writes
+rest is host work, while a GPU idles), and its tokens/s while decoding, prompts included,
+beside raw's, which leaves them out (far below raw: llama.cpp itself ran slower in the
+host). `--make SHAPE:VOCAB` writes
 a random-weight Llama-shaped GGUF (bench/make_model.py) into the cache, so that any machine
 can measure without downloads. Long prompts (`--prompts long`) are ~600 tokens with a Llama
 vocabulary and ~1,600 with make_model's synthetic one, so that slots hold 2,048 tokens then.
@@ -212,7 +213,7 @@ def measure_server(load: Load, streams: int, processes: int) -> dict[str, float]
     after = loop_seconds(load.url)
     if before and after and after[1] > before[1]:
         figures["decode_share"] = (after[0] - before[0]) / (after[1] - before[1])
-        if after[0] > before[0]:  # tokens/s while llama_decode ran: raw's figure, in the host
+        if after[0] > before[0]:  # tokens/s while llama_decode ran (the prompt's decodes too)
             figures["decoding_tps"] = figures["tokens"] / (after[0] - before[0])
     return figures
 

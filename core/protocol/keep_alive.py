@@ -31,6 +31,8 @@ def seconds_of(value: str | float | None) -> float | None:
         return None
     if isinstance(value, int | float):
         return _bounded(float(value))
+    if not isinstance(value, str):  # (a list, an object: JSON allows anything here)
+        raise ValueError("keep_alive is a duration such as 5m, or seconds")
     text = value.strip()
     try:
         number = float(text)

@@ -39,7 +39,7 @@ def test_the_flag_reaches_the_engines_spec(value: str, asked: bool | None) -> No
 async def test_an_engine_on_the_cpu_decodes_with_the_attention_asked(
     make_pool, asked: bool | None, runs: int
 ) -> None:
-    pool = await make_pool(parallel=1, flash_attn=asked)
+    pool = await make_pool(parallel=1, flash_attn=asked, n_gpu_layers=0)
     assert pool.ready_engine()._ctx.flash_attn == runs
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     text, end = await submit(pool, prompt="The history of tea", params=params).text()

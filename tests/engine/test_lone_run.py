@@ -261,7 +261,6 @@ async def test_a_lone_stream_learns_what_its_guesses_cost_from_its_own_steps(
     params = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
     await submit(pool, prompt="The history of tea", params=params).text()
     stepper = pool.engine._loop._stepper  # type: ignore[union-attr]
-    guessed, _ = pool.ready_engine().usage().guesses
-    assert guessed >= guess_plan.TRUSTED and stepper.lone_decodes > 0
+    assert stepper._plan._guess_steps >= guess_plan.TRUSTED and stepper.lone_decodes > 0
     learnt = stepper._plan.cost  # (the load's left `one` and `second` unset: 0)
     assert learnt.one not in (0, cost.fixed + cost.per_token) and learnt.second > 0

@@ -263,9 +263,10 @@ def all_layers(n_gpu_layers: int, n_layer: int) -> bool:
 
 def flash_attention(asked: bool | None, *, on_cpu: bool) -> int:
     """llama.cpp's flash_attn_type: what was asked, else off where no layer is on a GPU, else
-    its own choice (-1). ggml's CPU kernel decodes slower as the context grows: on the
-    2-core Xeon, the bundled model at 512 tokens of context ran 1.4x faster without it,
-    2.1x at 2,048, and 5 % slower at 10 (bench/README, "Flash attention on the CPU")."""
+    its own choice (-1; with some layers on the CPU too). ggml's CPU kernel decodes slower as
+    the context grows: on the 2-core Xeon, the bundled model at 512 tokens of context ran
+    1.44x as fast without it, 2.03x at 2,048, and 0.89x at 16 (bench/README, "Flash
+    attention on the CPU")."""
     if asked is not None:
         return int(asked)
     return 0 if on_cpu else -1

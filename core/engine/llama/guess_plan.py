@@ -18,11 +18,13 @@ _ROW_STEP = 0.05  # how fast the time of a guessed row's sampling follows each s
 _ROWS_PER_UPDATE = 16  # guessed rows timed between two updates of the step cost's `row`
 _LEAST_ROW = 0.02  # a guess never counts less than this over its token: the model's error
 _HOST_STEP = 0.1  # how fast the Python time of a lone stream's step follows its steps
-_LONE_STEP = 0.1  # how fast a lone stream's decode times follow its runs and guessing steps
+_LONE_STEP = 0.1  # how fast the cost of a lone stream's guesses follows its guessing steps
+_LONE_TOKEN = 0.01  # and its lone decode, each decode of its runs (a short run weighs little)
 TRUSTED = 4  # a lone stream's guessing steps timed before their cost replaces the load's
-# Each lone run moves a guess's learnt cost back toward the load's measure by this much: a
-# cost learnt too high for guesses to pay comes back, in time, to be tried again.
-_FADE = 0.02
+# Each decode of a lone run moves a guess's learnt cost back toward the load's measure by
+# this much (2 % a 200-token run): a cost learnt too high for guesses to pay comes back, in
+# time, to be tried again.
+_FADE = 0.0001
 
 
 class GuessPlan:
@@ -115,11 +117,13 @@ class GuessPlan:
             self._alone = least_chance(1, 1, self.cost)
 
     def time_lone_run(self, decode_s: float, decoded: int) -> None:
-        """Learn what a decode costs a lone stream in C, from a run's `decoded` decodes."""
+        """Learn what a decode costs a lone stream in C, from a run's `decoded` decodes, each
+        weighing alike: a short run's first decode, which may plan the graph anew after a
+        guessing step, must not make a lone decode look dear and guesses cheap."""
         if decoded:
-            self._one_s += _LONE_STEP * (decode_s / decoded - self._one_s)
+            self._one_s += (1 - (1 - _LONE_TOKEN) ** decoded) * (decode_s / decoded - self._one_s)
             loaded = self._loaded.second or self._loaded.per_token
-            self._guess_s += _FADE * (loaded - self._guess_s)
+            self._guess_s += (1 - (1 - _FADE) ** decoded) * (loaded - self._guess_s)
             self._learnt_alone()
 
     def time_guessing(self, decode_s: float, guesses: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -67,8 +67,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return crash_response(request.method, request.url.path, err)
 
 
-# How pydantic names the member of a union it tried (`str`, `list[str]`, `function-after[...]`)
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict|[\w-]+\[.*\])$")
+# How pydantic names the member of a union it tried: `str`, `constrained-str`, `list[str]`,
+# `function-after[...]`, a model's class (the API's own fields are lower case)
+_UNION_MEMBER = re.compile(
+    r"^(str|int|float|bool|none|list|dict|constrained-\w+|[A-Z]\w*|[\w-]+\[.*\])$"
+)
+# Errors that say a union member's shape was not the one sent (its kind, words, choices)
+_OTHER_SHAPE = re.compile(r"(_type|_parsing|^literal_error|^enum)$")
 
 
 def field_path(loc: Sequence[Any]) -> list[str]:
@@ -80,13 +85,24 @@ def field_path(loc: Sequence[Any]) -> list[str]:
     ]  # fmt: skip
 
 
-def most_telling(errors: Sequence[Any]) -> dict[str, Any] | None:
-    """The error to say: where a union's members each failed, the one whose shape matched
-    (`input: []` is a list too short, not a string expected), else the deepest."""
+def most_telling(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The error to say, for the request's first bad field: where a union's members each
+    failed, the one whose shape matched (`input: []` is a list too short, not a string
+    expected); where none did, what each expected, or the deepest error."""
     if not errors:
         return None
-    shaped = [e for e in errors if not str(e.get("type", "")).endswith("_type")]
-    return dict(shaped[0] if shaped else max(errors, key=lambda e: len(e.get("loc", ()))))
+
+    def path(error: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(field_path(error.get("loc", ())))
+
+    field = path(errors[0])[:1]
+    group = [e for e in errors if path(e)[:1] == field]
+    shaped = [e for e in group if not _OTHER_SHAPE.search(str(e.get("type", "")))]
+    if shaped:
+        return dict(max(shaped, key=lambda e: len(path(e))))
+    if len({path(e) for e in group}) == 1:  # `think: "x"`: a boolean, or high, medium, low
+        return {**group[0], "msg": " or ".join(dict.fromkeys(str(e["msg"]) for e in group))}
+    return dict(max(group, key=lambda e: len(path(e))))
 
 
 def crash_response(method: str, path: str, err: Exception) -> JSONResponse:
