@@ -95,14 +95,19 @@ def most_telling(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     def path(error: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(field_path(error.get("loc", ())))
 
+    def depth(error: Mapping[str, Any]) -> int:
+        return len(path(error))
+
     field = path(errors[0])[:1]
     group = [e for e in errors if path(e)[:1] == field]
     shaped = [e for e in group if not _OTHER_SHAPE.search(str(e.get("type", "")))]
     if shaped:
-        return dict(max(shaped, key=lambda e: len(path(e))))
+        deepest: Mapping[str, Any] = max(shaped, key=depth)
+        return dict(deepest)
     if len({path(e) for e in group}) == 1:  # `think: "x"`: a boolean, or high, medium, low
         return {**group[0], "msg": " or ".join(dict.fromkeys(str(e["msg"]) for e in group))}
-    return dict(max(group, key=lambda e: len(path(e))))
+    deepest = max(group, key=depth)
+    return dict(deepest)
 
 
 def crash_response(method: str, path: str, err: Exception) -> JSONResponse:
