@@ -1,6 +1,7 @@
 """Flash attention: llama.cpp's choice where layers are on a GPU, off on the CPU, where
 ggml's kernel decodes slower as the context grows (bench/flash_attention.py measures it);
-`--flash-attn on|off` says otherwise, for the engine and its draft model alike."""
+without it the CPU reads prompts in graphs of 256 tokens. `--flash-attn on|off` says
+otherwise, for the engine and its draft model alike."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from infertui.app.cli import build_parser
 from infertui.app.flags import engine_flags
 from infertui.core.config import HostSettings
 from infertui.core.engine.llama.engine import flash_attention
+from infertui.core.engine.llama.native import PLAIN_UBATCH
 from infertui.core.host.specs import engine_spec
 from infertui.core.protocol.common import SamplingParams
 
@@ -39,8 +41,11 @@ def test_the_flag_reaches_the_engines_spec(value: str, asked: bool | None) -> No
 async def test_an_engine_on_the_cpu_decodes_with_the_attention_asked(
     make_pool, asked: bool | None, runs: int
 ) -> None:
-    pool = await make_pool(parallel=1, flash_attn=asked, n_gpu_layers=0)
-    assert pool.ready_engine()._ctx.flash_attn == runs
+    pool = await make_pool(parallel=1, flash_attn=asked, n_gpu_layers=0, batch=512)
+    ctx = pool.ready_engine()._ctx
+    assert ctx.flash_attn == runs
+    # without it, a prompt is read in graphs of PLAIN_UBATCH tokens, where it reads faster
+    assert ctx.n_ubatch == (PLAIN_UBATCH if runs == OFF else 512)
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     text, end = await submit(pool, prompt="The history of tea", params=params).text()
     assert end.timings.tokens_out == 12 and text

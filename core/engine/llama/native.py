@@ -212,6 +212,9 @@ class LlamaModel:
             self.ptr = None
 
 
+PLAIN_UBATCH = 256  # prompt tokens a graph reads on the CPU without flash attention
+
+
 class LlamaContext:
     """One llama.cpp context holding `n_seq` sequences of `n_ctx_seq` tokens each, each in a KV
     stream of its own. A decode takes up to `n_batch` prompt tokens plus one token per
@@ -236,8 +239,11 @@ class LlamaContext:
         params.n_seq_max = n_seq
         params.n_batch = n_batch + n_seq + guesses
         # One ubatch holds a token of every sequence, so a decode step is one graph. Prompt
-        # tokens beyond that go into further ubatches of up to this size.
-        params.n_ubatch = max(n_batch, n_seq)
+        # tokens beyond that go into further ubatches of up to this size: on the CPU without
+        # flash attention, of up to PLAIN_UBATCH, where a long prompt reads faster (its
+        # attention scores are an n_kv x ubatch matrix a head; bench/README, session 51).
+        plain_cpu = flash_attn == 0 and model.n_gpu_layers == 0
+        params.n_ubatch = max(min(n_batch, PLAIN_UBATCH) if plain_cpu else n_batch, n_seq)
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.kv_unified = False  # one KV stream per sequence, as llama-server does by default
