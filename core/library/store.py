@@ -39,24 +39,6 @@ class LibraryModel:
         return self.source != "folder"
 
 
-FOLDER_DEPTH = 3  # how deep a model folder is read: LM Studio files publisher/repo/x.gguf
-
-
-def folder_ggufs(folder: Path) -> list[Path]:
-    """A model folder's GGUF files, its own first, then its subfolders' down to FOLDER_DEPTH
-    levels; not hidden folders' nor a vision model's projector (`mmproj-*`), no model alone."""
-    if not folder.is_dir():
-        return []
-    found: list[Path] = []
-    for depth in range(FOLDER_DEPTH):
-        found += sorted(folder.glob("*/" * depth + "*.gguf"))
-    return [
-        path for path in found
-        if not path.name.lower().startswith("mmproj")
-        and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    ]  # fmt: skip
-
-
 class Library:
     def __init__(self, root: Path, folders: Sequence[Path] = ()) -> None:
         self.root = root
@@ -69,7 +51,7 @@ class Library:
         found = [self._read(m.parent) for m in sorted(self.root.glob(f"*/*/*/*/{MANIFEST}"))]
         names = {m.name for m in found}
         for folder in self.folders:
-            for path in folder_ggufs(folder):
+            for path in sorted(folder.glob("*.gguf")) if folder.is_dir() else ():
                 if path.stem not in names and "-of-0" not in path.stem:
                     names.add(path.stem)
                     stat = path.stat()

@@ -294,27 +294,6 @@ def test_copy_and_remove_by_name_and_folder_models_are_listed_not_removed(
     assert "no model nothing-here" in capsys.readouterr().err
 
 
-def test_a_model_folder_is_read_down_to_lm_studios_publisher_and_repo_folders(
-    tmp_path: Path,
-) -> None:
-    """A model folder laid out as LM Studio's (publisher/repo/file.gguf) offers its files by
-    name; a vision projector, a hidden folder and anything deeper are not models."""
-    folder = tmp_path / "models"
-    for place in (
-        "top.gguf",
-        "lmstudio-community/Qwen-GGUF/qwen.gguf",
-        "org/one-down.gguf",
-        "org/repo/mmproj-qwen-f16.gguf",
-        ".cache/hidden.gguf",
-        "a/b/c/too-deep.gguf",
-    ):
-        (folder / place).parent.mkdir(parents=True, exist_ok=True)
-        tiny_gguf(folder / place, megabytes=0.1)  # fmt: skip
-    library = Library(tmp_path / "data" / "models", [folder])
-    assert {m.name for m in library.models()} == {"top", "qwen", "one-down"}
-    assert library.get("qwen").path == folder / "lmstudio-community/Qwen-GGUF/qwen.gguf"
-
-
 def test_a_repull_after_the_source_changed_replaces_the_file(
     sources: tuple[Sources, str], library: Library, tmp_path: Path
 ) -> None:
