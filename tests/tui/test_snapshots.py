@@ -33,9 +33,14 @@ async def settle(pilot: Pilot[object]) -> None:
         for _ in range(3):
             await screen._tick()
     # A DataTable sizes its columns to new rows when it is next idle: wait for that (three
-    # workers on two cores once took the screenshot first, columns as wide as their labels).
-    for _ in range(200):
-        if not any(table._require_update_dimensions for table in screen.query(DataTable)):
+    # workers on two cores once took the screenshot first, columns as wide as their labels),
+    # and for the rows themselves, which the scripted host sends a moment later (a loaded
+    # suite once took the screenshot between the rows and their sizing). A table that stays
+    # empty is waited for half a second at most.
+    for tick in range(200):
+        tables = list(screen.query(DataTable))
+        filled = all(table.row_count for table in tables) or tick >= 50
+        if filled and not any(table._require_update_dimensions for table in tables):
             break
         await pilot.pause(0.01)
     await pilot.pause()
