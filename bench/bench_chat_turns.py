@@ -19,6 +19,7 @@ import shlex
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_gpu import CACHE, Setup, infertui_cmd, llama_server_cmd, server
 
 from infertui.core.engine import bundled_model_path
+from infertui.core.engine.llama.devices import gpus
 
 ASKS = [
     "Tell me about the history of tea.", "How is green tea made?", "And black tea?",
@@ -79,14 +81,12 @@ def main() -> None:
     if any("=" not in h for h in args.host):
         parser.error("--host takes NAME=FLAGS, e.g. fa-on='--flash-attn on'")
     hosts = dict(h.split("=", 1) for h in args.host) or {"default": "", "fa-on": "--flash-attn on"}
-    ctx = 4096
-    from infertui.core.engine.llama.devices import gpus
-
-    setup = Setup(model, 1, ctx, args.threads, bool(gpus()), ())
+    setup = Setup(model, 1, 4096, args.threads, bool(gpus()), ())
     commands = {name: infertui_cmd(setup) + shlex.split(flags) for name, flags in hosts.items()}
     if args.llama_server:
-        cmd = llama_server_cmd(args.llama_server, setup)
-        commands["llama-server"] = cmd[: cmd.index("-fa")] + cmd[cmd.index("-fa") + 2 :]
+        # at its own default (auto), what its users meet
+        at_default = replace(setup, flash_attn="auto")
+        commands["llama-server"] = llama_server_cmd(args.llama_server, at_default)
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     figures: dict[str, dict[int, list[tuple[float, float, int]]]] = {n: {} for n in commands}

@@ -218,16 +218,16 @@ async def tags(request: Request) -> dict[str, list[ModelEntry]]:
 async def _entries(request: Request) -> dict[str, ModelEntry]:
     """Every model a request may name, by name: the library's (loaded or not), then the
     engines that are not the library's (files the host started with, upstreams)."""
-    library = await asyncio.to_thread(_library_entries, service_of(request).library.models())
+    service = service_of(request)
+    library = await asyncio.to_thread(lambda: _library_entries(service.servable_library()))
     engines = {s.engine_id: _entry(s) for s in _loaded(request)}
     return {**library, **{name: e for name, e in engines.items() if name not in library}}
 
 
 def _library_entries(models: list[LibraryModel]) -> dict[str, ModelEntry]:
-    """The models a request may name: those whose files read as GGUF (`infertui list` shows
-    the others too, for their owner to see)."""
-    facts = [(model, facts_of(model)) for model in models]
-    return {model.name: _library_entry(model, known) for model, known in facts if known.readable}
+    """The servable library's entries (HostService.servable_library: GGUFs that read), each
+    described from its header (read once: file_facts keeps it by the file's mtime)."""
+    return {model.name: _library_entry(model, facts_of(model)) for model in models}
 
 
 @router.get("/ps", summary="The models in memory, and until when each stays")
