@@ -6,7 +6,7 @@ one model. Prints each turn's context, time to first token and decode tokens/s p
         [--threads 2] [--rounds 3] [--host NAME=FLAGS ...] [--llama-server PATH]
 
 `--host` runs `infertui host` with extra flags under a name (repeatable; default: the host's
-defaults beside `--flash-attn on`). Greedy replies of exactly `--tokens` tokens (ignore_eos),
+defaults beside `--flash-attn off`). Greedy replies of exactly `--tokens` tokens (ignore_eos),
 so that every host decodes the same lengths; the hosts take turns, turn by turn.
 """
 
@@ -19,7 +19,6 @@ import shlex
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -79,14 +78,13 @@ def main() -> None:
     args = parser.parse_args()
     model = args.model or bundled_model_path()
     if any("=" not in h for h in args.host):
-        parser.error("--host takes NAME=FLAGS, e.g. fa-on='--flash-attn on'")
-    hosts = dict(h.split("=", 1) for h in args.host) or {"default": "", "fa-on": "--flash-attn on"}
+        parser.error("--host takes NAME=FLAGS, e.g. fa-off='--flash-attn off'")
+    hosts = dict(h.split("=", 1) for h in args.host)
+    hosts = hosts or {"default": "", "fa-off": "--flash-attn off"}
     setup = Setup(model, 1, 4096, args.threads, bool(gpus()), ())
     commands = {name: infertui_cmd(setup) + shlex.split(flags) for name, flags in hosts.items()}
     if args.llama_server:
-        # at its own default (auto), what its users meet
-        at_default = replace(setup, flash_attn="auto")
-        commands["llama-server"] = llama_server_cmd(args.llama_server, at_default)
+        commands["llama-server"] = llama_server_cmd(args.llama_server, setup)  # its default
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     figures: dict[str, dict[int, list[tuple[float, float, int]]]] = {n: {} for n in commands}

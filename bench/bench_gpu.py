@@ -63,13 +63,13 @@ class Setup:
     threads: int | None
     gpu: bool
     host_args: tuple[str, ...]
-    flash_attn: str | None = None  # raw's and llama-server's -fa; None: as infertui's default
+    flash_attn: str | None = None  # for all three; None: llama.cpp's choice, every default
 
     @property
     def attention(self) -> str:
-        """What raw and llama-server run with: infertui's own default unless asked, so that
-        all three run the same kernels (off on the CPU, where ggml's slows with the context)."""
-        return self.flash_attn or ("auto" if self.gpu else "off")
+        """What raw and llama-server run with: as infertui, so that all three run the same
+        kernels."""
+        return self.flash_attn or "auto"
 
 
 def free_port() -> int:
@@ -359,8 +359,8 @@ def main() -> None:
     parser.add_argument(
         "--flash-attn",
         choices=["auto", "on", "off"],
-        help="for every server and raw (default: infertui's own, off on the CPU, auto on a GPU, "
-        "and the same for raw and llama-server; a --baseline keeps its own)",
+        help="for every server and raw (default: auto, llama.cpp's choice, every server's "
+        "default; a --baseline keeps its own)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="repetitions (medians)")
     parser.add_argument("--processes", type=int, default=4, help="client processes")

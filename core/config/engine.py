@@ -55,8 +55,10 @@ class EngineDefaults(BaseModel):
     )
     flash_attn: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="flash attention; auto: llama.cpp's choice where layers are on a GPU, off on "
-        "the CPU, where its decode slows as the context grows (1.4x slower at 512 tokens)",
+        description="flash attention; auto: llama.cpp's choice (on where the device has it); "
+        "off decodes long contexts faster on the CPU (1.4x at 512 tokens), but greedy text "
+        "with speculative guesses or a reused prompt may then part from the plain text at "
+        "near ties",
     )
     extra_buffers: bool = Field(
         False,

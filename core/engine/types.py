@@ -44,7 +44,7 @@ class EngineSpec:
     extra_buffers: bool = False  # repacked CPU weight buffers; see native.LlamaModel
     deterministic: bool = False  # each prompt prefilled alone: batching never changes output
     backend_sampling: bool | None = None  # sample in the graph; None: when all layers are on a GPU
-    flash_attn: bool | None = None  # None: llama.cpp's choice with layers on a GPU, else off
+    flash_attn: bool | None = None  # None: llama.cpp's choice (engine.flash_attention)
     overlap: bool | None = None  # make text while the next step decodes; None: on a GPU
     speculative: bool = True  # prompt-lookup guesses, as many as pay (drafts.py)
     draft_model_path: str | None = None  # a draft model's guesses instead (draft_model.py)

@@ -127,7 +127,7 @@ class LlamaEngine:
                 )
                 threads = spec.n_threads or default_threads()
                 guesses = MAX_GUESSES if options.speculative else 0
-                flash = flash_attention(spec.flash_attn, on_cpu=not (cards and n_gpu))
+                flash = flash_attention(spec.flash_attn)
                 ctx = LlamaContext(
                     model, spec.n_ctx, n_parallel, spec.n_batch, threads, flash, guesses
                 )
@@ -261,12 +261,13 @@ def all_layers(n_gpu_layers: int, n_layer: int) -> bool:
     return n_gpu_layers < 0 or n_gpu_layers > n_layer
 
 
-def flash_attention(asked: bool | None, *, on_cpu: bool) -> int:
-    """llama.cpp's flash_attn_type: what was asked, else off where no layer is on a GPU, else
-    its own choice (-1; with some layers on the CPU too). ggml's CPU kernel decodes slower as
-    the context grows: on the 2-core Xeon, the bundled model at 512 tokens of context ran
-    1.44x as fast without it, 2.03x at 2,048, and 0.89x at 16 (bench/README, "Flash
-    attention on the CPU")."""
-    if asked is not None:
-        return int(asked)
-    return 0 if on_cpu else -1
+def flash_attention(asked: bool | None) -> int:
+    """llama.cpp's flash_attn_type: what was asked, else llama.cpp's own choice (-1: on where
+    the device has the kernel, the CPU included). Without it the CPU decodes long contexts
+    faster (1.44x at 512 tokens on the 2-core Xeon), but a row's numbers then depend on how
+    many of its sequence's tokens one graph holds: ggml multiplies one row with its own dot
+    products and several with llamafile's tiles, which round otherwise. Guessed rows are
+    checked several at a time, so greedy text with guesses would part from the text without
+    them at near ties (bench/batch_invariance.py; bench/README, "Flash attention on the
+    CPU"). With it, each query row is computed alone whatever the graph holds."""
+    return -1 if asked is None else int(asked)
