@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -45,6 +46,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 from loadgen import Load, measure
@@ -249,7 +251,7 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
         for temp in temps:
             for prompt in prompts:
                 for n in streams:
-                    for _ in range(args.rounds + (1 if n == 1 else 0)):
+                    for r in range(args.rounds + (1 if n == 1 else 0)):
                         # A failure (out of device memory at 256 streams, say) costs its
                         # row, not the run: GPU time is scarce and the figures print at the end.
                         if prompt == "short":  # again for each sampling, side by side
@@ -258,7 +260,7 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
                                 samples.setdefault(("raw", temp, prompt, n), []).append(raw[n])
                             except (subprocess.CalledProcessError, KeyError) as exc:
                                 log.warning("raw x%d failed: %s", n, _tail(exc))
-                        for name, url in urls.items():
+                        for name, url in in_turn(urls, r):
                             load = Load(url, models[name], args.tokens, temp, LONG_REPEAT[prompt],
                                         {})  # fmt: skip
                             try:
@@ -283,6 +285,18 @@ def run_model(args: argparse.Namespace, setup: Setup) -> list[dict[str, object]]
                     "baseline": median_of(samples.get(("baseline", temp, prompt, n))),
                 })  # fmt: skip
     return rows
+
+
+T = TypeVar("T")
+
+
+def in_turn(servers: dict[str, T], r: int) -> list[tuple[str, T]]:
+    """The servers in round r's order, each of their orders in turn: whoever runs right after
+    another program finds the caches cold, and after another infertui finds the code and
+    weights they share warm (a baseline that always followed infertui answered its first
+    token 5 ms sooner, one always after llama-server 5 ms later)."""
+    orders = list(itertools.permutations(servers.items()))
+    return list(orders[r % len(orders)])
 
 
 def _tail(exc: Exception) -> str:

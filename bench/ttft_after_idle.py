@@ -29,6 +29,7 @@ from bench_gpu import (
     Setup,
     baseline_cli,
     baseline_env,
+    in_turn,
     infertui_cmd,
     llama_server_cmd,
     model_id,
@@ -77,7 +78,7 @@ async def rounds(
             await one(hop, Load(urls[name], models[name], 16, 0.0, 0, {}), 0)
         for r in range(args.rounds):
             for pause in pauses:
-                for name, hop in hops.items():
+                for name, hop in dict(in_turn(hops, r)).items():
                     load = Load(urls[name], models[name], args.tokens, 0.0, 0, {})
                     nonce = int(time.time() * 1000) % 100_000 + r
                     if args.fresh:  # a connection of its own, opened before the pause
