@@ -9,13 +9,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from infertui.core.client import ChatReply, explain
 from infertui.core.client.chats import ChatStore, SavedChat, title_of
 from infertui.core.protocol import ChatMessage, ErrorKind, InferError, without_oldest_turn
 
 from ..base import infertui_app
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from ..widgets.message import AssistantMessage, UserMessage
 from ..widgets.prompt import PromptArea
@@ -82,7 +83,7 @@ class ChatScreen(Screen[None]):
             placeholder="Ask something · Enter sends · Ctrl+J new line · Esc stops a reply",
             id="prompt",
         )
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)

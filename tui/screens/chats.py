@@ -9,10 +9,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Button, DataTable, Footer, Input, Label, Static
+from textual.widgets import Button, DataTable, Input, Label, Static
 
 from infertui.core.client.chats import ChatStore, SavedChat
 
+from ..widgets.footer import KeysFooter
 from ..widgets.tables import cleared
 from .forms import ConfirmModal, FormModal
 
@@ -38,7 +39,7 @@ class ChatsModal(FormModal[SavedChat | None]):
             yield Label("Saved chats · Enter resumes · Esc closes", classes="title")
             yield DataTable(id="chats", cursor_type="row", zebra_stripes=True)
             yield Static("", id="form-error", markup=False)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#chats", DataTable).add_columns("title", "when", "turns")

@@ -12,13 +12,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
-from textual.widgets import Button, DataTable, Footer, Input, Label, Static
+from textual.widgets import Button, DataTable, Input, Label, Static
 
 from infertui.core.client import Client, explain
 from infertui.core.config import first_problem
 from infertui.core.protocol import AddEngineRequest, InferError, MemoryUsage
 
 from ..base import infertui_app
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
@@ -46,7 +47,7 @@ class EnginesScreen(DashboardScreen):
         yield Static("", id="detail", markup=False)
         yield Static("", id="outcome", markup=False)
         yield LibraryPane(self.operate, id="library-pane")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         # narrow enough for 80 columns: the selected engine's model file shows under the table

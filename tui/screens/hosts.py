@@ -4,10 +4,11 @@ one with the most room), or the one host it is connected to."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from infertui.core.client import Client
 
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar, short_id
 from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
@@ -18,7 +19,7 @@ class HostsScreen(DashboardScreen):
         yield HostBar()
         yield Static("", id="trouble", classes="trouble", markup=False)
         yield DataTable(id="hosts", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#hosts", DataTable).add_columns(

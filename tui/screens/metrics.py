@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Grid, Vertical
-from textual.widgets import DataTable, Footer, Label, Sparkline, Static
+from textual.widgets import DataTable, Label, Sparkline, Static
 
 from infertui.core.client import Client
 
 from ..base import infertui_app
 from ..metrics_history import COUNTS, PLOTS
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
@@ -27,7 +28,7 @@ class MetricsScreen(DashboardScreen):
                     yield Label(title, id=f"label-{key}", classes="plot-title")
                     yield Sparkline([], id=f"plot-{key}", summary_function=max)
         yield DataTable(id="totals", cursor_type="none", zebra_stripes=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         # narrow enough for 80 columns: errors are failed + rejected; TTFT in ms, latency in s

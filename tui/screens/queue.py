@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from infertui.core.client import Client
 
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from .dashboard import DashboardScreen
 
@@ -21,7 +22,7 @@ class QueueScreen(DashboardScreen):
         yield DataTable(id="slots", cursor_type="row", zebra_stripes=True)
         yield Label("Waiting", classes="section")
         yield DataTable(id="waiting", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         slots = self.query_one("#slots", DataTable)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from infertui.core.client import Client
 
 from ..base import infertui_app
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from ..widgets.tables import cleared, tail_cells
 from .dashboard import DashboardScreen
@@ -31,7 +32,7 @@ class StreamsScreen(DashboardScreen):
         yield Static("", id="addresses")
         yield Label("Live streams", classes="section")
         yield DataTable(id="streams", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#streams", DataTable).add_columns(

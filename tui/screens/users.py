@@ -5,11 +5,12 @@ An admin (and the person at the host) sees everyone; any other client its own ro
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from infertui.core.client import Client
 from infertui.core.protocol import UserLimits, UserShare
 
+from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from ..widgets.tables import cleared
 from .dashboard import DashboardScreen
@@ -25,7 +26,7 @@ class UsersScreen(DashboardScreen):
         yield DataTable(id="users", cursor_type="row", zebra_stripes=True)
         yield Label("By day (UTC)", classes="section")
         yield DataTable(id="days", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#users", DataTable).add_columns(

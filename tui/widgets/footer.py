@@ -1,0 +1,16 @@
+"""The screens' footer: Textual's, compact where the terminal is narrow."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.widgets import Footer
+
+COMPACT_BELOW = 100  # columns; an SSH terminal's 80 cut the last keys at Textual's spacing
+
+
+class KeysFooter(Footer):
+    """Textual's footer of key bindings, without the spaces around each key below
+    COMPACT_BELOW columns, so that every key fits an 80-column terminal."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.compact = event.size.width < COMPACT_BELOW
