@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterable
@@ -302,7 +304,32 @@ class HostApp(InfertuiApp):
         """Off the message loop, which must stay free for the second q (and the display)."""
         if self._start:
             await self.local.service.stop()
+        if terminal_hung_up():
+            # (its SSH session closed) Textual's goodbye to the terminal would never end: its
+            # writer thread dies on the first write, and the next ones wait on its full queue.
+            # The host has stopped and the terminal is gone: nothing is left to restore.
+            log.info("the terminal hung up: leaving without it")
+            logging.shutdown()
+            os._exit(self.exit_code)
         self.exit(self.exit_code)
+
+
+def terminal_hung_up() -> bool:
+    """Whether the terminal the app draws on (stderr, Textual's) hung up: a hung-up tty fails
+    its ioctls with EIO (not a tty at all, in tests, is ENOTTY)."""
+    try:
+        import termios  # (POSIX only)
+    except ImportError:
+        return False
+    if sys.__stderr__ is None:
+        return False
+    try:
+        termios.tcgetattr(sys.__stderr__.fileno())
+    except termios.error as err:
+        return bool(err.args and err.args[0] == errno.EIO)
+    except (OSError, ValueError):  # (stderr closed, or a stream without a file)
+        return False
+    return False
 
 
 def run_client_app(target: str, settings: Settings) -> int:

@@ -145,9 +145,14 @@ async def test_a_model_that_cannot_load_ends_the_dashboard_with_the_reason(tmp_p
     assert "nope.gguf" in app.start_error
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGTERM, signal.SIGHUP, None], ids=["sigterm", "sighup", "hang-up"]
+)
 def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig) -> None:
-    """`infertui host` on a real terminal (a pty): kill or a closed SSH session drains it."""
+    """`infertui host` on a real terminal (a pty, its controlling one): kill, SIGHUP, or a
+    closed SSH session drains it. A closed session's terminal goes first (None: its other end
+    closes, and the kernel sends SIGHUP): the process still ends, though what Textual writes
+    to the terminal as it leaves goes nowhere (it waited for that forever)."""
     env = {**os.environ, "INFERTUI_STATE_DIR": str(tmp_path), "INFERTUI_CONFIG_DIR": str(tmp_path),
            "INFERTUI_DATA_DIR": str(tmp_path), "TERM": "xterm-256color"}  # fmt: skip
     master, slave = pty.openpty()
@@ -155,6 +160,7 @@ def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig
     proc = subprocess.Popen(
         [sys.executable, "-m", "infertui.app.cli", "host", "--no-p2p", "--parallel", "1"],
         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # as a login's terminal
     )  # fmt: skip
     os.close(slave)
     screen = bytearray()
@@ -166,11 +172,16 @@ def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig
         while "host dashboard ready" not in (log.read_text() if log.exists() else ""):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        proc.send_signal(sig)
+        if sig is None:
+            os.close(master)
+            master = -1
+        else:
+            proc.send_signal(sig)
         assert proc.wait(30) == 0
     finally:
         proc.kill()
-        os.close(master)
+        if master >= 0:
+            os.close(master)
     assert "host stopped" in log.read_text()
     assert b"Traceback" not in screen
 
