@@ -72,8 +72,10 @@ class ChatStore:
                 log.warning("skipping saved chat %s: %s", file.name, str(err).splitlines()[0])
         return sorted(chats, key=lambda chat: chat.updated, reverse=True)
 
-    def save(self, chat: SavedChat) -> None:
-        chat.updated = time.time()
+    def save(self, chat: SavedChat, *, touched: bool = True) -> None:
+        """Write the chat whole; `touched`: as updated now (a new turn, not a rename)."""
+        if touched:
+            chat.updated = time.time()
         self.folder.mkdir(parents=True, exist_ok=True)
         temporary = self.folder / f".{chat.id}.json.tmp"
         temporary.write_text(chat.model_dump_json(indent=1))
@@ -85,7 +87,7 @@ class ChatStore:
     def rename(self, chat_id: str, title: str) -> SavedChat:
         chat = self.load(chat_id)
         chat.title = title_of(title) or chat.title
-        self.save(chat)
+        self.save(chat, touched=False)  # (a rename does not move it up the list)
         return chat
 
     def delete(self, chat_id: str) -> None:

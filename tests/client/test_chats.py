@@ -30,6 +30,7 @@ def test_saved_chats_round_trip_newest_first(tmp_path) -> None:
     assert listed[0].title.endswith("…") and len(listed[0].title) == 60
     assert store.load(older.id).messages == older.messages
     assert store.rename(older.id, "  colours  ").title == "colours"
+    assert [c.id for c in store.list()] == [newer.id, older.id]  # a rename is not a new turn
     store.delete(newer.id)
     assert [c.title for c in store.list()] == ["colours"]
     assert not list((tmp_path / "chats").glob(".*.tmp"))  # written whole

@@ -1,0 +1,41 @@
+"""The saved chats' list (Ctrl+T): a key acts on the chat the cursor is on, after a rename
+too (a helper's walkthrough renamed the third chat, and `d` then offered to delete another)."""
+
+from __future__ import annotations
+
+from infertui.core.client.chats import ChatStore, SavedChat
+from infertui.core.config import Settings
+from infertui.core.protocol.common import ChatMessage
+from infertui.tui.screens.chats import ChatsModal, RenameModal
+
+from .scripted import ScriptedClientApp
+
+
+def saved(store: ChatStore, first: str) -> SavedChat:
+    chat = SavedChat.start(first, host="http://127.0.0.1:8080")
+    chat.messages = [ChatMessage(role="user", content=first),
+                     ChatMessage(role="assistant", content="Yes.")]  # fmt: skip
+    store.save(chat)
+    return chat
+
+
+async def test_the_cursor_stays_on_a_renamed_chat_and_the_list_keeps_its_order(tmp_path) -> None:
+    store = ChatStore(tmp_path / "chats")
+    for first in ("oldest", "middle", "newest"):
+        saved(store, first)
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        modal = ChatsModal(store)
+        await app.push_screen(modal)
+        await pilot.press("down", "down")
+        assert modal.selected() is not None and modal.selected().title == "oldest"  # type: ignore[union-attr]
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, RenameModal)
+        app.screen.query_one("#title").value = "renamed"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is modal
+        assert [c.title for c in modal.chats] == ["newest", "middle", "renamed"]
+        chosen = modal.selected()
+        assert chosen is not None and chosen.title == "renamed"
