@@ -25,8 +25,16 @@ log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
-# connect errors that no retry can fix: a malformed ID, a missing or refused key
-FINAL = frozenset({ErrorKind.INVALID_SERVER_ID, ErrorKind.UNAUTHORIZED, ErrorKind.FORBIDDEN})
+# connect errors that no retry can fix: a malformed ID, a missing or refused key, a server
+# that answers but is not an infertui host
+FINAL = frozenset(
+    {
+        ErrorKind.INVALID_SERVER_ID,
+        ErrorKind.UNAUTHORIZED,
+        ErrorKind.FORBIDDEN,
+        ErrorKind.UNSUPPORTED_VERSION,
+    }
+)
 
 
 def is_url(target: str) -> bool:

@@ -65,8 +65,8 @@ def _connect_error(err: InferError, url: str, *, sent_key: bool) -> InferError:
         why = "it refused the API key given" if sent_key else "no API key was given"
         return InferError(ErrorKind.UNAUTHORIZED, why)
     if err.kind in (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED, ErrorKind.BAD_MESSAGE):
-        return InferError(
-            ErrorKind.CONNECT_FAILED,
+        return InferError(  # (another protocol than ours: no retry will change that)
+            ErrorKind.UNSUPPORTED_VERSION,
             f"{url} answers, but not as an infertui host ({err.message} for /v1/host)",
         )
     return err

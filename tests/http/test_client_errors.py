@@ -61,12 +61,17 @@ async def test_a_server_that_is_not_infertui_is_said_so(
     with pytest.raises(InferError) as caught:
         await connect(not_infertui)
     said = explain(caught.value)
-    assert caught.value.kind is ErrorKind.CONNECT_FAILED
+    assert caught.value.kind is ErrorKind.UNSUPPORTED_VERSION  # final: not retried
     assert "not as an infertui host" in said and "None" not in said, said
     assert "reach" not in said  # it was reached (a helper's audit: "Could not reach the host")
     assert await ask(not_infertui, "hello", Settings()) == 1
     err = capsys.readouterr().err
     assert "not as an infertui host" in err and "None" not in err, err
+    # the chat app says so once and stops: it retried forever, "Could not connect"
+    states: list[ConnectionState] = []
+    await asyncio.wait_for(Reconnector(not_infertui, states.append).run(), 10)
+    assert [s.phase for s in states] == ["connecting", "closed"]
+    assert states[-1].message.startswith(not_infertui) and "not as an infertui" in said
 
 
 @pytest.mark.model
