@@ -94,6 +94,27 @@ async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(
         assert fresh.stats.tokens_in < 40, fresh.stats
 
 
+async def test_the_new_chat_question_goes_when_its_reply_ends_first(host: ServedHost) -> None:
+    """A helper's walkthrough: Ctrl+N's question outlived the reply it asked about, and the
+    y of the next words typed answered it (the chat was gone, the words with it). When the
+    reply ends first, the question goes unanswered and the keys reach the prompt again."""
+    app = app_for(host, "http")
+    app.options = app.options.model_copy(update={"max_tokens": 960, "temperature": 0})
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.client is not None)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        view = await ask(pilot, app, "Write a long story about the sea.")
+        await until(pilot, lambda: len(view.body.source) > 20)
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        chat.action_abort()  # the reply ends (as by itself) while the question is up
+        await until(pilot, lambda: not chat.generating and app.screen is chat)
+        await pilot.press("y", "e", "s")
+        assert chat.query_one("#prompt", PromptArea).text == "yes"
+        assert [m.role for m in chat.history] == ["user", "assistant"]  # the chat stays
+
+
 async def test_a_pasted_multi_line_prompt_is_sent_whole(host: ServedHost) -> None:
     """Bug 5: a paste keeps its lines; Ctrl+J adds one; Enter sends them all."""
     app = app_for(host, "p2p")

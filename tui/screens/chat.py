@@ -74,6 +74,7 @@ class ChatScreen(Screen[None]):
         self.store = store or ChatStore()
         self.reply: ChatReply | None = None
         self.editing: UserMessage | None = None  # the last question, while ↑ has it in the prompt
+        self.stop_question: ConfirmModal | None = None  # Ctrl+N's, while a reply streams
 
     def compose(self) -> ComposeResult:
         yield HostBar()
@@ -276,6 +277,7 @@ class ChatScreen(Screen[None]):
             await stream.close()
             self.reply = None
             self.refresh_bindings()
+            self.drop_stop_question()
             status.update("")
             model = (reply.stats.model if reply.stats else "") or view.model
             self.record(history, saved, question, "".join(parts), model, client.info.address)
@@ -424,12 +426,21 @@ class ChatScreen(Screen[None]):
             return
 
         async def answer(stop: bool | None) -> None:
+            self.stop_question = None
             if stop:
                 self.action_abort()
                 await self.start_over()
 
-        question = "A reply is still coming. Stop it and start a new chat?"
-        self.app.push_screen(ConfirmModal(question), answer)
+        self.stop_question = ConfirmModal("A reply is still coming. Stop it and start a new chat?")
+        self.app.push_screen(self.stop_question, answer)
+
+    def drop_stop_question(self) -> None:
+        """The reply that Ctrl+N asked to stop has ended: the question goes, unanswered (it
+        stayed, and the y of the next words typed answered it)."""
+        if self.stop_question is not None and self.stop_question.is_current:
+            self.stop_question.dismiss(False)
+            self.notify("The reply has ended: Ctrl+N starts a new chat.")
+        self.stop_question = None
 
     async def start_over(self, *, welcome: bool = True) -> None:
         """A new conversation: a new history (a reply still ending keeps to its own)."""
