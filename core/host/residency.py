@@ -105,7 +105,8 @@ class Residency:
             raise InferError(
                 ErrorKind.MODEL_NOT_FOUND,
                 f"model '{model}' not found; this host serves: "
-                f"{', '.join(self._registry.ids()) or 'none'} (and its library: infertui list)",
+                f"{', '.join(self._registry.ids()) or 'none'}, and loads its library's models "
+                "when asked (/v1/models lists them all)",
                 param="model",
             )
         name = entry.name
