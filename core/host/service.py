@@ -302,6 +302,12 @@ class HostService:
     def engine_status(self, engine_id: str) -> EngineStatus:
         return self._status(self._registry.get(engine_id))
 
+    def engine_named(self, model: str) -> str | None:
+        """The id of the loaded engine that `model` names as a request would (an id, a file's
+        name, Ollama's forms such as `name:latest`); None for another name."""
+        pool = self._loaded(model)
+        return pool.id if pool is not None else None
+
     def _status(self, pool: Pool) -> EngineStatus:
         status = reports.engine_status(pool)
         if not self._residency.on_demand(pool.id):

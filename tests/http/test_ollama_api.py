@@ -109,6 +109,12 @@ async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
     assert shown.license == "apache-2.0" and shown.template and "<|im_start|>" in shown.template
     assert shown.parameters is not None
     assert "num_ctx " in shown.parameters and "temperature 0.2" in shown.parameters
+    # by any name a chat takes (it was "no engine named 'smollm2-135m:latest'"), and Ollama's
+    # words for none
+    assert (await client.show(f"{MODEL}:latest")).modelfile == shown.modelfile
+    with pytest.raises(ollama.ResponseError) as caught:
+        await client.show("nope")
+    assert caught.value.status_code == 404 and caught.value.error == "model 'nope' not found"
     running = await client.ps()
     assert [m.model for m in running.models] == [MODEL]
     assert running.models[0].size and running.models[0].size > 0

@@ -259,11 +259,15 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     service = service_of(request)
     if not body.engine_id:  # (not a 404 for the model '')
         raise InferError(ErrorKind.INVALID_PARAMS, "model is required", param="model")
-    if body.engine_id not in service.engine_ids():
+    engine_id = service.engine_named(body.engine_id)
+    if engine_id is None:
         model = await asyncio.to_thread(service.library.find, body.engine_id)
-        if model is not None:
-            return await asyncio.to_thread(_library_show, model)
-    status = service.engine_status(body.engine_id)
+        if model is None:  # (Ollama's words)
+            raise InferError(
+                ErrorKind.MODEL_NOT_FOUND, f"model '{body.engine_id}' not found", param="model"
+            )
+        return await asyncio.to_thread(_library_show, model)
+    status = service.engine_status(engine_id)
     entry = _entry(status)
     file = os.path.basename(status.model_path)
     # the GGUF's own facts, as Ollama shows them (an upstream's URL has none: what it served)
