@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from textual import events
+from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from infertui.core.config import Settings
@@ -61,6 +62,20 @@ async def test_the_chat_follows_the_hosts_engines_as_they_change(
         await until(pilot, lambda: "g2" in bar_text(app), 10)
 
 
+async def new_chat_asked_midway(pilot: Pilot[object], app: ClientApp) -> ChatScreen:
+    """Ctrl+N pressed while a long reply streams, its question up; the chat screen."""
+    # long enough that the reply is still coming while the keys are pressed, on any machine
+    app.options = app.options.model_copy(update={"max_tokens": 960, "temperature": 0})
+    await until(pilot, lambda: app.client is not None)
+    chat = app.screen
+    assert isinstance(chat, ChatScreen)
+    view = await ask(pilot, app, "Write a long story about the sea.")
+    await until(pilot, lambda: len(view.body.source) > 20)
+    await pilot.press("ctrl+n")
+    await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+    return chat
+
+
 @pytest.mark.parametrize("transport", ["p2p", "http"])
 async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(
     host: ServedHost, transport: str
@@ -68,16 +83,8 @@ async def test_a_new_chat_during_a_reply_asks_first_and_starts_clean(
     """Bug 4: Ctrl+N while a reply streams asks; yes stops the reply, and the next message
     is a fresh conversation (the aborted reply is not carried into it)."""
     app = app_for(host, transport)
-    # long enough that the reply is still coming while the keys are pressed, on any machine
-    app.options = app.options.model_copy(update={"max_tokens": 960, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.client is not None)
-        chat = app.screen
-        assert isinstance(chat, ChatScreen)
-        view = await ask(pilot, app, "Write a long story about the sea.")
-        await until(pilot, lambda: len(view.body.source) > 20)
-        await pilot.press("ctrl+n")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        chat = await new_chat_asked_midway(pilot, app)
         await pilot.press("escape")  # no: the reply goes on
         assert app.screen is chat and chat.generating
         await pilot.press("ctrl+n")
@@ -99,15 +106,8 @@ async def test_the_new_chat_question_goes_when_its_reply_ends_first(host: Served
     y of the next words typed answered it (the chat was gone, the words with it). When the
     reply ends first, the question goes unanswered and the keys reach the prompt again."""
     app = app_for(host, "http")
-    app.options = app.options.model_copy(update={"max_tokens": 960, "temperature": 0})
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.client is not None)
-        chat = app.screen
-        assert isinstance(chat, ChatScreen)
-        view = await ask(pilot, app, "Write a long story about the sea.")
-        await until(pilot, lambda: len(view.body.source) > 20)
-        await pilot.press("ctrl+n")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        chat = await new_chat_asked_midway(pilot, app)
         chat.action_abort()  # the reply ends (as by itself) while the question is up
         await until(pilot, lambda: not chat.generating and app.screen is chat)
         await pilot.press("y", "e", "s")
