@@ -121,7 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_commands(commands)
 
     cfg = commands.add_parser("config", help="show where the settings file is")
-    cfg.add_argument("action", choices=["path"], help="path: print the config file's location")
+    cfg.add_argument(
+        "action",
+        nargs="?",
+        default="path",
+        choices=["path"],
+        help="path (the default): print the config file's location",
+    )
     return parser
 
 

@@ -176,3 +176,13 @@ def test_a_tree_run_from_source_without_metadata_starts(monkeypatch, capsys) -> 
         module.infertui_version.cache_clear()
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == "infertui 0+unknown (not installed)"
+
+
+@pytest.mark.parametrize("argv", [["config"], ["config", "path"]])
+def test_config_prints_where_the_settings_file_is(argv: list[str], capsys) -> None:
+    """`infertui config` alone did not say it: "the following arguments are required"."""
+    from infertui.app.cli import main
+    from infertui.core.paths import config_file
+
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip() == str(config_file())
