@@ -122,6 +122,14 @@ async def test_a_second_quit_stops_at_once_without_waiting_out_the_grace() -> No
         bar = app.screen.query_one("HostBar", Static)
         await until(pilot, lambda: "q again: now" in str(bar.render()))
         assert app.is_running and reply.stats is None  # the grace: the reply goes on
+        # and the Live streams table shows it going on (it stood still while the host drained)
+        table = app.screen.query_one("#streams", DataTable)
+
+        def tokens() -> int:
+            return int(table.get_row_at(0)[2]) if table.row_count else 0
+
+        before = tokens()
+        await until(pilot, lambda: tokens() > before + 5)
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running, 20)
         async for _ in pieces:  # the reply ends, cut short, without a hang

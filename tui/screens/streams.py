@@ -9,7 +9,7 @@ from textual.widgets import DataTable, Label, Static
 
 from infertui.core.client import Client
 
-from ..base import infertui_app
+from ..base import LiveSource, infertui_app
 from ..widgets.footer import KeysFooter
 from ..widgets.host_bar import HostBar
 from ..widgets.tables import cleared, tail_cells
@@ -78,6 +78,15 @@ class StreamsScreen(DashboardScreen):
         lines.append(f"{'models':>10}  ", style="dim")
         lines.append(models)
         self.query_one("#addresses", Static).update(lines)
+        self.show_jobs(source)
+
+    def show_last(self) -> None:
+        """While the host drains to stop (no client then): its jobs, as they finish."""
+        source = infertui_app(self).live
+        if source is not None:
+            self.show_jobs(source)
+
+    def show_jobs(self, source: LiveSource) -> None:
         table = self.query_one("#streams", DataTable)
         cleared(table)
         for job in source.live_jobs():
