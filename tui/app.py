@@ -86,11 +86,6 @@ class InfertuiApp(BaseApp):
             action = partial(self.run_action, binding.action, screen)
             yield SystemCommand(binding.description, help_text, action)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The key of the screen one is on is left out of its footer (False: hidden), where it
-        would do nothing and take a place that an 80-column terminal lacks."""
-        return not (action == "switch_mode" and parameters == (self.current_mode,))
-
     def app_commands(self) -> list[tuple[str, str, str]]:
         """Palette entries that work on every screen: (title, help, action)."""
         return []
@@ -98,16 +93,13 @@ class InfertuiApp(BaseApp):
     def keys_for(self, action: str, screen: Screen[object]) -> str:
         """' (key)' for an app-wide action, as the keymap has it now (bound on the app, or on
         `screen` as `app.<action>`); '' where no key has it. (`screen`'s, not the app's
-        active bindings: those are the command palette's while it asks. Its binding chain, the
-        keymap applied, rather than its active bindings: those leave out the key of the
-        screen one is on, see check_action.)"""
-        keys = {
-            binding.key: self.get_key_display(binding)
-            for _, bindings in screen._modal_binding_chain
-            for _, binding in bindings
-            if binding.action in (action, f"app.{action}")
-        }
-        return f" ({', '.join(keys.values())})" if keys else ""
+        active bindings: those are the command palette's while it asks.)"""
+        keys = [
+            self.get_key_display(active.binding)
+            for active in screen.active_bindings.values()
+            if active.binding.action in (action, f"app.{action}")
+        ]
+        return f" ({', '.join(keys)})" if keys else ""
 
     def action_options(self) -> None:
         """Ctrl+O: the conversation's options, kept in the config file for next time."""

@@ -10,7 +10,8 @@ COMPACT_BELOW = 100  # columns; an SSH terminal's 80 cut the last keys at Textua
 
 class KeysFooter(Footer):
     """Textual's footer of key bindings, without the spaces around each key below
-    COMPACT_BELOW columns, so that every key fits an 80-column terminal."""
+    COMPACT_BELOW columns, where more of them fit (at 80, a client's dashboards show all
+    theirs; the chat and the host's screens still lose their last ones)."""
 
     def on_resize(self, event: events.Resize) -> None:
         self.compact = event.size.width < COMPACT_BELOW
