@@ -259,9 +259,27 @@ class HostApp(InfertuiApp):
         for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 if sig in signals:
-                    loop.add_signal_handler(sig, self.call_later, self.action_quit)
+                    loop.add_signal_handler(sig, self._on_stop_signal)
                 else:
                     loop.remove_signal_handler(sig)
+
+    def _on_stop_signal(self) -> None:
+        if terminal_hung_up():  # (its SSH session closed)
+            self._draw_nowhere()
+        self.call_later(self.action_quit)
+
+    def _draw_nowhere(self) -> None:
+        """Textual's writes go to /dev/null from now on. Its writer thread dies on the first
+        write to a hung-up terminal, and the next writes wait on its full queue: the event
+        loop stopped dead a few redraws into the drain, the running replies' grace with it."""
+        driver = self._driver
+        if driver is None or not hasattr(driver, "_writer_thread"):
+            return  # (another driver than Linux's: nothing of the kind to replace)
+        from textual.drivers._writer_thread import WriterThread
+
+        sink = WriterThread(open(os.devnull, "w"))  # noqa: SIM115 (for the process's life)
+        sink.start()
+        driver._writer_thread = sink
 
     @work(group="host")
     async def start_host(self) -> None:

@@ -7,7 +7,9 @@ import contextlib
 import fcntl
 import os
 import pty
+import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import termios
 import threading
 import time
 
+import httpx
 import pytest
 from textual.widgets import DataTable, Static
 
@@ -159,21 +162,25 @@ async def test_a_model_that_cannot_load_ends_the_dashboard_with_the_reason(tmp_p
 def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig) -> None:
     """`infertui host` on a real terminal (a pty, its controlling one): kill, SIGHUP, or a
     closed SSH session drains it. A closed session's terminal goes first (None: its other end
-    closes, and the kernel sends SIGHUP): the process still ends, though what Textual writes
-    to the terminal as it leaves goes nowhere (it waited for that forever)."""
+    closes, and the kernel sends SIGHUP), here while a reply streams: the reply gets its
+    grace and the process ends, though nothing it draws reaches a terminal any more (it
+    waited on that forever, the grace's deadline with it)."""
+    port = free_port()
     env = {**os.environ, "INFERTUI_STATE_DIR": str(tmp_path), "INFERTUI_CONFIG_DIR": str(tmp_path),
-           "INFERTUI_DATA_DIR": str(tmp_path), "TERM": "xterm-256color"}  # fmt: skip
+           "INFERTUI_DATA_DIR": str(tmp_path), "TERM": "xterm-256color",
+           "INFERTUI_HOST__DRAIN_ON_STOP_MS": "3000"}  # fmt: skip
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infertui.app.cli", "host", "--no-p2p", "--parallel", "1"],
+        [sys.executable, "-m", "infertui.app.cli", "host", "--no-p2p", "--parallel", "1",
+         "--http", f"127.0.0.1:{port}"],
         stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
         preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),  # as a login's terminal
     )  # fmt: skip
     os.close(slave)
-    screen = bytearray()
-    drain = threading.Thread(target=read_all, args=(master, screen), daemon=True)
-    drain.start()  # the app blocks if nobody reads its terminal
+    screen, done = bytearray(), threading.Event()
+    reader = threading.Thread(target=read_all, args=(master, screen, done), daemon=True)
+    reader.start()  # the app blocks if nobody reads its terminal
     log = tmp_path / "infertui.log"
     try:
         deadline = time.monotonic() + 90
@@ -181,6 +188,11 @@ def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         if sig is None:
+            streaming = threading.Event()
+            threading.Thread(target=stream_long, args=(port, streaming), daemon=True).start()
+            assert streaming.wait(60)
+            done.set()  # (a read in progress would keep the terminal open)
+            reader.join(5)
             os.close(master)
             master = -1
         else:
@@ -188,16 +200,39 @@ def test_the_dashboard_host_stops_gracefully_on_sigterm_and_sighup(tmp_path, sig
         assert proc.wait(30) == 0
     finally:
         proc.kill()
+        done.set()
         if master >= 0:
             os.close(master)
-    assert "host stopped" in log.read_text()
+    said = log.read_text()
+    assert "host stopped" in said
+    if sig is None:
+        assert "cancelled at the deadline" in said  # the grace ran out: its timer ran
     assert b"Traceback" not in screen
 
 
-def read_all(fd: int, into: bytearray) -> None:
+def read_all(fd: int, into: bytearray, done: threading.Event) -> None:
     with contextlib.suppress(OSError):
-        while chunk := os.read(fd, 65536):
-            into.extend(chunk)
+        while not done.is_set():
+            if select.select([fd], [], [], 0.1)[0]:
+                if not (chunk := os.read(fd, 65536)):
+                    return
+                into.extend(chunk)
+
+
+def stream_long(port: int, started: threading.Event) -> None:
+    """A reply far longer than the host's grace, streamed until the host ends it."""
+    body = {"model": "smollm2-135m", "prompt": "Once upon a time", "max_tokens": 4000,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    with contextlib.suppress(httpx.HTTPError), httpx.stream("POST", url, json=body) as reply:
+        for _ in reply.iter_bytes():
+            started.set()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def test_the_host_dashboard_has_its_own_chat() -> None:
