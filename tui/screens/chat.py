@@ -425,9 +425,11 @@ class ChatScreen(Screen[None]):
             await self.start_over()
             return
 
+        asked = self.reply
+
         async def answer(stop: bool | None) -> None:
             self.stop_question = None
-            if stop:
+            if stop and self.reply is asked:  # (a yes after that reply ended starts nothing)
                 self.action_abort()
                 await self.start_over()
 
@@ -436,11 +438,11 @@ class ChatScreen(Screen[None]):
 
     def drop_stop_question(self) -> None:
         """The reply that Ctrl+N asked to stop has ended: the question goes, unanswered (it
-        stayed, and the y of the next words typed answered it)."""
-        if self.stop_question is not None and self.stop_question.is_current:
+        stayed, and the y of the next words typed answered it). Under the palette, or on
+        another screen, it stays; a yes to it then starts nothing."""
+        if self.stop_question is not None and self.stop_question.is_active:
             self.stop_question.dismiss(False)
             self.notify("The reply has ended: Ctrl+N starts a new chat.")
-        self.stop_question = None
 
     async def start_over(self, *, welcome: bool = True) -> None:
         """A new conversation: a new history (a reply still ending keeps to its own)."""
