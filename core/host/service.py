@@ -260,11 +260,12 @@ class HostService:
         return await self._residency.load(model)
 
     def _loaded(self, model: str | None) -> Pool | None:
-        """The engine `model` names among those loaded or loading; None for another name."""
+        """The engine `model` names among those loaded or loading; None for another name,
+        also where none is loaded (a library model may still be); NO_ENGINE for no name."""
         try:
             return self._registry.resolve(model)
         except InferError as err:
-            if err.kind is ErrorKind.MODEL_NOT_FOUND:
+            if err.kind is ErrorKind.MODEL_NOT_FOUND or (model and err.kind is ErrorKind.NO_ENGINE):
                 return None
             raise
 

@@ -156,6 +156,22 @@ async def unloaded_after(client: ollama.AsyncClient, name: str) -> float:
     return time.monotonic() - start
 
 
+async def test_a_host_with_no_engine_left_still_shows_and_loads_its_library(
+    start_host: HostFactory, cut_hub: Sources, ollama_client: Any
+) -> None:
+    """Its last engine removed (or unloaded), a host still serves its library: a review found
+    /api/show and a chat naming a library model both answered 503 "no engine loaded"."""
+    host, client = await host_with_model(start_host, ollama_client)
+    await host.service.remove_engine(host.service.engine_ids()[0])
+    assert host.service.engine_ids() == []
+    assert (await client.show(NAME)).details.family == "llama"
+    with pytest.raises(ollama.ResponseError) as caught:
+        await client.show("nope")
+    assert caught.value.status_code == 404 and caught.value.error == "model 'nope' not found"
+    reply = await client.chat(NAME, messages=[{"role": "user", "content": "Hi"}], options=SHORT)
+    assert reply.model == NAME and reply.eval_count
+
+
 async def test_openai_clients_see_the_library_and_load_by_naming_a_model(
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
