@@ -291,10 +291,11 @@ T = TypeVar("T")
 
 
 def in_turn(servers: dict[str, T], r: int) -> list[tuple[str, T]]:
-    """The servers in round r's order, each of their orders in turn: whoever runs right after
-    another program finds the caches cold, and after another infertui finds the code and
-    weights they share warm (a baseline that always followed infertui answered its first
-    token 5 ms sooner, one always after llama-server 5 ms later)."""
+    """The servers in round r's order, their orders in turn (all of them from n! rounds on;
+    fewer rounds favour the first servers named): whoever runs right after another program
+    finds the caches cold, and after another infertui finds the code and weights they share
+    warm (a baseline that always followed infertui answered its first token 5 ms sooner,
+    one always after llama-server 5 ms later)."""
     orders = list(itertools.permutations(servers.items()))
     return list(orders[r % len(orders)])
 

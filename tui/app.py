@@ -264,7 +264,7 @@ class HostApp(InfertuiApp):
                     loop.remove_signal_handler(sig)
 
     def _on_stop_signal(self) -> None:
-        if terminal_hung_up():  # (its SSH session closed)
+        if not self.is_headless and terminal_hung_up():  # (its SSH session closed)
             self._draw_nowhere()
         self.call_later(self.action_quit)
 
@@ -314,7 +314,7 @@ class HostApp(InfertuiApp):
         """Off the message loop, which must stay free for the second q (and the display)."""
         if self._start:
             await self.local.service.stop()
-        if terminal_hung_up():
+        if not self.is_headless and terminal_hung_up():
             # (its SSH session closed) Textual's goodbye to the terminal would never end: its
             # writer thread dies on the first write, and the next ones wait on its full queue.
             # The host has stopped and the terminal is gone: nothing is left to restore.
