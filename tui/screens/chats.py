@@ -45,8 +45,8 @@ class ChatsModal(FormModal[SavedChat | None]):
         self.query_one("#chats", DataTable).add_columns("title", "when", "turns")
         self.show()
 
-    def show(self, on: str | None = None) -> None:
-        """The list anew, the cursor on the chat `on` (by id) or on the row it was on."""
+    def show(self) -> None:
+        """The list anew, the cursor on the row it was on."""
         table = self.query_one("#chats", DataTable)
         row = table.cursor_row
         cleared(table)
@@ -54,11 +54,8 @@ class ChatsModal(FormModal[SavedChat | None]):
         for chat in self.chats:
             when = time.strftime("%m-%d %H:%M", time.localtime(chat.updated))
             table.add_row(chat.title, when, len(chat.messages) // 2, key=chat.id)
-        ids = [chat.id for chat in self.chats]
         if not self.chats:
             self.show_error("No saved chats yet: each reply saves its conversation.")
-        elif on in ids:
-            table.move_cursor(row=ids.index(on))
         elif row:
             table.move_cursor(row=min(row, len(self.chats) - 1))
 
@@ -78,7 +75,7 @@ class ChatsModal(FormModal[SavedChat | None]):
         def renamed(title: str | None) -> None:
             if title:
                 self.store.rename(chat.id, title)
-                self.show(on=chat.id)  # the next key acts on the chat just renamed
+                self.show()  # (a rename keeps the list's order: the cursor stays on it)
 
         self.app.push_screen(RenameModal(chat.title), renamed)
 
