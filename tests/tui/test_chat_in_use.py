@@ -220,6 +220,35 @@ async def test_a_conversation_is_saved_resumed_renamed_and_exported(
         (kept,) = chat.store.list()
         assert kept.title == "colours" and len(kept.messages) == 4
 
+        # The open chat renamed in the list: its next reply keeps the new title (it put the
+        # old one back); deleted there, its next reply saves it anew.
+        app.options = app.options.model_copy(update={"max_tokens": 4})
+        await pilot.press("ctrl+t")
+        await until(pilot, lambda: isinstance(app.screen, ChatsModal))
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RenameModal))
+        app.screen.query_one("#title").value = "palette"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ChatsModal))
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is chat)
+        third = await ask(pilot, app, "One more?")
+        await until(pilot, lambda: third.stats is not None, 60)
+        (kept,) = chat.store.list()
+        assert kept.title == "palette" and len(kept.messages) == 6
+        await pilot.press("ctrl+t")
+        await until(pilot, lambda: isinstance(app.screen, ChatsModal))
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y", "escape")
+        await until(pilot, lambda: app.screen is chat)
+        assert chat.store.list() == []
+        fourth = await ask(pilot, app, "The last?")
+        await until(pilot, lambda: fourth.stats is not None, 60)
+        (anew,) = chat.store.list()
+        assert anew.id != kept.id and len(anew.messages) == 8
+        assert anew.title == "Name three colours."
+
 
 @pytest.mark.deterministic
 @pytest.mark.parametrize("transport", ["p2p", "http"])

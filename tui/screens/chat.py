@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
+from pydantic import ValidationError
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -23,6 +25,8 @@ from ..widgets.prompt import PromptArea
 from .chats import ChatsModal
 from .forms import ConfirmModal
 from .model_picker import ModelChoice, ModelPicker
+
+log = logging.getLogger(__name__)
 
 WELCOME = "\n".join(
     [
@@ -124,8 +128,13 @@ class ChatScreen(Screen[None]):
             old = self.editing.text
             await self.forget_turn(self.editing, keep_question=False)
             self.end_edit()
-            if not self.history and self.saved and self.saved.title == title_of(old):
-                self.saved.title = title_of(text)  # a chat titled by its first words follows them
+            chat = self.as_stored(self.saved) if not self.history else None
+            if chat is not None and chat.title == title_of(old):
+                chat.title = title_of(text)  # a chat titled by its first words follows them
+                try:
+                    self.store.save(chat, touched=False)
+                except OSError as err:
+                    self.notify(f"Could not rename the chat: {err}", severity="warning")
         self.query("#welcome").remove()
         question = UserMessage(text)
         await self.query_one("#transcript", VerticalScroll).mount(question)
@@ -355,7 +364,7 @@ class ChatScreen(Screen[None]):
         self, history: list[ChatMessage], saved: SavedChat | None, model: str, host: str
     ) -> SavedChat | None:
         """Save the conversation after each reply (a new one gets its first words as title)."""
-        chat = saved or SavedChat.start(history[0].content, host)
+        chat = self.as_stored(saved) or SavedChat.start(history[0].content, host)
         chat.messages, chat.model = list(history), model
         try:
             self.store.save(chat)
@@ -363,6 +372,19 @@ class ChatScreen(Screen[None]):
             self.notify(f"Could not save the chat: {err}", severity="warning")
             return saved
         return chat
+
+    def as_stored(self, saved: SavedChat | None) -> SavedChat | None:
+        """The open chat with its title as the store has it, which the saved chats' list may
+        have renamed meanwhile; None where the list deleted it (its next reply saves it anew)."""
+        if saved is None:
+            return None
+        try:
+            saved.title = self.store.load(saved.id).title
+        except FileNotFoundError:
+            return None
+        except (OSError, ValidationError) as err:  # unreadable: the title it had
+            log.warning("saved chat %s: %s", saved.id, str(err).splitlines()[0])
+        return saved
 
     def action_saved_chats(self) -> None:
         async def chosen(chat: SavedChat | None) -> None:
