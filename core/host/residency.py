@@ -301,13 +301,22 @@ class Residency:
 
     async def keep(self, pool: Pool, keep_alive_s: float | None) -> bool:
         """A request that only loads a model (Ollama's empty prompt) sets how long it stays; 0
-        unloads it now if it is idle. Whether it was unloaded."""
+        unloads it, now if it is idle, else once its jobs end (as Ollama's `stop`). Whether it
+        is unloaded. A model the host started with, or an admin added, stays: a CONFLICT."""
+        if keep_alive_s == 0 and pool.id not in self._on_demand:
+            raise InferError(
+                ErrorKind.CONFLICT,
+                f"'{pool.id}' was loaded with the host or by an admin, and stays loaded: "
+                f"removing the engine unloads it (DELETE /v1/engines/{pool.id})",
+                param="keep_alive",
+            )
         with self.using(pool, keep_alive_s):
             pass
-        if keep_alive_s == 0 and self._is_idle(pool):
+        if keep_alive_s != 0:
+            return False
+        if self._is_idle(pool):
             await self.unload(pool.id, "keep_alive 0")
-            return True
-        return False
+        return True  # (busy: keep_alive 0 unloads it at the sweep after its last job)
 
     # ---- unloading -----------------------------------------------------------------------------
 
