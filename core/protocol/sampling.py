@@ -46,15 +46,19 @@ def _token_ids(bias: dict[str, float]) -> dict[str, float]:
 
 # ---- the fields ------------------------------------------------------------------------------
 
+# A number field that refuses NaN and infinities by name (NaN passed ge/le checks as "should be
+# less than or equal to 2").
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
 Temperature = Annotated[
-    float, Field(ge=0.0, le=2.0, description="how random the choice is; 0: the likeliest token")
+    Finite, Field(ge=0.0, le=2.0, description="how random the choice is; 0: the likeliest token")
 ]
 TopP = Annotated[
-    float, Field(ge=0.0, le=1.0, description="the likeliest tokens whose chances add up to this")
+    Finite, Field(ge=0.0, le=1.0, description="the likeliest tokens whose chances add up to this")
 ]
 TopK = Annotated[int, Field(ge=0, description="the k likeliest tokens; 0 disables")]
 MinP = Annotated[
-    float, Field(ge=0.0, le=1.0, description="tokens at least this fraction as likely as the best")
+    Finite, Field(ge=0.0, le=1.0, description="tokens at least this fraction as likely as the best")
 ]
 Seed = Annotated[
     int | None,
@@ -62,25 +66,25 @@ Seed = Annotated[
     Field(description="the same seed, the same reply; negative or none: a random one"),
 ]
 PresencePenalty = Annotated[
-    float, Field(ge=-2.0, le=2.0, description="taken off each token already in the reply")
+    Finite, Field(ge=-2.0, le=2.0, description="taken off each token already in the reply")
 ]
 FrequencyPenalty = Annotated[
-    float, Field(ge=-2.0, le=2.0, description="taken off each token per time it is in the reply")
+    Finite, Field(ge=-2.0, le=2.0, description="taken off each token per time it is in the reply")
 ]
 RepeatPenalty = Annotated[
-    float, Field(gt=0.0, le=2.0, description="divides the logits of recent tokens; 1.0 disables")
+    Finite, Field(gt=0.0, le=2.0, description="divides the logits of recent tokens; 1.0 disables")
 ]
 RepeatLastN = Annotated[
     int, Field(ge=0, le=4096, description="how many recent tokens the penalties look back over")
 ]
-TypicalP = Annotated[float, Field(ge=0.0, le=1.0, description="locally typical; 1.0 disables")]
+TypicalP = Annotated[Finite, Field(ge=0.0, le=1.0, description="locally typical; 1.0 disables")]
 Mirostat = Annotated[
     Literal[0, 1, 2],
     Field(description="1 or 2: Mirostat v1 or v2 aims at a perplexity in place of top-k/p; 0 off"),
 ]
-MirostatTau = Annotated[float, Field(ge=0.0, le=100.0, description="Mirostat's target surprise")]
-MirostatEta = Annotated[float, Field(ge=0.0, le=1.0, description="Mirostat's learning rate")]
-Bias = Annotated[float, Field(ge=-100.0, le=100.0, description="added to the token's logit")]
+MirostatTau = Annotated[Finite, Field(ge=0.0, le=100.0, description="Mirostat's target surprise")]
+MirostatEta = Annotated[Finite, Field(ge=0.0, le=1.0, description="Mirostat's learning rate")]
+Bias = Annotated[Finite, Field(ge=-100.0, le=100.0, description="added to the token's logit")]
 # OpenAI's shape of a logit bias: {"token id": bias}
 LogitBias = Annotated[dict[str, Bias], Field(max_length=MAX_LOGIT_BIAS), AfterValidator(_token_ids)]
 Stop = Annotated[str, Field(max_length=MAX_STOP_CHARS)]

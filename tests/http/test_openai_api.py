@@ -183,6 +183,22 @@ async def test_spec_004_out_of_range_parameters_are_400(
     assert field in error["message"]
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+async def test_a_number_that_is_not_finite_is_refused_as_such(host: Host, value: str) -> None:
+    """JSON's NaN and Infinity, which Python's json module writes: a 400 saying so (NaN was
+    refused as "should be less than or equal to 2")."""
+    body = json.dumps({"model": MODEL, "messages": CHAT, "temperature": 0.5})
+    response = await host.client.post(
+        "/v1/chat/completions",
+        content=body.replace("0.5", value),
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "temperature"
+    assert "finite number" in error["message"], error
+
+
 @pytest.mark.parametrize(
     ("path", "field", "value", "said"),
     [
