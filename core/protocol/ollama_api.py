@@ -55,6 +55,12 @@ def _untagged(model: str) -> str:
 ModelName = Annotated[str, Field(min_length=1), AfterValidator(_untagged)]
 
 
+def tagged(name: str) -> str:
+    """A model's name as Ollama lists it, always with a tag: an engine's id gets `:latest`
+    (a client that looks for `name:latest` in the list finds it)."""
+    return name if ":" in name.rpartition("/")[2] else f"{name}:latest"
+
+
 class ApiError(BaseModel):
     """Every error of /api, as Ollama's: one sentence."""
 

@@ -93,7 +93,8 @@ async def test_format_constrains_the_reply(client: ollama.AsyncClient) -> None:
 async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
     listed = await client.list()
     (model,) = listed.models
-    assert model.model == MODEL and model.size and model.size > 90_000_000  # 98 MB
+    assert model.model == f"{MODEL}:latest"  # tagged, as Ollama lists models
+    assert model.size and model.size > 90_000_000  # 98 MB
     assert model.details is not None and model.details.format == "gguf"
     assert model.details.family == "llama" and model.details.quantization_level
     shown = await client.show(MODEL)
@@ -116,7 +117,7 @@ async def test_tags_show_ps_and_version(client: ollama.AsyncClient) -> None:
         await client.show("nope")
     assert caught.value.status_code == 404 and caught.value.error == "model 'nope' not found"
     running = await client.ps()
-    assert [m.model for m in running.models] == [MODEL]
+    assert [m.model for m in running.models] == [f"{MODEL}:latest"]
     assert running.models[0].size and running.models[0].size > 0
     assert running.models[0].details and running.models[0].details.parameter_size == "135M"
     assert (await client._request_raw("GET", "/api/version")).json()["version"]

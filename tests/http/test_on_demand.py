@@ -68,7 +68,8 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
     start_host: HostFactory, cut_hub: Sources, ollama_client: Any
 ) -> None:
     host, client = await host_with_model(start_host, ollama_client)
-    pinned = host.service.engine_ids()[0]
+    engine = host.service.engine_ids()[0]
+    pinned = f"{engine}:latest"  # as Ollama lists a model: always with a tag
 
     listed = {model.model: model for model in (await client.list()).models}
     assert set(listed) == {NAME, pinned}  # the library's model, loaded or not, and the engine
@@ -116,11 +117,11 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
     # found `name:latest` a 404 on /v1 where /api took it, and case mattered)
     sdk = openai.AsyncOpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
     try:
-        for asked in (NAME.upper(), f"{pinned}:latest", pinned.upper()):
+        for asked in (NAME.upper(), pinned, engine.upper()):
             chat = await sdk.chat.completions.create(
                 model=asked, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
             )
-            assert chat.model in (NAME, pinned), (asked, chat.model)
+            assert chat.model in (NAME, engine), (asked, chat.model)
     finally:
         await sdk.close()
     assert set(await running(client)) == {pinned, NAME}  # the cased name loaded the model
@@ -325,7 +326,7 @@ async def test_two_models_asked_at_once_under_a_limit_of_one_wait_their_turn(
     host, client = await host_with_model(
         start_host, ollama_client, more={"max_loaded": 2}
     )  # the host's own engine, and one more
-    pinned = host.service.engine_ids()[0]
+    pinned = f"{host.service.engine_ids()[0]}:latest"
     await client.copy(NAME, "a:1")
     await client.copy(NAME, "b:1")
     asks = [client.generate(name, prompt="Hi", options=SHORT) for name in ("a:1", "b:1")]
@@ -368,7 +369,8 @@ async def test_a_library_file_that_does_not_load_is_the_host_s_fault_and_keeps_i
     # not offered as models either (an audit saw the text file in /api/tags as "0 MB ? ? ?")
     tags = {m["name"] for m in (await host.client.get("/api/tags")).json()["models"]}
     listed = {m["id"] for m in (await host.client.get("/v1/models")).json()["data"]}
-    assert "notgguf" not in tags | listed and "broken" in tags & listed  # its header reads
+    assert "notgguf" not in listed and "broken" in listed  # its header reads
+    assert "notgguf:latest" not in tags and "broken:latest" in tags  # tagged, as Ollama lists
     for name in ("notgguf", "broken"):
         body = {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         reply = await host.client.post("/v1/chat/completions", json=body)

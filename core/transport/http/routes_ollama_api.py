@@ -43,6 +43,7 @@ from ...protocol.ollama_api import (
     ShowRequest,
     final_stats,
     now_rfc3339,
+    tagged,
 )
 from ...protocol.snapshots import EngineState, EngineStatus
 from ...protocol.tool_stream import may_be_a_call, parse_calls
@@ -389,7 +390,7 @@ def _library_show(model: LibraryModel) -> dict[str, Any]:
 
 def _library_entry(model: LibraryModel, facts: ModelFacts) -> ModelEntry:
     return ModelEntry(
-        name=model.name, model=model.name, modified_at=_rfc3339(model.modified),
+        name=tagged(model.name), model=tagged(model.name), modified_at=_rfc3339(model.modified),
         size=model.size, digest=model.sha256 or _file_digest(model.path.name, model.size,
                                                              model.modified),
         details=_details(facts),
@@ -421,7 +422,8 @@ def _entry(status: EngineStatus) -> ModelEntry:
         size, mtime = 0, 0.0
     digest = _file_digest(os.path.basename(status.model_path), size, mtime)
     return ModelEntry(
-        name=status.engine_id, model=status.engine_id, modified_at=_rfc3339(mtime), size=size,
+        name=tagged(status.engine_id), model=tagged(status.engine_id),
+        modified_at=_rfc3339(mtime), size=size,
         digest=digest, details=ModelDetails.of(status.model_description),
     )  # fmt: skip
 
