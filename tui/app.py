@@ -19,6 +19,7 @@ from textual import work
 from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.worker import Worker
 
 from infertui.core.client import ConnectionState, Reconnector, check_target, explain
 from infertui.core.config import ClientSettings, Settings, save_to_file
@@ -166,6 +167,7 @@ class ClientApp(InfertuiApp):
         self.target = target
         self.connected_once = False
         self.refusal: str | None = None  # why the host refused the first connection for good
+        self.keeper: Worker[None] | None = None  # keep_connected's, from mount on
         self.reconnector = Reconnector(
             target,
             self.set_connection,
@@ -177,7 +179,7 @@ class ClientApp(InfertuiApp):
 
     def on_mount(self) -> None:
         self.switch_mode("chat")
-        self.keep_connected()
+        self.keeper = self.keep_connected()
 
     def set_connection(self, state: ConnectionState) -> None:
         """As every app does; and where the very first try is refused for good (a missing or
@@ -200,7 +202,12 @@ class ClientApp(InfertuiApp):
         ]
 
     def action_retry(self) -> None:
-        self.reconnector.retry_now()
+        """Try the host now: during a wait between tries, or after a refusal that stopped them
+        (a host restarted with another key, since put right)."""
+        if self.keeper is None or self.keeper.is_finished:
+            self.keeper = self.keep_connected()
+        else:
+            self.reconnector.retry_now()
 
 
 class HostApp(InfertuiApp):
