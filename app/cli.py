@@ -179,7 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "hosts":
         return list_hosts(args)
     if args.command in MODEL_COMMANDS:
-        return run_model_command(args)
+        try:
+            settings = config.load_settings()  # (the model folders)
+        except Exception as exc:  # a bad config file or variable: say so, no traceback
+            return settings_failed(exc)
+        return run_model_command(args, settings)
     if args.command == "id":
         from infertui.core.transport.p2p.ids import Role, load_seed, server_id
 

@@ -69,9 +69,9 @@ MODEL_COMMANDS = ("pull", "list", "ls", "show", "rm", "cp")
 PULL_FLAGS = (flags.Flag(("--bootstrap",), "bootstrap", metavar="HOST:PORT"),)  # peer: pulls
 
 
-def run_model_command(args: argparse.Namespace) -> int:
+def run_model_command(args: argparse.Namespace, settings: config.Settings) -> int:
     try:
-        library = open_library()
+        library = open_library(settings)
         if args.command == "pull":
             return run_pull(library, args)
         if args.command in ("list", "ls"):
@@ -95,8 +95,7 @@ def run_model_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_library() -> Library:
-    settings = config.load_settings()
+def open_library(settings: config.Settings) -> Library:
     folders = [Path(folder).expanduser() for folder in settings.host.model_dirs]
     return Library(paths.data_dir() / "models", folders)
 

@@ -121,6 +121,25 @@ def test_a_bad_setting_is_one_sentence_not_a_pydantic_dump(
     assert err.startswith("infertui: invalid settings") and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize(
+    "argv", [["list"], ["show", "m"], ["rm", "m"], ["cp", "m", "n"], ["pull", "m"]]
+)
+@pytest.mark.parametrize("config", ["[client", '[client]\ntemperature = "hot"\n'])
+def test_the_library_commands_say_a_bad_setting_in_one_line(
+    argv: list[str], config: str, tmp_path, monkeypatch, capsys
+) -> None:
+    """They read the settings (the model folders) outside their error handling: broken TOML
+    or a bad value was a traceback of 40 lines (a helper's walkthrough)."""
+    from infertui.app.cli import main
+
+    file = tmp_path / "config.toml"
+    file.write_text(config)
+    monkeypatch.setenv("INFERTUI_CONFIG", str(file))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("infertui: invalid settings") and err.count("\n") == 1, err
+
+
 def test_a_bad_flag_value_names_the_flag_not_the_config_file(
     tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
