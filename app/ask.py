@@ -35,7 +35,12 @@ async def ask(
     *,
     as_json: bool = False,
     out: TextIO = sys.stdout,
+    quiet_limit: bool = False,
 ) -> int:
+    """Stream one reply. Where it stops at a max_tokens that the settings file or environment
+    gave (`quiet_limit` False; the chat's Ctrl+O saves one there), stderr says so: a script
+    would otherwise take a cut reply for a whole one."""
+
     def emit(event: str, **fields: Any) -> None:
         out.write(json.dumps({"event": event, **fields}, ensure_ascii=False) + "\n")
         out.flush()
@@ -77,6 +82,13 @@ async def ask(
         why = f": {stats.host_stopped}" if stats.host_stopped else ""
         sys.stderr.write(f"infertui: the host stopped the reply before it was complete{why}\n")
         return 1
+    limit = settings.client.max_tokens
+    cut = stats is not None and stats.finish_reason == "length" and stats.tokens_out == limit
+    if cut and not quiet_limit:  # (a reply that filled the context says nothing here)
+        sys.stderr.write(
+            f"infertui: the reply stopped at {limit} tokens, the client.max_tokens of the "
+            "settings (`infertui config path`); --max-tokens N sets another\n"
+        )
     return 130 if stats is not None and stats.finish_reason == "abort" else 0
 
 

@@ -267,7 +267,10 @@ def run_ask(args: argparse.Namespace, settings: config.Settings) -> int:
     if not prompt.strip():
         sys.stderr.write("infertui: the prompt is empty\n")
         return 2
-    return asyncio.run(ask(args.target, prompt, settings, as_json=args.json))
+    flag_limit = flags.flag_given_for(("client", "max_tokens"), args, flags.CLIENT_FLAGS)
+    return asyncio.run(
+        ask(args.target, prompt, settings, as_json=args.json, quiet_limit=flag_limit is not None)
+    )
 
 
 def list_hosts(args: argparse.Namespace) -> int:

@@ -117,7 +117,9 @@ class InfertuiApp(BaseApp):
             except OSError as err:
                 self.notify(f"Applied from the next message; not saved: {err}", severity="warning")
                 return
-            self.notify(f"Applied from the next message, and saved in {where}.")
+            self.notify(
+                f"Applied from the next message, and saved in {where} for `infertui ask` too."
+            )
 
         self.push_screen(OptionsModal(self.options), apply)
 

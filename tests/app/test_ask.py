@@ -17,11 +17,14 @@ from ..conftest import ServedHost, SharedHost, over_p2p, wait_until
 pytestmark = pytest.mark.model
 
 
-async def ask(*args: str, stdin: str | None = None, data: Path) -> tuple[int, str, str]:
+async def ask(
+    *args: str, stdin: str | None = None, data: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "infertui.app.cli", "ask", *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "INFERTUI_DATA_DIR": str(data)},
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "INFERTUI_DATA_DIR": str(data), **(env or {})},
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin else None), 120)
     assert proc.returncode is not None
@@ -41,6 +44,20 @@ async def test_the_answer_streams_to_stdout(host: ServedHost, tmp_path: Path) ->
     assert code == 0, err
     assert out.strip() and out.endswith("\n")
     assert err == ""
+
+
+async def test_a_reply_cut_by_the_settings_limit_says_so_on_stderr(
+    host: ServedHost, tmp_path: Path
+) -> None:
+    """A max_tokens from the settings (the chat's Ctrl+O saves one) cut a script's reply
+    without a word (a helper's walkthrough); asked for with --max-tokens, it says nothing."""
+    limit = {"INFERTUI_CLIENT__MAX_TOKENS": "5"}
+    story = "Write a long story about the sea."
+    code, out, err = await ask(host.url, story, "--temperature", "0", data=tmp_path, env=limit)
+    assert code == 0 and out.strip(), err
+    assert "stopped at 5 tokens" in err and "--max-tokens" in err and err.count("\n") == 1
+    code, out, err = await ask(host.url, story, "--max-tokens", "5", data=tmp_path, env=limit)
+    assert code == 0 and out.strip() and err == ""
 
 
 @pytest.mark.p2p
