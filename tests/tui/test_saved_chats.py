@@ -39,3 +39,21 @@ async def test_the_cursor_stays_on_a_renamed_chat_and_the_list_keeps_its_order(t
         assert [c.title for c in modal.chats] == ["newest", "middle", "renamed"]
         chosen = modal.selected()
         assert chosen is not None and chosen.title == "renamed"
+
+
+async def test_a_long_title_leaves_room_for_when_and_turns(tmp_path) -> None:
+    """A title of 60 characters pushed the "when" and "turns" columns out of the dialog (a
+    helper's walkthrough): the title is shortened to its column."""
+    from textual.widgets import DataTable
+
+    store = ChatStore(tmp_path / "chats")
+    saved(store, "Write a Python function that adds two numbers, in a code block, please")
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        modal = ChatsModal(store)
+        await app.push_screen(modal)
+        await pilot.pause()
+        table = modal.query_one("#chats", DataTable)
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        title, when, turns = table.get_row_at(0)
+        assert title.endswith("…") and when and turns == 1

@@ -17,6 +17,14 @@ from ..widgets.footer import KeysFooter
 from ..widgets.tables import cleared
 from .forms import ConfirmModal, FormModal
 
+# The title's column in the 72-wide dialog, beside "when" and "turns": a longer title pushed
+# those two out of sight.
+TITLE_WIDTH = 42
+
+
+def shortened(title: str) -> str:
+    return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 1] + "…"
+
 
 class ChatsModal(FormModal[SavedChat | None]):
     """The saved chats, newest first; Enter resumes one (dismissing with it)."""
@@ -42,7 +50,9 @@ class ChatsModal(FormModal[SavedChat | None]):
         yield KeysFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#chats", DataTable).add_columns("title", "when", "turns")
+        table = self.query_one("#chats", DataTable)
+        table.add_column("title", width=TITLE_WIDTH)
+        table.add_columns("when", "turns")
         self.show()
 
     def show(self) -> None:
@@ -53,7 +63,7 @@ class ChatsModal(FormModal[SavedChat | None]):
         self.chats = self.store.list()
         for chat in self.chats:
             when = time.strftime("%m-%d %H:%M", time.localtime(chat.updated))
-            table.add_row(chat.title, when, len(chat.messages) // 2, key=chat.id)
+            table.add_row(shortened(chat.title), when, len(chat.messages) // 2, key=chat.id)
         if not self.chats:
             self.show_error("No saved chats yet: each reply saves its conversation.")
         elif row:
