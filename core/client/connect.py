@@ -42,13 +42,13 @@ def is_url(target: str) -> bool:
 
 
 def as_target(text: str) -> str:
-    """What people paste, as connect() takes it: a server ID as is, `HOST:PORT` as
+    """What people paste, as connect() takes it: a server ID as is, `HOST:PORT[/v1]` as
     http://HOST:PORT, and a URL without the OpenAI-style `/v1` (infertui's own paths sit
     beside it)."""
     text = text.strip()
     if text.startswith(TOPIC_PREFIX):
         return text
-    if not is_url(text) and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}", text):
+    if not is_url(text) and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}(/\S*)?", text):
         text = f"http://{text}"
     if is_url(text):
         text = text.rstrip("/").removesuffix("/v1")

@@ -45,6 +45,8 @@ def not_infertui(tmp_path: Path) -> Iterator[str]:
         ("127.0.0.1:8080", "http://127.0.0.1:8080"),
         ("gpu-box:8080", "http://gpu-box:8080"),
         ("[::1]:8080", "http://[::1]:8080"),
+        ("127.0.0.1:8080/v1", "http://127.0.0.1:8080"),  # (a walkthrough found it refused)
+        ("gpu-box:8080/v1/", "http://gpu-box:8080"),
         ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
         ("http://127.0.0.1:8080/v1/ ", "http://127.0.0.1:8080"),
         ("https://box.example/v1", "https://box.example"),

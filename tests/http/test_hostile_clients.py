@@ -15,8 +15,10 @@ from infertui.core.config import HttpSettings
 from infertui.core.engine import Engine
 from infertui.core.host import Ask
 from infertui.core.host import service as service_module
+from infertui.core.protocol.errors import InferError
 from infertui.core.scheduler import PreparedJob
 from infertui.core.transport.http import is_loopback
+from infertui.core.transport.http.server import parse_listen
 
 from ..conftest import wait_until
 from .conftest import MODEL, Host, HostFactory
@@ -434,6 +436,13 @@ async def test_without_an_admin_key_engines_are_managed_on_loopback_only(
 )  # fmt: skip
 def test_a_bind_is_loopback_only_on_loopback_addresses(listen: str, loopback: bool) -> None:
     assert is_loopback(listen) is loopback
+
+
+def test_an_address_without_a_port_says_what_a_bind_takes() -> None:
+    """`--http 0.0.0.0` said only "not a port: '0.0.0.0'" (a helper's walkthrough)."""
+    with pytest.raises(InferError) as caught:
+        parse_listen("0.0.0.0")
+    assert "PORT or HOST:PORT" in caught.value.message and "0.0.0.0:8080" in caught.value.message
 
 
 async def test_a_task_is_read_and_cancelled_by_its_owner_or_an_admin(

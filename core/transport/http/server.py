@@ -63,7 +63,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     try:
         number = int(port)
     except ValueError:
-        raise InferError(ErrorKind.INVALID_PARAMS, f"not a port: '{value}'") from None
+        hint = "" if sep else f" (PORT or HOST:PORT, e.g. {value}:8080)"  # `--http 0.0.0.0`
+        raise InferError(ErrorKind.INVALID_PARAMS, f"not a port: '{value}'{hint}") from None
     if not 0 <= number <= 65535:
         raise InferError(ErrorKind.INVALID_PARAMS, f"port out of range: {number}")
     return host, number
