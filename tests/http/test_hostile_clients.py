@@ -17,8 +17,7 @@ from infertui.core.host import Ask
 from infertui.core.host import service as service_module
 from infertui.core.protocol.errors import InferError
 from infertui.core.scheduler import PreparedJob
-from infertui.core.transport.http import is_loopback
-from infertui.core.transport.http.server import parse_listen
+from infertui.core.transport.http import is_loopback, parse_listen
 
 from ..conftest import wait_until
 from .conftest import MODEL, Host, HostFactory
