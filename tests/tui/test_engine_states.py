@@ -148,3 +148,23 @@ async def test_a_chat_that_names_a_model_not_loaded_says_it_loads() -> None:
         await pilot.pause()
         status = str(screen.query_one("#reply-status", Static).render())
         assert status == "Loading llama3.2:1b · ready in ≈ 2.3 s · Esc cancels"
+
+
+async def test_a_dashboard_repeats_the_bars_words_in_a_banner_only_when_the_bar_cuts_them() -> None:
+    """While the host is away the bar says why; the banner under it said the same words again
+    (a helper saw "Stopping: finishing running jobs…" twice). It now shows only words the bar
+    had to cut short, whole."""
+    from infertui.tui.screens.dashboard import DashboardScreen
+
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f3")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        screen = app.screen
+        assert isinstance(screen, DashboardScreen)
+        banner = screen.query_one("#trouble", Static)
+        for message, shown in (("Stopping.", False), ("The host is away: " + "why " * 30, True)):
+            app.set_connection(ConnectionState("closed", message))
+            await pilot.pause()
+            await screen._tick()
+            assert banner.display is shown, message

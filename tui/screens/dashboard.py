@@ -10,6 +10,7 @@ from infertui.core.client import Client, ConnectionState, explain
 from infertui.core.protocol import InferError
 
 from ..base import infertui_app
+from ..widgets.host_bar import HostBar
 
 
 class DashboardScreen(Screen[None]):
@@ -46,8 +47,9 @@ class DashboardScreen(Screen[None]):
         client = app.client
         trouble = self.query_one("#trouble", Static)
         if client is None:  # the host bar says it; the banner is for trouble, not for a start
-            trouble.update(app.connection.message)
-            trouble.display = app.connection.phase != "connecting"
+            trouble.update(app.connection.message)  # (whole, where the bar cuts it short)
+            bar = self.query_one(HostBar)
+            trouble.display = app.connection.phase != "connecting" and not bar.shows_all()
             self.show_last()
             return
         try:

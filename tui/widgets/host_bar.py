@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.timer import Timer
 from textual.widgets import Static
@@ -99,6 +100,10 @@ class HostBar(Static):
             line.append(state.message)
         self.update(line)
         self.tooltip = line.plain  # the whole line, where a narrow terminal cuts it short
+
+    def shows_all(self) -> bool:
+        """Whether the whole line fits the bar (a dashboard's banner then need not repeat it)."""
+        return cell_len(str(self.tooltip or "")) <= self.content_size.width
 
     @staticmethod
     def network_trouble(client: object) -> str:
