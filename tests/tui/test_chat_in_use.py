@@ -332,6 +332,8 @@ async def test_a_conversation_longer_than_the_context_goes_on_without_its_oldest
         await until(pilot, lambda: view.stats is not None, 60)
         assert view.body.source, view.query_one(Static).render()
         assert chat.left_out == 4  # two exchanges left out; the third and the question fit
+        (note,) = chat.query(".context-note")  # said where it stays (it was a toast)
+        assert "first 4 messages are no longer sent" in str(note.render())
         assert view.stats is not None and view.stats.tokens_in is not None
         assert 800 < view.stats.tokens_in < 1024
         assert len(chat.history) == 8  # nothing is lost from the conversation itself

@@ -241,6 +241,7 @@ class ChatScreen(Screen[None]):
         parts: list[str] = []
         queue_timer = self.set_interval(QUEUE_POLL_S, self.show_queue_position)
         started = shown = time.monotonic()
+        left_out_note: Static | None = None
         try:
             await self.show_queue_position()
             while True:
@@ -268,10 +269,17 @@ class ChatScreen(Screen[None]):
                     start = later  # the oldest exchange is left out, and asked again
                     if history is self.history:
                         self.left_out = start
-                    self.notify(
-                        f"The conversation is longer than the model's context: its first "
-                        f"{start} messages are no longer sent."
+                    # said in the transcript, above the question, where it stays (a toast went)
+                    said = (
+                        f"The conversation is longer than the model's context: from here on, "
+                        f"its first {start} messages are no longer sent."
                     )
+                    if left_out_note is None:
+                        left_out_note = Static(said, classes="context-note", markup=False)
+                        transcript = self.query_one("#transcript", VerticalScroll)
+                        await transcript.mount(left_out_note, before=question)
+                    else:
+                        left_out_note.update(said)
                     reply = send()
             await stream.close()  # the whole text first, then the stats under it
             view.finished(reply.stats)
