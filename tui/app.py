@@ -18,6 +18,7 @@ from pathlib import Path
 from textual import work
 from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
+from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.worker import Worker
 
@@ -53,11 +54,37 @@ def mode_keys(titles: dict[str, str]) -> list[BindingType]:
     ]
 
 
+def binding_ids() -> set[str]:
+    """Every binding id a keymap can name: those of every screen and widget class loaded (the
+    apps', Textual's own), the keys of the modes aside (mode_keys)."""
+    ids: set[str] = set()
+    classes: list[type[DOMNode]] = [DOMNode]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        ids |= {b.id for b in cls.__dict__.get("BINDINGS", ()) if isinstance(b, Binding) and b.id}
+    return ids
+
+
 class InfertuiApp(BaseApp):
     """Modes and the command palette, shared by both apps."""
 
     CSS_PATH = Path(__file__).parent / "infertui.tcss"  # absolute: subclasses live elsewhere
     MODE_TITLES: dict[str, str] = {}
+
+    def on_mount(self) -> None:
+        """A [keymap] id that names no key was ignored without a word (a helper's walkthrough
+        typed `chat.abortt`): say which, once. (Each app's own on_mount runs too.)"""
+        known = binding_ids() | {f"app.{mode}" for mode in self.MODE_TITLES}
+        if unknown := sorted(set(self.settings.keymap) - known):
+            said = ", ".join(unknown)
+            log.warning("[keymap] names no key binding: %s", said)
+            self.notify(
+                f"[keymap] names no key binding: {said} (ignored; the README lists the ids)",
+                severity="warning",
+                timeout=15,
+                markup=False,
+            )
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """Every action is in the palette: the screens, then what the current screen's keys do."""

@@ -242,3 +242,26 @@ def test_id_and_hosts_say_what_they_do_and_httpx_stays_quiet(capsys, tmp_path) -
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert int(level.stdout) == logging.WARNING
+
+
+async def test_a_keymap_id_that_names_no_binding_is_said_not_ignored() -> None:
+    """`chat.abortt` (a helper's typo) left Esc as it was without a word."""
+    app = ScriptedClientApp(Settings(keymap={"chat.abortt": "ctrl+k", "app.queue": "f9"}))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert any("chat.abortt" in m and "app.queue" not in m for m in said), said
+    quiet = ScriptedClientApp(Settings(keymap={"chat.abort": "ctrl+k"}))
+    async with quiet.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert not [n for n in quiet._notifications if "keymap" in str(n.message)]
+
+
+async def test_the_chats_welcome_names_the_keys_as_remapped() -> None:
+    """With `chat.new` on Ctrl+B, the welcome still said Ctrl+N (a helper's walkthrough)."""
+    app = ScriptedClientApp(Settings(keymap={"chat.new": "ctrl+b", "app.queue": "f9"}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        text = str(app.screen.query_one("#welcome", Static).render())
+        assert "Ctrl+B new chat" in text and "Ctrl+N" not in text
+        assert "F9 F4 F5" in text and "Esc stops a reply" in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 from textual import on, work
@@ -32,13 +33,40 @@ WELCOME = "\n".join(
     [
         "[b]Type a message and press Enter.[/b]",
         "",
-        "[b]Esc[/b] stops a reply on the host    [b]Ctrl+N[/b] new chat",
-        "[b]Ctrl+L[/b] which model    [b]Ctrl+O[/b] system prompt and sampling",
-        "[b]↑[/b] edits your last message    [b]Ctrl+G[/b] asks again    [b]Ctrl+Y[/b] copies",
-        "[b]Ctrl+T[/b] saved chats    [b]Ctrl+P[/b] every action",
-        "[b]F3 F4 F5[/b] the host's queue, metrics and engines",
+        "[b]{chat_abort}[/b] stops a reply on the host    [b]{chat_new}[/b] new chat",
+        "[b]{chat_model}[/b] which model    [b]{chat_options}[/b] system prompt and sampling",
+        "[b]↑[/b] edits your last message    [b]{chat_again}[/b] asks again    "
+        "[b]{chat_copy}[/b] copies",
+        "[b]{chat_saved}[/b] saved chats    [b]Ctrl+P[/b] every action",
+        "[b]{app_queue} {app_metrics} {app_engines}[/b] the host's queue, metrics and engines",
     ]
 )
+# The welcome's keys by binding id, as bound unless the keymap says otherwise
+WELCOME_KEYS = {
+    "chat.abort": "Esc", "chat.new": "Ctrl+N", "chat.model": "Ctrl+L", "chat.options": "Ctrl+O",
+    "chat.again": "Ctrl+G", "chat.copy": "Ctrl+Y", "chat.saved": "Ctrl+T", "app.queue": "F3",
+    "app.metrics": "F4", "app.engines": "F5",
+}  # fmt: skip
+
+
+def welcome_text(keymap: Mapping[str, str]) -> str:
+    """The welcome, with each key as `keymap` binds it (a remap left the old key named)."""
+    keys = {
+        binding.replace(".", "_"): readable(keymap[binding]) if binding in keymap else key
+        for binding, key in WELCOME_KEYS.items()
+    }
+    return WELCOME.format_map(keys)
+
+
+def readable(keys: str) -> str:
+    """A keymap's keys as the welcome writes them: "ctrl+b,f9" as "Ctrl+B"."""
+    first = keys.split(",")[0].strip()
+    named = {"escape": "Esc", "up": "↑", "down": "↓"}
+    return named.get(first) or "+".join(
+        part.upper() if len(part) == 1 else part.capitalize() for part in first.split("+")
+    )
+
+
 STATUS_EVERY_S = 0.1  # the status line's refresh while streaming (not per token)
 QUEUE_POLL_S = 0.5
 
@@ -93,8 +121,11 @@ class ChatScreen(Screen[None]):
     def on_mount(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         transcript.anchor()
-        transcript.mount(Static(WELCOME, id="welcome"))
+        transcript.mount(Static(welcome_text(self.app_keymap()), id="welcome"))
         self.query_one("#prompt", PromptArea).focus()
+
+    def app_keymap(self) -> Mapping[str, str]:
+        return infertui_app(self).settings.keymap
 
     @property
     def generating(self) -> bool:
@@ -481,4 +512,4 @@ class ChatScreen(Screen[None]):
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
         if welcome:
-            await transcript.mount(Static(WELCOME, id="welcome"))
+            await transcript.mount(Static(welcome_text(self.app_keymap()), id="welcome"))
