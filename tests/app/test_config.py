@@ -205,3 +205,18 @@ def test_config_prints_where_the_settings_file_is(argv: list[str], capsys) -> No
 
     assert main(argv) == 0
     assert capsys.readouterr().out.strip() == str(config_file())
+
+
+def test_show_knows_the_bundled_model_by_its_name(tmp_path, monkeypatch, capsys) -> None:
+    """A host serves it without any library, and `show smollm2-135m` said "no model
+    smollm2-135m in the library" (a helper's walkthrough)."""
+    from infertui.app.cli import main
+
+    monkeypatch.setenv("INFERTUI_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("INFERTUI_DATA_DIR", str(tmp_path / "data"))
+    assert main(["show", "smollm2-135m:latest"]) == 0
+    out = capsys.readouterr().out
+    assert "bundled with infertui" in out and "SmolLM2-135M-Instruct.Q4_1.gguf" in out
+    assert "temperature 0.2" in out  # the sampling a host gives it, not "the host's defaults"
+    assert main(["show", "nope"]) == 1
+    assert "no model nope" in capsys.readouterr().err
