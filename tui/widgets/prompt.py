@@ -10,16 +10,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual import events
+from textual.binding import Binding
+from textual.containers import ScrollableContainer
 from textual.message import Message
 from textual.widgets import TextArea
 
 NEW_LINE_KEYS = ("shift+enter", "ctrl+j")  # most terminals send Shift+Enter as Enter
 
 
-class PromptArea(TextArea):
+class PromptArea(TextArea, inherit_bindings=False):
     DEFAULT_CSS = """
     PromptArea { height: auto; max-height: 8; }
     """
+    # TextArea's keys but F6 (select the line) and F7 (select all), which switch screens: the
+    # prompt's own F6 and F7, though overridden, put those two first in the chat's footer.
+    BINDINGS = [
+        binding
+        for binding in (*ScrollableContainer.BINDINGS, *TextArea.BINDINGS)
+        if not (isinstance(binding, Binding) and binding.key in ("f6", "f7"))
+    ]
 
     @dataclass
     class Submitted(Message):
