@@ -265,3 +265,19 @@ async def test_the_chats_welcome_names_the_keys_as_remapped() -> None:
         text = str(app.screen.query_one("#welcome", Static).render())
         assert "Ctrl+B new chat" in text and "Ctrl+N" not in text
         assert "F9 F4 F5" in text and "Esc stops a reply" in text
+
+
+async def test_the_arrows_move_the_cursor_in_a_prompt_taller_than_its_box() -> None:
+    """The prompt leaves F6 and F7 to the app; its other keys stay TextArea's own: ↑ in a
+    20-line prompt moves the cursor, where a scroll binding of the same key would win."""
+    from infertui.tui.widgets.prompt import PromptArea
+
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        prompt = app.screen.query_one("#prompt", PromptArea)
+        prompt.text = "\n".join(f"line {i}" for i in range(20))
+        prompt.move_cursor((19, 3))
+        await pilot.pause()
+        await pilot.press("up", "up", "up", "home")
+        assert prompt.cursor_location == (16, 0)
+        assert "f6" not in PromptArea._merge_bindings().key_to_bindings

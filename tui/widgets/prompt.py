@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual import events
-from textual.binding import Binding
-from textual.containers import ScrollableContainer
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -24,10 +22,12 @@ class PromptArea(TextArea, inherit_bindings=False):
     """
     # TextArea's keys but F6 (select the line) and F7 (select all), which switch screens: the
     # prompt's own F6 and F7, though overridden, put those two first in the chat's footer.
+    # (From TextArea's merged map, where its cursor keys replace the scroll keys it inherits.)
     BINDINGS = [
         binding
-        for binding in (*ScrollableContainer.BINDINGS, *TextArea.BINDINGS)
-        if not (isinstance(binding, Binding) and binding.key in ("f6", "f7"))
+        for bindings in TextArea._merge_bindings().key_to_bindings.values()
+        for binding in bindings
+        if binding.key not in ("f6", "f7")
     ]
 
     @dataclass
