@@ -57,3 +57,78 @@ async def test_a_long_title_leaves_room_for_when_and_turns(tmp_path) -> None:
         assert table.virtual_size.width <= table.scrollable_content_region.width
         title, when, turns = table.get_row_at(0)
         assert title.endswith("…") and when and turns == 1
+
+
+async def test_a_chat_deleted_while_open_is_saved_anew_once(tmp_path) -> None:
+    """A failed turn (asked again, stopped before its first token) saved a deleted open chat
+    anew without the screen knowing, and its next reply saved it a second time (review)."""
+    from infertui.tui.screens.chat import ChatScreen
+    from infertui.tui.widgets.message import UserMessage
+
+    store = ChatStore(tmp_path / "chats")
+    open_chat = saved(store, "first")
+    app = ScriptedClientApp(Settings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.store, chat.saved = store, open_chat
+        chat.history = [*open_chat.messages, ChatMessage(role="user", content="again?")]
+        store.delete(open_chat.id)  # from the list (Ctrl+T, d)
+        chat.record(chat.history, open_chat, UserMessage("again?"), "", "m", "host")
+        assert store.list() == []  # failed: nothing to save, and the deletion holds
+        chat.history.append(ChatMessage(role="user", content="and now?"))
+        chat.record(chat.history, chat.saved, UserMessage("and now?"), "Yes.", "m", "host")
+        (anew,) = store.list()
+        assert anew.id != open_chat.id and len(anew.messages) == 4
+
+
+async def test_a_context_note_for_a_chat_no_longer_shown_is_not_mounted(tmp_path) -> None:
+    """A question past the context, whose chat was replaced (Ctrl+N, a resume) before the
+    host said so: its note went to mount before a question no longer there, and the error
+    ended the app (review). Its note now goes with its chat."""
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    from infertui.core.client import ChatReply
+    from infertui.core.protocol import ErrorKind, InferError
+    from infertui.tui.screens.chat import ChatScreen
+
+    from .scripted import ScriptedReply
+
+    said = asyncio.Event()
+    go_on = asyncio.Event()
+
+    class Overflow(ChatReply):
+        request_id = "r0"
+
+        async def __aiter__(self) -> AsyncIterator[str]:
+            said.set()
+            await go_on.wait()
+            raise InferError(ErrorKind.CONTEXT_OVERFLOW, "past the context")
+            yield ""  # (an async generator)
+
+        def abort(self) -> None:
+            pass
+
+    app = ScriptedClientApp(Settings())
+    replies: list[ChatReply] = [Overflow(), ScriptedReply()]
+    app.scripted.chat = lambda *args, **kwargs: replies.pop(0)  # type: ignore[method-assign]
+    async with app.run_test(size=(80, 24)) as pilot:
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.store = ChatStore(tmp_path / "chats")
+        chat.history = [ChatMessage(role="user", content="old"),
+                        ChatMessage(role="assistant", content="Yes.")]  # fmt: skip
+        chat.query_one("#prompt").text = "new?"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await asyncio.wait_for(said.wait(), 10)
+        await chat.start_over()  # another chat on screen before the host answers
+        go_on.set()
+        for _ in range(100):
+            if not replies:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.1)
+        assert app.is_running and not replies  # asked again without its oldest turn
+        assert not chat.query(".context-note")  # nothing said into the new chat

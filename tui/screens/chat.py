@@ -305,12 +305,12 @@ class ChatScreen(Screen[None]):
                         f"The conversation is longer than the model's context: from here on, "
                         f"its first {start} messages are no longer sent."
                     )
-                    if left_out_note is None:
+                    if left_out_note is not None:
+                        left_out_note.update(said)
+                    elif history is self.history and question.is_attached:  # (not a new chat)
                         left_out_note = Static(said, classes="context-note", markup=False)
                         transcript = self.query_one("#transcript", VerticalScroll)
                         await transcript.mount(left_out_note, before=question)
-                    else:
-                        left_out_note.update(said)
                     reply = send()
             await stream.close()  # the whole text first, then the stats under it
             view.finished(reply.stats)
@@ -350,7 +350,9 @@ class ChatScreen(Screen[None]):
         if history and history[-1].role == "user":
             history.pop()
             question.in_history = False
-        if saved is not None and history:  # a turn asked again that failed: the file follows
+        # a turn asked again that failed: the file follows (a chat the list deleted stays so
+        # until a reply saves it anew)
+        if saved is not None and history and self.as_stored(saved) is not None:
             self.keep(history, saved, saved.model, host)
 
     async def show_queue_position(self) -> None:
