@@ -307,7 +307,8 @@ class Residency:
             raise InferError(
                 ErrorKind.CONFLICT,
                 f"'{pool.id}' was loaded with the host or by an admin, and stays loaded: "
-                f"removing the engine unloads it (DELETE /v1/engines/{pool.id})",
+                f"removing its engine unloads it (the engine manager's d, or DELETE "
+                f"/v1/engines/{pool.id})",
                 param="keep_alive",
             )
         with self.using(pool, keep_alive_s):

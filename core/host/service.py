@@ -271,8 +271,8 @@ class HostService:
 
     async def load_model(self, model: str, keep_alive_s: float | None) -> bool:
         """What Ollama's clients send to load a model (a request with no prompt): the model
-        loaded, and kept for `keep_alive_s`; 0 unloads it now instead. Whether it was
-        unloaded."""
+        loaded, and kept for `keep_alive_s`; 0 unloads it instead, now or once its jobs end
+        (CONFLICT for a model the host keeps: Residency.keep). Whether it is unloaded."""
         if keep_alive_s == 0 and self._loaded(model) is None:  # `ollama stop`, not loaded
             await asyncio.to_thread(self.library.get, model)  # MODEL_NOT_FOUND for no such name
             return True

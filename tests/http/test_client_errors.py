@@ -5,11 +5,6 @@ infertui said in words, never as "None"."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -18,25 +13,8 @@ from infertui.core.client import ConnectionState, Reconnector, connect, explain
 from infertui.core.client.connect import as_target
 from infertui.core.config import Settings
 from infertui.core.protocol.errors import ErrorKind, InferError
-from infertui.tui.app import ClientApp
 
 from .conftest import HostFactory
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def not_infertui(tmp_path: Path) -> Iterator[str]:
-    """`python -m http.server` on loopback: answers, but nothing infertui knows."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.parametrize(
@@ -76,37 +54,6 @@ async def test_a_server_that_is_not_infertui_is_said_so(
     assert [s.phase for s in states] == ["connecting", "closed"]
     assert states[-1].message.startswith(not_infertui)
     assert "not as an infertui host" in states[-1].message
-
-
-class _Recording(ClientApp):
-    """The chat app, noting each phase of its connection."""
-
-    phases: list[str]
-
-    def set_connection(self, state: ConnectionState) -> None:
-        self.phases.append(state.phase)
-        super().set_connection(state)
-
-
-async def test_reconnect_tries_again_after_a_refusal_that_stopped_the_tries(
-    not_infertui: str,
-) -> None:
-    """Refused for good after it had connected (a host restarted with another key), the app
-    stays, saying why; Ctrl+R then tries again (it did nothing: the tries had ended)."""
-    app = _Recording(not_infertui, Settings())
-    app.phases = []
-    app.connected_once = True  # as after a first connection: a refusal does not end the app
-    async with app.run_test(size=(100, 30)) as pilot:
-        for tries in (1, 2):
-            if tries == 2:
-                await pilot.press("ctrl+r")
-            for _ in range(100):
-                if app.phases == ["connecting", "closed"] * tries:
-                    break
-                await pilot.pause(0.05)
-            assert app.phases == ["connecting", "closed"] * tries
-            assert app.connection.phase == "closed"
-            assert "not as an infertui host" in app.connection.message
 
 
 @pytest.mark.model

@@ -98,15 +98,13 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
     # `ollama stop` while it answers: the reply ends whole, and then the model goes
     await client.generate(NAME)  # loaded again
     stream = await client.chat(NAME, messages=[{"role": "user", "content": "Hi"}],
-                               options={**SHORT, "num_predict": 48}, stream=True)  # fmt: skip
+                               options={**SHORT, "num_predict": 400}, stream=True)  # fmt: skip
     first = await anext(stream)
     assert (await client.generate(NAME, keep_alive=0)).done_reason == "unload"
+    assert NAME in host.service.engine_ids()  # busy: not yet
     *_, last = [first, *[part async for part in stream]]
-    assert last.done and last.done_reason == "length" and last.eval_count == 48
-    for _ in range(40):  # the sweep after its last job (SWEEP_S)
-        if NAME not in await running(client):
-            break
-        await asyncio.sleep(0.1)
+    assert last.done and last.done_reason == "length" and last.eval_count == 400
+    await wait_until(lambda: NAME not in host.service.engine_ids())  # the sweep after its job
     assert set(await running(client)) == {pinned}
     with pytest.raises(ollama.ResponseError) as refused:  # it stays, and says so
         await client.generate(pinned, keep_alive=0)

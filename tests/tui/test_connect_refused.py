@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from infertui.core.client import ConnectionState
 from infertui.core.config import Settings
 from infertui.tui.app import ClientApp, run_client_app
 
@@ -51,3 +52,29 @@ async def test_a_host_that_refuses_the_key_ends_the_app_saying_why(keyed_host: s
         await until(pilot, lambda: not app.is_running, 20)
     assert app.return_code == 1
     assert app.refusal is not None and "API key" in app.refusal
+
+
+class _Recording(ClientApp):
+    """The chat app, noting each phase of its connection."""
+
+    phases: list[str]
+
+    def set_connection(self, state: ConnectionState) -> None:
+        self.phases.append(state.phase)
+        super().set_connection(state)
+
+
+async def test_reconnect_tries_again_after_a_refusal_that_stopped_the_tries(
+    not_infertui: str,
+) -> None:
+    """Refused for good after it had connected (a host restarted with another key), the app
+    stays, saying why; Ctrl+R then tries again (it did nothing: the tries had ended)."""
+    app = _Recording(not_infertui, Settings())
+    app.phases = []
+    app.connected_once = True  # as after a first connection: a refusal does not end the app
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.phases == ["connecting", "closed"])
+        assert "not as an infertui host" in app.connection.message
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: app.phases == ["connecting", "closed"] * 2)
+        assert app.connection.phase == "closed" and app.is_running
