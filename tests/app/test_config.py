@@ -220,3 +220,10 @@ def test_show_knows_the_bundled_model_by_its_name(tmp_path, monkeypatch, capsys)
     assert "temperature 0.2" in out  # the sampling a host gives it, not "the host's defaults"
     assert main(["show", "nope"]) == 1
     assert "no model nope" in capsys.readouterr().err
+
+    def missing() -> None:
+        raise FileNotFoundError("the bundled model is missing")
+
+    monkeypatch.setattr("infertui.app.models.bundled_model_path", missing)
+    assert main(["show", "smollm2-135m"]) == 1  # without the package: said, no traceback
+    assert "no model smollm2-135m" in capsys.readouterr().err

@@ -124,6 +124,11 @@ async def test_a_request_naming_a_library_model_loads_it_and_keep_alive_0_unload
         await sdk.close()
     assert set(await running(client)) == {pinned, NAME}  # the cased name loaded the model
 
+    # a library model named as an engine is listed once: both are `smollm2-135m:latest`
+    await client.copy(NAME, engine)
+    names = [model.model for model in (await client.list()).models]
+    assert names.count(pinned) == 1, names
+
 
 def hub_size(hub: Sources) -> int:
     return len(hub.repos[CUT_REPO]["Cut-Q4_K_M.gguf"].data)

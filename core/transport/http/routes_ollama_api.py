@@ -222,7 +222,8 @@ async def _entries(request: Request) -> dict[str, ModelEntry]:
     service = service_of(request)
     library = await asyncio.to_thread(lambda: _library_entries(service.servable_library()))
     engines = {s.engine_id: _entry(s) for s in _loaded(request)}
-    return {**library, **{name: e for name, e in engines.items() if name not in library}}
+    listed = {entry.name for entry in library.values()}  # (tagged: engine `m`, library `m:latest`)
+    return {**library, **{name: e for name, e in engines.items() if e.name not in listed}}
 
 
 def _library_entries(models: list[LibraryModel]) -> dict[str, ModelEntry]:
