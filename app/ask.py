@@ -86,8 +86,8 @@ async def ask(
     cut = stats is not None and stats.finish_reason == "length" and stats.tokens_out == limit
     if cut and not quiet_limit:  # (a reply that filled the context says nothing here)
         sys.stderr.write(
-            f"infertui: the reply stopped at {limit} tokens, the client.max_tokens of the "
-            "settings (`infertui config path`); --max-tokens N sets another\n"
+            f"infertui: the reply stopped at {limit} tokens, the settings' client.max_tokens "
+            "(the config file or INFERTUI_CLIENT__MAX_TOKENS); --max-tokens N sets another\n"
         )
     return 130 if stats is not None and stats.finish_reason == "abort" else 0
 

@@ -55,8 +55,8 @@ def mode_keys(titles: dict[str, str]) -> list[BindingType]:
 
 
 def binding_ids() -> set[str]:
-    """Every binding id a keymap can name: those of every screen and widget class loaded (the
-    apps', Textual's own), the keys of the modes aside (mode_keys)."""
+    """Every binding id a keymap can name: those of every screen, widget and app class loaded
+    (the apps' mode keys included, Textual's own too)."""
     ids: set[str] = set()
     classes: list[type[DOMNode]] = [DOMNode]
     while classes:
@@ -75,8 +75,7 @@ class InfertuiApp(BaseApp):
     def on_mount(self) -> None:
         """A [keymap] id that names no key was ignored without a word (a helper's walkthrough
         typed `chat.abortt`): say which, once. (Each app's own on_mount runs too.)"""
-        known = binding_ids() | {f"app.{mode}" for mode in self.MODE_TITLES}
-        if unknown := sorted(set(self.settings.keymap) - known):
+        if unknown := sorted(set(self.settings.keymap) - binding_ids()):
             said = ", ".join(unknown)
             log.warning("[keymap] names no key binding: %s", said)
             self.notify(

@@ -48,7 +48,7 @@ def as_target(text: str) -> str:
     text = text.strip()
     if text.startswith(TOPIC_PREFIX):
         return text
-    if not is_url(text) and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}(/\S*)?", text):
+    if not is_url(text) and re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}(/v1)?/?", text):
         text = f"http://{text}"
     if is_url(text):
         text = text.rstrip("/").removesuffix("/v1")

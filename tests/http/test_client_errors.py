@@ -25,6 +25,7 @@ from .conftest import HostFactory
         ("[::1]:8080", "http://[::1]:8080"),
         ("127.0.0.1:8080/v1", "http://127.0.0.1:8080"),  # (a walkthrough found it refused)
         ("gpu-box:8080/v1/", "http://gpu-box:8080"),
+        ("gpu-box:8080/other", "gpu-box:8080/other"),  # not a base URL: refused as no target
         ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
         ("http://127.0.0.1:8080/v1/ ", "http://127.0.0.1:8080"),
         ("https://box.example/v1", "https://box.example"),

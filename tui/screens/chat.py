@@ -11,6 +11,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.keys import format_key
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -41,30 +42,24 @@ WELCOME = "\n".join(
         "[b]{app_queue} {app_metrics} {app_engines}[/b] the host's queue, metrics and engines",
     ]
 )
-# The welcome's keys by binding id, as bound unless the keymap says otherwise
-WELCOME_KEYS = {
-    "chat.abort": "Esc", "chat.new": "Ctrl+N", "chat.model": "Ctrl+L", "chat.options": "Ctrl+O",
-    "chat.again": "Ctrl+G", "chat.copy": "Ctrl+Y", "chat.saved": "Ctrl+T", "app.queue": "F3",
-    "app.metrics": "F4", "app.engines": "F5",
-}  # fmt: skip
 
 
-def welcome_text(keymap: Mapping[str, str]) -> str:
-    """The welcome, with each key as `keymap` binds it (a remap left the old key named)."""
-    keys = {
-        binding.replace(".", "_"): readable(keymap[binding]) if binding in keymap else key
-        for binding, key in WELCOME_KEYS.items()
-    }
-    return WELCOME.format_map(keys)
+class _Keys(dict[str, str]):
+    def __missing__(self, name: str) -> str:
+        return "?"  # (a binding this app lacks)
+
+
+def welcome_text(keys: Mapping[str, str]) -> str:
+    """The welcome, with each key as bound now: `keys` maps binding ids to their keys."""
+    return WELCOME.format_map(_Keys({i.replace(".", "_"): readable(k) for i, k in keys.items()}))
 
 
 def readable(keys: str) -> str:
-    """A keymap's keys as the welcome writes them: "ctrl+b,f9" as "Ctrl+B"."""
-    first = keys.split(",")[0].strip()
-    named = {"escape": "Esc", "up": "↑", "down": "↓"}
-    return named.get(first) or "+".join(
-        part.upper() if len(part) == 1 else part.capitalize() for part in first.split("+")
-    )
+    """A binding's first key as the welcome writes it: "ctrl+b,f9" as "Ctrl+B"."""
+    *modifiers, key = keys.split(",")[0].strip().split("+")
+    shown = format_key(key)  # Textual's: "esc", "↑", "f3"
+    shown = shown.upper() if len(shown) == 1 else shown.capitalize()
+    return "+".join([*(modifier.capitalize() for modifier in modifiers), shown])
 
 
 STATUS_EVERY_S = 0.1  # the status line's refresh while streaming (not per token)
@@ -121,11 +116,15 @@ class ChatScreen(Screen[None]):
     def on_mount(self) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
         transcript.anchor()
-        transcript.mount(Static(welcome_text(self.app_keymap()), id="welcome"))
+        transcript.mount(Static(welcome_text(self.bound_keys()), id="welcome"))
         self.query_one("#prompt", PromptArea).focus()
 
-    def app_keymap(self) -> Mapping[str, str]:
-        return infertui_app(self).settings.keymap
+    def bound_keys(self) -> dict[str, str]:
+        """Each binding id's key, as the keymap binds it now (a remap left the welcome naming
+        the old key)."""
+        bindings = (*self.BINDINGS, *self.app.BINDINGS)
+        keys = {b.id: b.key for b in bindings if isinstance(b, Binding) and b.id}
+        return keys | infertui_app(self).settings.keymap
 
     @property
     def generating(self) -> bool:
@@ -514,4 +513,4 @@ class ChatScreen(Screen[None]):
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
         if welcome:
-            await transcript.mount(Static(welcome_text(self.app_keymap()), id="welcome"))
+            await transcript.mount(Static(welcome_text(self.bound_keys()), id="welcome"))

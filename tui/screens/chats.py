@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from rich.cells import cell_len, set_cell_size
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -23,7 +24,8 @@ TITLE_WIDTH = 42
 
 
 def shortened(title: str) -> str:
-    return title if len(title) <= TITLE_WIDTH else title[: TITLE_WIDTH - 1] + "…"
+    """The title in its column's cells (a wide character takes two)."""
+    return title if cell_len(title) <= TITLE_WIDTH else set_cell_size(title, TITLE_WIDTH - 1) + "…"
 
 
 class ChatsModal(FormModal[SavedChat | None]):
