@@ -22,7 +22,7 @@ from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.worker import Worker
 
-from infertui.core.client import ConnectionState, Reconnector, check_target, explain
+from infertui.core.client import Client, ConnectionState, Reconnector, check_target, explain
 from infertui.core.config import ClientSettings, Settings, save_to_file
 from infertui.core.host import HostService
 from infertui.core.logging import configure_file
@@ -329,6 +329,11 @@ class HostApp(InfertuiApp):
         self.local.refresh_info()
         self.set_connection(ConnectionState("connected", "Serving", self.local))
         log.info("host dashboard ready: serving %s", ", ".join(self.local.service.engine_ids()))
+
+    def dashboard_client(self) -> Client | None:
+        """While `q` drains the host, the bar says it is stopping and the dashboards still read
+        the host itself, as its replies finish (they stood still at the moment of `q`)."""
+        return self.client or (self.local if self.stopping else None)
 
     async def action_stop_host(self) -> None:
         await self.action_quit()

@@ -59,6 +59,10 @@ class InfertuiApp(App[int]):
             self.collect_metrics(state.client)
             self.follow_engines(state.client)
 
+    def dashboard_client(self) -> Client | None:
+        """The client the dashboards read: the connection's."""
+        return self.client
+
     def not_connected(self) -> str:
         """Why there is no host to ask now, for a notification."""
         state = self.connection

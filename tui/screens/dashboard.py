@@ -44,7 +44,7 @@ class DashboardScreen(Screen[None]):
 
     async def _refresh(self) -> None:
         app = infertui_app(self)
-        client = app.client
+        client = app.dashboard_client()
         trouble = self.query_one("#trouble", Static)
         if client is None:  # the host bar says it; the banner is for trouble, not for a start
             trouble.update(app.connection.message)  # (whole, where the bar cuts it short)

@@ -80,12 +80,6 @@ class StreamsScreen(DashboardScreen):
         self.query_one("#addresses", Static).update(lines)
         self.show_jobs(source)
 
-    def show_last(self) -> None:
-        """While the host drains to stop (no client then): its jobs, as they finish."""
-        source = infertui_app(self).live
-        if source is not None:
-            self.show_jobs(source)
-
     def show_jobs(self, source: LiveSource) -> None:
         table = self.query_one("#streams", DataTable)
         cleared(table)
