@@ -22,6 +22,18 @@ SIZE = (80, 24)
 Snap = Callable[..., bool]
 
 
+@pytest.fixture(autouse=True)
+def refresh_when_settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dashboards refresh when settle() says, not on their timers as well: a timed refresh
+    that landed between settle() and the screenshot cleared a table, whose columns were then
+    as narrow as their labels in the picture (the Streams screen refreshes every 0.25 s)."""
+    screens = [DashboardScreen]
+    while screens:
+        screen = screens.pop()
+        screens.extend(screen.__subclasses__())
+        monkeypatch.setattr(screen, "REFRESH_S", 3600.0)
+
+
 async def settle(pilot: Pilot[object]) -> None:
     """Refresh the dashboard now (three times, so plots have a history) and stop blinking."""
     for field in pilot.app.screen.query(Input):
