@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rich.cells import cell_len, set_cell_size
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,17 +14,12 @@ from textual.widgets import Button, DataTable, Input, Label, Static
 from infertui.core.client.chats import ChatStore, SavedChat
 
 from ..widgets.footer import KeysFooter
-from ..widgets.tables import cleared
+from ..widgets.tables import cleared, head_cells
 from .forms import ConfirmModal, FormModal
 
 # The title's column in the 72-wide dialog, beside "when" and "turns": a longer title pushed
 # those two out of sight.
 TITLE_WIDTH = 42
-
-
-def shortened(title: str) -> str:
-    """The title in its column's cells (a wide character takes two)."""
-    return title if cell_len(title) <= TITLE_WIDTH else set_cell_size(title, TITLE_WIDTH - 1) + "…"
 
 
 class ChatsModal(FormModal[SavedChat | None]):
@@ -65,7 +59,8 @@ class ChatsModal(FormModal[SavedChat | None]):
         self.chats = self.store.list()
         for chat in self.chats:
             when = time.strftime("%m-%d %H:%M", time.localtime(chat.updated))
-            table.add_row(shortened(chat.title), when, len(chat.messages) // 2, key=chat.id)
+            title = head_cells(chat.title, TITLE_WIDTH)
+            table.add_row(title, when, len(chat.messages) // 2, key=chat.id)
         if not self.chats:
             self.show_error("No saved chats yet: each reply saves its conversation.")
         elif row:

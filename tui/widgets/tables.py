@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from textual.widgets import DataTable
 
 
@@ -25,6 +25,11 @@ def tail_cells(text: str, cells: int) -> str:
         if width > cells:
             return text[start + 1 :]
     return text
+
+
+def head_cells(text: str, cells: int) -> str:
+    """`text` in `cells` terminal cells, its end cut to "…" where it does not fit."""
+    return text if cell_len(text) <= cells else set_cell_size(text, cells - 1) + "…"
 
 
 def said_size(n: int) -> str:
